@@ -1,0 +1,62 @@
+"""The placement core: pure code, no I/O. Every component uses this one copy.
+
+Layers import downwards only: ``resources`` < ``cards`` / ``annotations`` <
+``demand`` < ``ledger`` < ``policy`` / ``fragmentation``; nothing here imports
+from the extender, the plugin, the hub side or any Kubernetes client beyond the
+quantity parser.
+"""
+
+from .annotations import (
+    ALLOCATION_ANNOTATION,
+    CARDS_ANNOTATION,
+    AllocationRecord,
+    CardShare,
+    ContainerShare,
+)
+from .bounds import l1, l2
+from .cards import Card, Node, declared_cards, model_matches, node_from_k8s, normalize_model
+from .demand import Demand, demand_from_pod, pod_key
+from .errors import GPUShareError, InvalidObject, InvalidQuantity
+from .fragmentation import FragmentationGradient, Shape, Workload
+from .ledger import Allocation, Ledger, OverCommit, Placement
+from .policy import POLICIES, Binpack, Placer, Policy, Refusal, Spread, make_policy
+from .resources import DEFAULT_NAMES, ResourceNames, parse_units
+
+__all__ = [
+    "ALLOCATION_ANNOTATION",
+    "CARDS_ANNOTATION",
+    "DEFAULT_NAMES",
+    "POLICIES",
+    "Allocation",
+    "AllocationRecord",
+    "Binpack",
+    "Card",
+    "CardShare",
+    "ContainerShare",
+    "Demand",
+    "FragmentationGradient",
+    "GPUShareError",
+    "InvalidObject",
+    "InvalidQuantity",
+    "Ledger",
+    "Node",
+    "OverCommit",
+    "Placement",
+    "Placer",
+    "Policy",
+    "Refusal",
+    "ResourceNames",
+    "Shape",
+    "Spread",
+    "Workload",
+    "declared_cards",
+    "demand_from_pod",
+    "l1",
+    "l2",
+    "make_policy",
+    "model_matches",
+    "node_from_k8s",
+    "normalize_model",
+    "parse_units",
+    "pod_key",
+]

@@ -1,0 +1,108 @@
+"""Annotation and label names on Pods and Nodes, and the allocation record's JSON form.
+
+gpushare-compatible pod annotations (written at bind, read by old tooling):
+``ALIYUN_COM_GPU_MEM_IDX`` card index, ``_POD`` pod total, ``_DEV`` card total,
+``_ASSIGNED`` "false" until the plugin allocates, ``_ASSUME_TIME`` Unix ns.
+
+Ours, which is what gpushare-hub trusts: ``gpushare-hub.io/allocation``, a JSON
+record naming the node and, per card, its **UUID** and units, and per container
+the card and units it gets. Indices can change across reboots; UUIDs cannot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidObject
+
+PREFIX = "gpushare-hub.io"
+ALLOCATION_ANNOTATION = f"{PREFIX}/allocation"
+CARDS_ANNOTATION = f"{PREFIX}/cards"
+POLICY_ANNOTATION = f"{PREFIX}/policy"
+MODELS_ANNOTATION = f"{PREFIX}/card-models"
+EXCLUDE_MODELS_ANNOTATION = f"{PREFIX}/exclude-card-models"
+MODEL_LABEL = f"{PREFIX}/card-model"
+
+GPU_MEM_IDX = "ALIYUN_COM_GPU_MEM_IDX"
+GPU_MEM_POD = "ALIYUN_COM_GPU_MEM_POD"
+GPU_MEM_DEV = "ALIYUN_COM_GPU_MEM_DEV"
+GPU_MEM_ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+GPU_MEM_ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+
+
+@dataclass(frozen=True, order=True)
+class CardShare:
+    """``units`` of the card with ``uuid`` (index kept for gpushare compatibility)."""
+
+    uuid: str
+    index: int
+    units: int
+
+
+@dataclass(frozen=True, order=True)
+class ContainerShare:
+    """What one container gets: ``units`` on card ``uuid``."""
+
+    container: str
+    uuid: str
+    units: int
+
+
+@dataclass(frozen=True)
+class AllocationRecord:
+    node: str
+    cards: tuple[CardShare, ...]
+    containers: tuple[ContainerShare, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "v": 1,
+                "node": self.node,
+                "cards": [{"uuid": c.uuid, "index": c.index, "units": c.units} for c in self.cards],
+                "containers": [
+                    {"name": c.container, "uuid": c.uuid, "units": c.units} for c in self.containers
+                ],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, raw: str, *, where: str) -> AllocationRecord:
+        try:
+            d = json.loads(raw)
+            return cls(
+                node=str(d["node"]),
+                cards=tuple(
+                    CardShare(uuid=str(c["uuid"]), index=int(c["index"]), units=int(c["units"]))
+                    for c in d["cards"]
+                ),
+                containers=tuple(
+                    ContainerShare(container=str(c["name"]), uuid=str(c["uuid"]), units=int(c["units"]))
+                    for c in d.get("containers", [])
+                ),
+            )
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise InvalidObject(
+                f"{where}: annotation {ALLOCATION_ANNOTATION} is not a valid allocation record ({err}); "
+                "delete the pod or remove the annotation so that it is scheduled again"
+            ) from err
+
+    def pod_annotations(self, card_units: Mapping[str, int], assume_time_ns: int) -> dict[str, str]:
+        """All annotations to write at bind. ``card_units``: UUID -> that card's total units."""
+        first = min(self.cards, key=lambda c: c.index)
+        return {
+            ALLOCATION_ANNOTATION: self.to_json(),
+            GPU_MEM_IDX: ",".join(str(c.index) for c in sorted(self.cards, key=lambda c: c.index)),
+            GPU_MEM_POD: str(sum(c.units for c in self.cards)),
+            GPU_MEM_DEV: str(card_units[first.uuid]),
+            GPU_MEM_ASSIGNED: "false",
+            GPU_MEM_ASSUME_TIME: str(assume_time_ns),
+        }
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}

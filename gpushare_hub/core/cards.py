@@ -1,0 +1,168 @@
+"""Cards and the nodes that hold them, read from Kubernetes Node objects.
+
+A node's cards come from the inventory annotation the device plugin writes
+(``gpushare-hub.io/cards``: UUID, index, model, MiB, units, health per card).
+A node that only has gpushare-style capacity (``aliyun.com/gpu-mem`` and
+``aliyun.com/gpu-count``, e.g. from Aliyun's old device plugin) is read as that
+many equal cards with synthetic IDs, so existing clusters keep working.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .annotations import CARDS_ANNOTATION, MODEL_LABEL
+from .errors import InvalidObject
+from .resources import DEFAULT_NAMES, ResourceNames, parse_units
+
+
+def normalize_model(name: str) -> str:
+    """NVML names (``"Tesla T4"``) contain spaces, which labels cannot: ``"Tesla-T4"``."""
+    return "-".join(name.split())
+
+
+def model_matches(card_model: str, wanted: str) -> bool:
+    """``"T4"``, ``"tesla-t4"`` and ``"Tesla T4"`` all match a card of model ``"Tesla-T4"``."""
+    have = normalize_model(card_model).lower()
+    want = normalize_model(wanted).lower()
+    return bool(want) and (have == want or have.endswith("-" + want))
+
+
+@dataclass(frozen=True, order=True)
+class Card:
+    """One physical GPU. ``units`` is what may be handed out (after any reserve)."""
+
+    index: int
+    uuid: str
+    model: str
+    units: int
+    mib: int = 0
+    healthy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.units < 0 or self.index < 0:
+            raise InvalidObject(f"card {self.uuid}: negative index or size")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A GPU-sharing node: its cards in index order, and optionally host CPU and memory.
+
+    ``cpu_milli`` / ``memory_mib`` are only set where the core itself must respect
+    them (the trace replayer); in a cluster kube-scheduler checks them.
+    """
+
+    name: str
+    cards: tuple[Card, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+
+    def __post_init__(self) -> None:
+        uuids = [c.uuid for c in self.cards]
+        if len(set(uuids)) != len(uuids):
+            raise InvalidObject(f"node {self.name}: two cards share a UUID: {uuids}")
+        object.__setattr__(self, "cards", tuple(sorted(self.cards)))
+
+    @property
+    def units(self) -> int:
+        return sum(c.units for c in self.cards)
+
+    def card(self, uuid: str) -> Card | None:
+        for c in self.cards:
+            if c.uuid == uuid:
+                return c
+        return None
+
+    def card_by_index(self, index: int) -> Card | None:
+        for c in self.cards:
+            if c.index == index:
+                return c
+        return None
+
+
+def declared_cards(
+    node: str, count: int, model: str, mib: int, names: ResourceNames = DEFAULT_NAMES
+) -> tuple[Card, ...]:
+    """``count`` identical cards with stable made-up UUIDs (simulated nodes, the replayer)."""
+    units = names.units_from_mib(mib)
+    return tuple(
+        Card(index=i, uuid=f"GPU-sim-{node}-{i}", model=normalize_model(model), units=units, mib=mib)
+        for i in range(count)
+    )
+
+
+def cards_to_annotation(cards: Sequence[Card]) -> str:
+    """The inventory annotation value the device plugin writes on its Node."""
+    return json.dumps(
+        [
+            {
+                "uuid": c.uuid,
+                "index": c.index,
+                "model": c.model,
+                "mib": c.mib,
+                "units": c.units,
+                "healthy": c.healthy,
+            }
+            for c in sorted(cards)
+        ],
+        separators=(",", ":"),
+    )
+
+
+def _cards_from_annotation(node: str, raw: str) -> tuple[Card, ...]:
+    where = f"node {node} annotation {CARDS_ANNOTATION}"
+    try:
+        items = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise InvalidObject(f"{where}: not JSON ({err}); the device plugin rewrites it on restart") from err
+    if not isinstance(items, list):
+        raise InvalidObject(f"{where}: expected a JSON list of cards, got {type(items).__name__}")
+    cards = []
+    for i, item in enumerate(items):
+        try:
+            cards.append(
+                Card(
+                    index=int(item["index"]),
+                    uuid=str(item["uuid"]),
+                    model=normalize_model(str(item.get("model", "unknown"))),
+                    units=int(item["units"]),
+                    mib=int(item.get("mib", 0)),
+                    healthy=bool(item.get("healthy", True)),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise InvalidObject(f"{where}: card #{i} lacks or mangles {err}") from err
+    return tuple(cards)
+
+
+def node_from_k8s(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> Node | None:
+    """Read a Node object (API JSON, camelCase). ``None`` if it offers no GPU memory."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise InvalidObject("a Node object without metadata.name")
+    labels = dict(meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
+    status = obj.get("status") or {}
+    capacity = status.get("capacity") or {}
+    raw = annotations.get(CARDS_ANNOTATION)
+    if raw:
+        cards = _cards_from_annotation(name, raw)
+    else:
+        total = parse_units(capacity.get(names.memory, 0), what=f"node {name} capacity {names.memory}")
+        if total == 0:
+            return None
+        count = parse_units(capacity.get(names.count, 1), what=f"node {name} capacity {names.count}") or 1
+        model = normalize_model(labels.get(MODEL_LABEL, "unknown"))
+        per = total // count
+        cards = tuple(
+            Card(index=i, uuid=f"{name}/gpu{i}", model=model, units=per, mib=per * names.mib_per_unit)
+            for i in range(count)
+        )
+    if not cards:
+        return None
+    return Node(name=name, cards=cards, labels=labels)

