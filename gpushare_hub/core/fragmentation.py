@@ -89,7 +89,7 @@ class Workload:
     def _freeze(self) -> None:
         total = sum(self._counts.values()) or 1.0
         self._frozen_total = total
-        self._shapes = sorted((s, w / total) for s, w in self._counts.items())
+        self._shapes = sorted(((s, w / total) for s, w in self._counts.items()), key=lambda sw: repr(sw[0]))
         self._hosts: dict[tuple[int | None, int | None], _HostSlice] = {}
         self._frag: dict[tuple[object, ...], float] = {}
 

@@ -14,6 +14,7 @@ it is and reported by :meth:`overcommitted`; such a card simply has no free unit
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +150,14 @@ class Ledger:
         self._nodes: dict[str, _NodeState] = {}
         self._allocs: dict[str, Allocation] = {}
         self._pending: dict[str, Allocation] = {}  # on nodes we do not know (yet)
+        # Bounded log of (sequence, node) changes, so that caches can catch up cheaply.
+        self.seq = 0
+        self.changes: deque[tuple[int, str]] = deque(maxlen=4096)
+
+    def _touch(self, st: _NodeState) -> None:
+        st.version += 1
+        self.seq += 1
+        self.changes.append((self.seq, st.node.name))
 
     # ---- building -----------------------------------------------------------------
     @classmethod
@@ -170,13 +179,14 @@ class Ledger:
         state = self._nodes.get(node.name)
         if state is None:
             state = self._nodes[node.name] = _NodeState(node=node)
+            self._touch(state)
             for key, alloc in list(self._pending.items()):
                 if alloc.node == node.name:
                     del self._pending[key]
                     self._add(alloc)
         else:
             state.node = node
-            state.version += 1
+            self._touch(state)
 
     def observe_node(self, obj: Mapping[str, Any]) -> None:
         """A Node object was added or changed."""
@@ -191,6 +201,8 @@ class Ledger:
         state = self._nodes.pop(name, None)
         if state is None:
             return
+        self.seq += 1
+        self.changes.append((self.seq, name))
         for key, alloc in list(self._allocs.items()):
             if alloc.node == name:
                 del self._allocs[key]
@@ -271,7 +283,7 @@ class Ledger:
                     state.used.pop(share.uuid, None)
             state.cpu_used -= alloc.cpu_milli
             state.memory_used -= alloc.memory_mib
-            state.version += 1
+            self._touch(state)
         return alloc
 
     def _add(self, alloc: Allocation) -> None:
@@ -284,7 +296,7 @@ class Ledger:
             state.used[share.uuid] = state.used.get(share.uuid, 0) + share.units
         state.cpu_used += alloc.cpu_milli
         state.memory_used += alloc.memory_mib
-        state.version += 1
+        self._touch(state)
 
     # ---- reading ------------------------------------------------------------------------
     @property

@@ -4,8 +4,6 @@ A :class:`Policy` ranks the feasible (node, cards) candidates; lower keys win an
 ties fall to the node name and card index, so every decision is deterministic.
 
 * ``binpack`` (default): the fullest card that fits (best fit), then the fullest node.
-  A tie between equally full cards prefers the one whose leftover can still be
-  used by the slice sizes seen in the workload (see :class:`Binpack`).
 * ``spread``: the emptiest card, then the emptiest node (worst fit); each user
   gets the most headroom, at the price of more cards in use.
 * ``fgd``: fragmentation gradient descent (Weng et al., ATC'23): the candidate that
@@ -18,7 +16,7 @@ Refusals distinguish *not now* (some card could hold it once others leave) from
 
 from __future__ import annotations
 
-from collections import Counter
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -73,17 +71,10 @@ class Policy:
 
 
 class Binpack(Policy):
-    """Best fit: the card left with the least free memory, then the node left fullest.
-
-    Among cards that would be left equally full, one whose leftover no common
-    slice size can use is avoided when another choice exists: ``sizes`` holds the
-    slice sizes seen so far (or an admin's profile sizes) and their frequency.
-    """
+    """Best fit: the card left with the least free memory, then the node left fullest
+    (then, where the node tracks CPU, the node left with the least CPU)."""
 
     name = "binpack"
-
-    def __init__(self, sizes: Mapping[int, float] | None = None) -> None:
-        self.sizes: Counter[int] = Counter(sizes or {})
 
     def card_key(self, view: NodeView, card: Card, free: int, take: int) -> tuple[float, ...]:
         return (free - take, card.index)
@@ -96,10 +87,6 @@ class Binpack(Policy):
         if view.cpu_free is not None and view.cpu_total:
             host = (view.cpu_free - demand.cpu_milli) / view.cpu_total
         return (left, view.free_units - take * len(chosen), host)
-
-    def observe(self, demand: Demand, placed: bool) -> None:
-        if demand.per_card is not None:
-            self.sizes[demand.per_card] += 1
 
 
 class Spread(Policy):
@@ -132,33 +119,65 @@ def make_policy(name: str) -> Policy:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
 
 
-_Candidate = tuple[tuple[float, ...], tuple[tuple[Card, int], ...]]
-# (never?, reason) for a node that cannot take the demand.
-_NodeNo = tuple[bool, str]
+FEASIBLE, NOT_NOW, NEVER = 0, 1, 2
+# A node's evaluation for one demand shape:
+#   (FEASIBLE, key, chosen cards) | (NOT_NOW, reason, largest free block, its card index) | (NEVER, reason)
+_Eval = tuple[object, ...]
+
+
+class _ShapeIndex:
+    """Feasible nodes for one demand shape, in a heap ordered by the policy's key.
+
+    Entries of nodes that changed since are stale; they are skipped when popped,
+    and changed nodes are re-evaluated from the ledger's change log.
+    """
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[tuple[float, ...], str, int]] = []
+        self.seq = -1
 
 
 class Placer:
     """Places demands on a ledger with a policy. Caches per-node evaluations.
 
     A node's evaluation for a given demand shape only changes when the node
-    changes, so it is cached under the node's version; this is what keeps a
-    1,000-node replay fast. The placer never writes the ledger except in
+    changes, so it is cached under the node's version; a per-shape heap of
+    feasible nodes lets :meth:`decide` over the whole cluster touch only the
+    nodes that changed since that shape was last placed. This is what keeps a
+    1,000-node replay fast. The placer writes the ledger only in
     :meth:`place_and_commit`.
     """
 
     def __init__(self, ledger: Ledger, policy: Policy | str = "binpack") -> None:
         self.ledger = ledger
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
-        self._cache: dict[str, tuple[int, dict[tuple[object, ...], _Candidate | _NodeNo]]] = {}
+        self._cache: dict[str, tuple[int, dict[tuple[object, ...], _Eval]]] = {}
+        self._index: dict[tuple[object, ...], _ShapeIndex] = {}
 
     @property
     def names(self) -> ResourceNames:
         return self.ledger.names
 
+    @staticmethod
+    def _shape(demand: Demand) -> tuple[object, ...]:
+        return (
+            demand.per_card,
+            demand.count,
+            demand.models,
+            demand.exclude_models,
+            demand.cpu_milli,
+            demand.memory_mib,
+        )
+
     # ---- one node -----------------------------------------------------------------
     def _view(self, st: _NodeState, demand: Demand) -> NodeView:
-        allowed = tuple((c, st.free(c)) for c in st.node.cards if c.healthy and demand.model_allowed(c.model))
         every = tuple((c, st.free(c)) for c in st.node.cards)
+        if demand.models or demand.exclude_models:
+            allowed = tuple((c, f) for c, f in every if c.healthy and demand.model_allowed(c.model))
+        else:
+            allowed = tuple((c, f) for c, f in every if c.healthy)
         cpu = None if st.node.cpu_milli is None else st.node.cpu_milli - st.cpu_used
         mem = None if st.node.memory_mib is None else st.node.memory_mib - st.memory_used
         return NodeView(
@@ -172,38 +191,54 @@ class Placer:
             all_cards=every,
         )
 
-    def _evaluate(self, st: _NodeState, demand: Demand) -> _Candidate | _NodeNo:
+    def _evaluate(self, st: _NodeState, demand: Demand) -> _Eval:
         names = self.names
         node = st.node
         view = self._view(st, demand)
+        if view.cards:
+            best_card, best_free = max(view.cards, key=lambda cf: (cf[1], -cf[0].index))
+            best = (best_free, best_card.index)
+        else:
+            best = (0, -1)
         if view.cpu_free is not None and demand.cpu_milli > view.cpu_free:
-            never = node.cpu_milli is not None and demand.cpu_milli > node.cpu_milli
+            if node.cpu_milli is not None and demand.cpu_milli > node.cpu_milli:
+                return (
+                    NEVER,
+                    f"node {node.name} has {node.cpu_milli}m CPU, the pod asks {demand.cpu_milli}m",
+                )
             return (
-                never,
+                NOT_NOW,
                 f"node {node.name} has {view.cpu_free}m CPU free, the pod asks {demand.cpu_milli}m",
+                *best,
             )
         if view.memory_free is not None and demand.memory_mib > view.memory_free:
-            never = node.memory_mib is not None and demand.memory_mib > node.memory_mib
+            if node.memory_mib is not None and demand.memory_mib > node.memory_mib:
+                return (
+                    NEVER,
+                    f"node {node.name} has {node.memory_mib} MiB memory, the pod asks "
+                    f"{demand.memory_mib} MiB",
+                )
             return (
-                never,
-                f"node {node.name} has {view.memory_free} MiB memory free, "
-                f"the pod asks {demand.memory_mib} MiB",
+                NOT_NOW,
+                f"node {node.name} has {view.memory_free} MiB memory free, the pod asks "
+                f"{demand.memory_mib} MiB",
+                *best,
             )
         if not demand.wants_gpu:
-            return (self.policy.node_key(view, (), demand, 0), ())
+            return (FEASIBLE, self.policy.node_key(view, (), demand, 0), ())
         usable = [c for c, _ in view.cards]
         if not usable:
             models = sorted({c.model for c in node.cards})
             if demand.models or demand.exclude_models:
                 return (
-                    True,
+                    NEVER,
                     f"node {node.name} has no card of an allowed model (it has {', '.join(models)})",
                 )
-            return (False, f"node {node.name}: every card is unhealthy")
+            return (NOT_NOW, f"node {node.name}: every card is unhealthy", *best)
         count = demand.count
         if len(usable) < count:
             return (
-                True,
+                NEVER,
                 f"node {node.name} has {len(usable)} usable {demand.model_phrase()}card(s), "
                 f"the pod asks {count}",
             )
@@ -211,86 +246,116 @@ class Placer:
             fitting = [(c, f) for c, f in view.cards if f == c.units]
             if len(fitting) < count:
                 return (
-                    False,
+                    NOT_NOW,
                     f"node {node.name} has {len(fitting)} empty {demand.model_phrase()}card(s), "
                     f"the pod asks {count} whole card(s)",
+                    *best,
                 )
         else:
             largest = max(c.units for c in usable)
             if demand.per_card > largest:
                 return (
-                    True,
+                    NEVER,
                     f"{demand.model_phrase()}cards on node {node.name} hold at most "
                     f"{names.fmt(largest)}, the pod asks {names.fmt(demand.per_card)} on one card",
                 )
             fitting = [(c, f) for c, f in view.cards if f >= demand.per_card]
             if len(fitting) < count:
-                best_card, best_free = max(view.cards, key=lambda cf: (cf[1], -cf[0].index))
                 if count == 1:
                     return (
-                        False,
+                        NOT_NOW,
                         f"no {demand.model_phrase()}card on node {node.name} has "
                         f"{names.fmt(demand.per_card)} free; the largest free block is "
-                        f"{names.fmt(best_free)} (card {best_card.index})",
+                        f"{names.fmt(best[0])} (card {best[1]})",
+                        *best,
                     )
                 return (
-                    False,
-                    f"node {node.name} has {len(fitting)} {demand.model_phrase()}card(s) with "
-                    f"{names.fmt(demand.per_card)} free, the pod asks {count}",
+                    NOT_NOW,
+                    f"node {node.name} has {len(fitting)} {demand.model_phrase()}card(s) "
+                    f"with {names.fmt(demand.per_card)} free, the pod asks {count}",
+                    *best,
                 )
         pol = self.policy
+        take = demand.per_card
         ranked = sorted(
             fitting,
-            key=lambda cf: pol.card_key(
-                view, cf[0], cf[1], cf[0].units if demand.per_card is None else demand.per_card
-            ),
+            key=lambda cf: pol.card_key(view, cf[0], cf[1], cf[0].units if take is None else take),
         )
         chosen = tuple(ranked[:count])
-        take = chosen[0][0].units if demand.per_card is None else demand.per_card
-        return (pol.node_key(view, chosen, demand, take), chosen)
-
-    def _cached(self, name: str, demand: Demand) -> _Candidate | _NodeNo:
-        st = self.ledger._nodes[name]
-        shape = (
-            demand.per_card,
-            demand.count,
-            demand.models,
-            demand.exclude_models,
-            demand.cpu_milli,
-            demand.memory_mib,
+        return (
+            FEASIBLE,
+            pol.node_key(view, chosen, demand, chosen[0][0].units if take is None else take),
+            chosen,
         )
+
+    def _eval_node(self, name: str, st: _NodeState, shape: tuple[object, ...], demand: Demand) -> _Eval:
         entry = self._cache.get(name)
         if entry is None or entry[0] != st.version:
             entry = (st.version, {})
             self._cache[name] = entry
         hit = entry[1].get(shape)
         if hit is None:
-            hit = self._evaluate(st, demand)
-            entry[1][shape] = hit
+            hit = entry[1][shape] = self._evaluate(st, demand)
         return hit
 
     # ---- many nodes ---------------------------------------------------------------
     def candidates(
         self, demand: Demand, nodes: Iterable[str] | None = None
-    ) -> tuple[dict[str, _Candidate], dict[str, str], dict[str, str]]:
-        """Feasible nodes with their ranked choice, and the reasons for the others.
-
-        Returns (feasible, not_now, never): node -> candidate / reason.
-        """
-        feasible: dict[str, _Candidate] = {}
-        not_now: dict[str, str] = {}
+    ) -> tuple[dict[str, _Eval], dict[str, _Eval], dict[str, str]]:
+        """Evaluate ``nodes`` (default: all). Returns (feasible, not_now, never) by node name."""
+        feasible: dict[str, _Eval] = {}
+        not_now: dict[str, _Eval] = {}
         never: dict[str, str] = {}
-        names = self.ledger._nodes.keys() if nodes is None else nodes
-        for name in names:
-            if name not in self.ledger._nodes:
+        states = self.ledger._nodes
+        shape = self._shape(demand)
+        for name in states.keys() if nodes is None else nodes:
+            st = states.get(name)
+            if st is None:
                 never[name] = f"node {name} offers no {self.names.memory} (no GPU-sharing cards known)"
                 continue
-            result = self._cached(name, demand)
-            if isinstance(result[0], bool):
-                (never if result[0] else not_now)[name] = str(result[1])
+            ev = self._eval_node(name, st, shape, demand)
+            kind = ev[0]
+            if kind == FEASIBLE:
+                feasible[name] = ev
+            elif kind == NOT_NOW:
+                not_now[name] = ev
             else:
-                feasible[name] = result  # type: ignore[assignment]
+                never[name] = str(ev[1])
         return feasible, not_now, never
+
+    def _best_anywhere(self, demand: Demand) -> tuple[str, _Eval] | None:
+        """The policy's favourite node in the whole ledger, via the shape's heap."""
+        ledger = self.ledger
+        states = ledger._nodes
+        shape = self._shape(demand)
+        idx = self._index.get(shape)
+        log = ledger.changes
+        if idx is None or (log and log[0][0] > idx.seq + 1):
+            # First use of this shape, or too many changes since: evaluate every node.
+            idx = self._index[shape] = _ShapeIndex()
+            todo: Iterable[str] = list(states)
+        else:
+            todo = {name for seq, name in log if seq > idx.seq}
+        heap = idx.heap
+        for name in todo:
+            st = states.get(name)
+            if st is None:
+                continue
+            ev = self._eval_node(name, st, shape, demand)
+            if ev[0] == FEASIBLE:
+                heapq.heappush(heap, (ev[1], name, st.version))  # type: ignore[arg-type]
+        idx.seq = ledger.seq
+        while heap:
+            _key, name, version = heap[0]
+            st = states.get(name)
+            if st is None or st.version != version:
+                heapq.heappop(heap)
+                continue
+            if len(heap) > 4 * len(states) + 64:
+                heap[:] = [e for e in heap if (s := states.get(e[1])) is not None and s.version == e[2]]
+                heapq.heapify(heap)
+            return name, self._eval_node(name, st, shape, demand)
+        return None
 
     def decide(self, demand: Demand, nodes: Iterable[str] | None = None) -> Placement | Refusal:
         """The best placement for ``demand`` (on ``nodes`` only, if given), without committing it."""
@@ -299,11 +364,15 @@ class Placer:
             return Refusal(
                 demand.key, f"pod {demand.key} already holds cards on node {existing.node}", permanent=True
             )
+        if nodes is None:
+            best = self._best_anywhere(demand)
+            if best is not None:
+                return self.placement_on(demand, best[0], best[1][2])  # type: ignore[arg-type]
         feasible, not_now, never = self.candidates(demand, nodes)
         if not feasible:
             return self._refusal(demand, not_now, never)
-        node = min(feasible, key=lambda n: (feasible[n][0], n))
-        return self.placement_on(demand, node, feasible[node][1])
+        node = min(feasible, key=lambda n: (feasible[n][1], n))  # type: ignore[arg-type,return-value]
+        return self.placement_on(demand, node, feasible[node][2])  # type: ignore[arg-type]
 
     def placement_on(
         self, demand: Demand, node: str, chosen: tuple[tuple[Card, int], ...] | None = None
@@ -313,7 +382,8 @@ class Placer:
             feasible, not_now, never = self.candidates(demand, [node])
             if node not in feasible:
                 return self._refusal(demand, not_now, never)
-            chosen = feasible[node][1]
+            chosen = feasible[node][2]  # type: ignore[assignment]
+        assert chosen is not None
         cards = tuple(
             CardShare(
                 uuid=c.uuid, index=c.index, units=c.units if demand.per_card is None else demand.per_card
@@ -349,17 +419,17 @@ class Placer:
     def scores(self, demand: Demand, nodes: Iterable[str]) -> dict[str, int]:
         """Scores 0..10 for kube-scheduler's prioritize: the policy's favourite gets 10."""
         feasible, _, _ = self.candidates(demand, nodes)
-        ordered = sorted(feasible, key=lambda n: (feasible[n][0], n))
-        if not ordered:
+        if not feasible:
             return {}
-        keys = sorted({feasible[n][0] for n in ordered})
+        keys = sorted({feasible[n][1] for n in feasible})  # type: ignore[type-var]
         if len(keys) == 1:
-            return dict.fromkeys(ordered, 10)
+            return dict.fromkeys(feasible, 10)
         rank = {k: i for i, k in enumerate(keys)}
-        return {n: round(10 * (1 - rank[feasible[n][0]] / (len(keys) - 1))) for n in ordered}
+        return {n: round(10 * (1 - rank[feasible[n][1]] / (len(keys) - 1))) for n in sorted(feasible)}
 
     # ---- explaining -------------------------------------------------------------------
-    def _refusal(self, demand: Demand, not_now: dict[str, str], never: dict[str, str]) -> Refusal:
+    def _refusal(self, demand: Demand, not_now_evals: dict[str, _Eval], never: dict[str, str]) -> Refusal:
+        not_now = {n: str(ev[1]) for n, ev in not_now_evals.items()}
         names = self.names
         what = demand.describe(names)
         if not not_now:
@@ -388,33 +458,29 @@ class Placer:
                 first = next(iter(sorted(never.items())), ("", "no node fits"))[1]
                 reason = f"pod {demand.key} asks {what}, which no node can ever hold: {first}"
             return Refusal(demand.key, reason, permanent=True, unresolvable=never)
-        reason = self._summary(demand, not_now)
+        reason = self._summary(demand, not_now_evals)
         return Refusal(demand.key, reason, permanent=False, nodes=not_now, unresolvable=never)
 
-    def _summary(self, demand: Demand, not_now: Mapping[str, str]) -> str:
+    def _summary(self, demand: Demand, not_now: Mapping[str, _Eval]) -> str:
         """One sentence a person reads: ``no Tesla-T4 card has 7 GiB free; ...``."""
         names = self.names
-        if demand.per_card is not None and demand.count == 1:
-            best: tuple[int, str, int] | None = None
-            for name in not_now:
-                st = self.ledger._nodes.get(name)
-                if st is None:
-                    continue
-                for c in st.node.cards:
-                    if c.healthy and demand.model_allowed(c.model):
-                        f = st.free(c)
-                        if best is None or (f, best[1], -c.index) > (best[0], name, -best[2]):
-                            best = (f, name, c.index)
-            if best is not None:
-                host = [r for r in not_now.values() if "CPU" in r or "memory free" in r]
-                tail = f"; {len(host)} node(s) lack CPU or memory" if host else ""
-                return (
-                    f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "
-                    f"free block is {names.fmt(best[0])} (node {best[1]}, card {best[2]}){tail}; "
-                    "the pod waits until a slice is released"
-                )
-        first = sorted(not_now.items())[0][1]
+        reasons = {n: str(ev[1]) for n, ev in not_now.items()}
+        host = sum(1 for r in reasons.values() if "CPU free" in r or "memory free" in r)
+        if demand.per_card is not None and demand.count == 1 and host < len(reasons):
+            # Largest free block among nodes whose CPU and memory would do.
+            free, node, index = max(
+                (int(ev[2]), n, int(ev[3]))
+                for n, ev in not_now.items()  # type: ignore[call-overload]
+                if "CPU free" not in ev[1] and "memory free" not in ev[1]  # type: ignore[operator]
+            )
+            tail = f"; {host} more node(s) lack CPU or memory" if host else ""
+            return (
+                f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "
+                f"free block is {names.fmt(free)} (node {node}, card {index}){tail}; "
+                "the pod waits until a slice is released"
+            )
+        first = sorted(reasons.items())[0][1]
         return (
             f"pod {demand.key} asks {demand.describe(names)}, which no node has free now "
-            f"({len(not_now)} node(s); e.g. {first}); it waits until capacity is released"
+            f"({len(reasons)} node(s); e.g. {first}); it waits until capacity is released"
         )

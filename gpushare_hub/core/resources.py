@@ -15,6 +15,8 @@ from kubernetes.utils.quantity import parse_quantity
 from .errors import InvalidQuantity
 
 MIB_PER_UNIT = {"GiB": 1024, "MiB": 1}
+# Units that are shares of a card rather than memory (the trace replayer's).
+SHARE_UNITS = {"slices": "slices", "milli": "milli-GPU"}
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,13 @@ class ResourceNames:
     unit: str = "GiB"
 
     def __post_init__(self) -> None:
-        if self.unit not in MIB_PER_UNIT:
+        if self.unit not in MIB_PER_UNIT and self.unit not in SHARE_UNITS:
             raise ValueError(f"unit {self.unit!r} is not one of {sorted(MIB_PER_UNIT)}")
 
     @property
     def mib_per_unit(self) -> int:
+        if self.unit not in MIB_PER_UNIT:
+            raise ValueError(f"unit {self.unit!r} is a share of a card, not an amount of memory")
         return MIB_PER_UNIT[self.unit]
 
     def units_from_mib(self, mib: int) -> int:
@@ -45,7 +49,7 @@ class ResourceNames:
 
     def fmt(self, units: int) -> str:
         """``5`` -> ``"5 GiB"``: how amounts appear in messages."""
-        return f"{units} {self.unit}"
+        return f"{units} {SHARE_UNITS.get(self.unit, self.unit)}"
 
 
 DEFAULT_NAMES = ResourceNames()

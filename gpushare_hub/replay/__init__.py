@@ -1,0 +1,1 @@
+"""``gpushare-replay``: replay a GPU-sharing pod trace against a cluster with the core's policies."""
