@@ -468,11 +468,12 @@ class Placer:
         host = sum(1 for r in reasons.values() if "CPU free" in r or "memory free" in r)
         if demand.per_card is not None and demand.count == 1 and host < len(reasons):
             # Largest free block among nodes whose CPU and memory would do.
-            free, node, index = max(
-                (int(ev[2]), n, int(ev[3]))
-                for n, ev in not_now.items()  # type: ignore[call-overload]
+            neg_free, node, index = min(
+                (-int(ev[2]), n, int(ev[3]))  # type: ignore[call-overload]
+                for n, ev in not_now.items()
                 if "CPU free" not in ev[1] and "memory free" not in ev[1]  # type: ignore[operator]
             )
+            free = -neg_free
             tail = f"; {host} more node(s) lack CPU or memory" if host else ""
             return (
                 f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "

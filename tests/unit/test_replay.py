@@ -1,0 +1,139 @@
+"""gpushare-replay on small synthetic traces: figures, JSON contract, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpushare_hub.replay.cli import main
+
+HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,65536,2,T4\nn1,8000,65536,2,T4\n"
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+def pods_csv(tmp: Path, rows: list[str]) -> Path:
+    return write(tmp, "pods.csv", HEADER + "".join(r + "\n" for r in rows))
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_dynamic_replay_reports_peak_and_bound(tmp_path, capsys):
+    # Three 13-slice pods at once, then two 2-slice pods that fit the holes.
+    rows = [f"p{i},1000,1024,1,810,,LS,Running,0,100," for i in range(3)]
+    rows += [f"q{i},1000,1024,1,120,,LS,Running,10,50," for i in range(2)]
+    out = run_json(capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "4x2 Tesla-T4:15360")
+    assert out["peak_cards"] == 3 and out["peak_lower_bound"] == 3 and out["peak_ratio"] == 1.0
+    for key in ("peak_cards", "peak_lower_bound", "peak_ratio", "card_hours_ratio", "pods", "seconds"):
+        assert key in out
+    assert out["units_per_card"] == 15 and out["pods"] == 5
+
+
+def test_spread_uses_more_cards_than_binpack(tmp_path, capsys):
+    rows = [f"p{i},1000,1024,1,200,,LS,Running,{i},1000," for i in range(5)]  # 5 x 3 slices
+    csv = str(pods_csv(tmp_path, rows))
+    packed = run_json(capsys, "--pods", csv, "--cards", "4x2 T4", "--policy", "binpack")
+    spread = run_json(capsys, "--pods", csv, "--cards", "4x2 T4", "--policy", "spread")
+    assert packed["peak_cards"] == 1 and spread["peak_cards"] == 5
+
+
+def test_static_replay_respects_cpu_and_reports_unallocated(tmp_path, capsys):
+    nodes = write(tmp_path, "nodes.csv", NODES)
+    # Each pod needs 6 of the node's 8 CPUs: only one per node fits, so half the GPU stays unallocated.
+    rows = [f"p{i},6000,1024,1,1000,,LS,Running,0,1," for i in range(4)]
+    out = run_json(
+        capsys,
+        "--mode",
+        "static",
+        "--pods",
+        str(pods_csv(tmp_path, rows)),
+        "--nodes",
+        str(nodes),
+        "--inflate",
+        "1.0",
+    )
+    assert out["unallocated_gpu_pct_at_100"] == 50.0
+    assert out["failed_pods"] == 2
+    assert "no node has the CPU or host memory" in out["failed_reasons"]["by_reason"]
+
+
+def test_static_mean_over_seeds(tmp_path, capsys):
+    nodes = write(tmp_path, "nodes.csv", NODES)
+    rows = [f"p{i},100,128,1,{300 + 100 * (i % 5)},,LS,Running,0,1," for i in range(20)]
+    out = run_json(
+        capsys,
+        "--mode",
+        "static",
+        "--pods",
+        str(pods_csv(tmp_path, rows)),
+        "--nodes",
+        str(nodes),
+        "--seeds",
+        "3",
+        "--policy",
+        "fgd",
+    )
+    assert out["seeds"] == [0, 1, 2] and len(out["unallocated_gpu_pct_at_100_per_seed"]) == 3
+
+
+@pytest.mark.parametrize(
+    "row,where",
+    [
+        ("p0,1000,1024,1,-5,,LS,Running,0,1,", "row 2, column gpu_milli: -5 is below 0"),
+        ("p0,1000,1024,1,lots,,LS,Running,0,1,", "row 2, column gpu_milli: 'lots' is not a whole number"),
+        ("p0,1000,1024,1,500,H100,LS,Running,0,1,", "row 2, column gpu_spec: unknown card model(s) H100"),
+        ("p0,1000,1024,2,500,,LS,Running,0,1,", "row 2, column gpu_milli: 500 with num_gpu=2"),
+    ],
+)
+def test_bad_rows_name_file_row_and_column(tmp_path, capsys, row, where):
+    csv = pods_csv(tmp_path, ["first,1,1,1,100,,LS,Running,0,1,", row])
+    plot = tmp_path / "out.png"
+    assert main(["--pods", str(csv), "--cards", "1x1 T4", "--plot", str(plot)]) == 2
+    err = capsys.readouterr().err
+    assert str(csv) in err and where.replace("row 2", "row 3") in err
+    assert not plot.exists()  # nothing half-written
+
+
+def test_missing_column_is_named(tmp_path, capsys):
+    csv = write(tmp_path, "pods.csv", "name,cpu_milli,memory_mib,num_gpu\np,1,1,1\n")
+    assert main(["--pods", str(csv)]) == 2
+    assert "row 1 (header) lacks column(s) gpu_milli" in capsys.readouterr().err
+
+
+def test_unknown_card_model_in_node_list_and_declared_cards(tmp_path, capsys):
+    nodes = write(
+        tmp_path, "nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,1024,2,T4\nn1,8000,1024,2,X9\n"
+    )
+    csv = str(pods_csv(tmp_path, ["p,1,1,1,100,,LS,Running,0,1,"]))
+    assert main(["--mode", "static", "--pods", csv, "--nodes", str(nodes)]) == 2
+    assert "row 3, column model: unknown card model 'X9'" in capsys.readouterr().err
+    assert main(["--pods", csv, "--cards", "2x2 Quadro"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown card model 'Quadro'" in err and "Quadro:MiB" in err
+
+
+def test_dynamic_mode_needs_time_columns(tmp_path, capsys):
+    csv = write(tmp_path, "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,1,100\n")
+    assert main(["--pods", str(csv), "--cards", "1x1 T4"]) == 2
+    assert "dynamic mode needs creation_time and deletion_time" in capsys.readouterr().err
+
+
+def test_plot_is_written(tmp_path, capsys):
+    rows = [f"p{i},1000,1024,1,300,,LS,Running,{i * 10},{i * 10 + 300}," for i in range(10)]
+    png = tmp_path / "replay.png"
+    out = run_json(capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "2x2 T4", "--plot", str(png))
+    assert out["plot"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
