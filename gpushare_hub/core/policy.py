@@ -343,7 +343,8 @@ class Placer:
                 continue
             ev = self._eval_node(name, st, shape, demand)
             if ev[0] == FEASIBLE:
-                heapq.heappush(heap, (ev[1], name, st.version))  # type: ignore[arg-type]
+                key: tuple[float, ...] = ev[1]  # type: ignore[assignment]
+                heapq.heappush(heap, (key, name, st.version))
         idx.seq = ledger.seq
         while heap:
             _key, name, version = heap[0]
@@ -371,7 +372,7 @@ class Placer:
         feasible, not_now, never = self.candidates(demand, nodes)
         if not feasible:
             return self._refusal(demand, not_now, never)
-        node = min(feasible, key=lambda n: (feasible[n][1], n))  # type: ignore[arg-type,return-value]
+        node = min(feasible, key=lambda n: (feasible[n][1], n))
         return self.placement_on(demand, node, feasible[node][2])  # type: ignore[arg-type]
 
     def placement_on(

@@ -93,9 +93,26 @@ def bin_dir(path: Path = VERSIONS_FILE) -> Path:
     return cache_dir(path) / "bin"
 
 
+KWOK_STAGES = (
+    "node/fast/node-initialize.yaml",
+    "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "pod/fast/pod-ready.yaml",
+    "pod/fast/pod-complete.yaml",
+    "pod/fast/pod-delete.yaml",
+)
+
+
+def kwok_stages_file(bdir: Path) -> Path:
+    """kwok's own default Node and Pod stages (from its module), as one --config file."""
+    return bdir / "kwok-stages.yaml"
+
+
 def missing_binaries(path: Path = VERSIONS_FILE) -> list[str]:
     bdir = bin_dir(path)
-    return [name for name in BINARIES if not os.access(bdir / name, os.X_OK)]
+    missing = [name for name in BINARIES if not os.access(bdir / name, os.X_OK)]
+    if "kwok" not in missing and not kwok_stages_file(bdir).exists():
+        missing.append("kwok")
+    return missing
 
 
 def _log(msg: str) -> None:
@@ -215,6 +232,19 @@ def build_go_install(
     _run(["go", "install", "-trimpath", "-ldflags", ldflags, f"{pkg}@{version}"], work, env)
 
 
+def write_kwok_stages(v: Versions, work: Path, out: Path, env: dict[str, str]) -> None:
+    """Take the stage definitions from the pinned kwok module itself (kustomize/stage/...)."""
+    info = json.loads(_run(["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{v.kwok}"], work, env))
+    root = Path(info["Dir"]) / "kustomize" / "stage"
+    docs = []
+    for rel in KWOK_STAGES:
+        try:
+            docs.append((root / rel).read_text().strip())
+        except OSError as err:
+            raise BuildError(f"kwok {v.kwok} has no stage file {rel} ({err.strerror})") from err
+    kwok_stages_file(out).write_text("\n---\n".join(docs) + "\n")
+
+
 def build(force: bool = False, only: list[str] | None = None) -> Path:
     """Build what is missing (or everything with force) and return the bin folder."""
     v = Versions.load()
@@ -239,6 +269,7 @@ def build(force: bool = False, only: list[str] | None = None) -> Path:
     if "kwok" in todo:
         work.mkdir(parents=True, exist_ok=True)
         build_go_install("sigs.k8s.io/kwok/cmd/kwok", v.kwok, "-s -w", work, staged, env)
+        write_kwok_stages(v, work, staged, env)
     if "helm" in todo:
         work.mkdir(parents=True, exist_ok=True)
         build_go_install(

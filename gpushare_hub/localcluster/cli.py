@@ -1,0 +1,77 @@
+"""``gpushare-localcluster``: build the pinned Kubernetes binaries, or run a local cluster by hand.
+
+gpushare-localcluster build              # build or reuse the cache, print its bin folder
+gpushare-localcluster up --nodes 3       # a cluster with 3 simulated 2x T4 nodes until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from . import build
+from .processes import HarnessError
+
+
+def _up(args: argparse.Namespace) -> int:
+    from .cluster import LocalCluster
+
+    build.build()
+    with LocalCluster(keep_workdir=args.keep) as cluster:
+        cluster.start()
+        cluster.start_scheduler()
+        names = cluster.add_gpu_nodes(args.nodes, cards=args.cards)
+        print(f"local cluster up: {cluster.server}")
+        print(f"  export KUBECONFIG={cluster.kubeconfig}")
+        print(f"  nodes: {', '.join(names)} ({args.cards} x Tesla T4 each)")
+        print(f"  logs:  {cluster.logs}")
+        print("Ctrl-C stops everything.", flush=True)
+        stop = False
+
+        def _stop(*_: object) -> None:
+            nonlocal stop
+            stop = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            while not stop and all(c.alive() for c in cluster.components.values()):
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+        dead = [n for n, c in cluster.components.items() if not c.alive()]
+        if dead:
+            print(f"stopped because {', '.join(dead)} exited; see {cluster.logs}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gpushare-localcluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build or reuse the pinned binaries")
+    b.add_argument("--force", action="store_true")
+    b.add_argument("--only", nargs="+", choices=build.BINARIES)
+    b.add_argument("--print-bin-dir", action="store_true")
+    u = sub.add_parser("up", help="run a local cluster until Ctrl-C")
+    u.add_argument("--nodes", type=int, default=3)
+    u.add_argument("--cards", type=int, default=2)
+    u.add_argument("--keep", action="store_true", help="keep the work folder (logs, certificates)")
+    args = p.parse_args(argv)
+    if args.cmd == "build":
+        rest = (["--force"] if args.force else []) + (["--only", *args.only] if args.only else [])
+        return build.main(rest + (["--print-bin-dir"] if args.print_bin_dir else []))
+    try:
+        return _up(args)
+    except (HarnessError, build.BuildError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler(s), kwok.
+
+Usage::
+
+    with LocalCluster() as cluster:              # builds nothing; see build.py
+        cluster.start()                          # etcd, apiserver (RBAC on), kwok
+        cluster.start_scheduler()                # the default scheduler
+        cluster.start_scheduler("gpushare-scheduler", extenders=[...])
+        cluster.add_gpu_nodes(3, cards=2)        # kwok nodes with aliyun.com/gpu-mem
+        api = cluster.core_api()
+
+Every port is chosen free at start; every process is stopped on exit, after an
+exception too; each component's log stays in ``cluster.workdir / "logs"``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from ..core.annotations import CARDS_ANNOTATION
+from ..core.cards import Card, cards_to_annotation, declared_cards
+from ..core.resources import DEFAULT_NAMES, ResourceNames
+from . import build
+from .pki import PKI, Credential
+from .processes import Component, HarnessError, free_port
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+
+class LocalCluster:
+    """One local control plane. Not thread-safe; one per test session is plenty."""
+
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        bin_dir: Path | None = None,
+        names: ResourceNames = DEFAULT_NAMES,
+        keep_workdir: bool = False,
+    ) -> None:
+        self.bin_dir = bin_dir or build.bin_dir()
+        missing = [
+            b for b in ("etcd", "kube-apiserver", "kube-scheduler", "kwok") if not (self.bin_dir / b).exists()
+        ]
+        if missing:
+            raise HarnessError(
+                f"missing {', '.join(missing)} in {self.bin_dir}; run `gpushare-localcluster build` first"
+            )
+        self._own_workdir = workdir is None
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="gpushare-localcluster-"))
+        self.keep_workdir = keep_workdir
+        self.names = names
+        self.logs = self.workdir / "logs"
+        self.components: dict[str, Component] = {}
+        self.server = ""
+        self.kubeconfig = Path()
+        self._pki: PKI | None = None
+        self._admin: Credential | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> LocalCluster:
+        try:
+            self._start_etcd()
+            self._start_apiserver()
+            self._start_kwok()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for comp in reversed(list(self.components.values())):
+            comp.stop()
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_paths(self) -> dict[str, Path]:
+        return {name: comp.log for name, comp in self.components.items()}
+
+    def _bin(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def _run(self, name: str, argv: list[str]) -> Component:
+        comp = Component(name, argv, self.logs / f"{name}.log").start()
+        self.components[name] = comp
+        return comp
+
+    # ---- components --------------------------------------------------------------------
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        comp = self._run(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=local",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=local=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
+        comp.wait_until(
+            lambda: urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2).status == 200, 60, "healthy"
+        )
+
+    def _start_apiserver(self) -> None:
+        pki = self._pki = PKI(self.workdir / "pki")
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        serving = pki.issue(
+            "apiserver",
+            "kube-apiserver",
+            server=True,
+            hosts=(
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "10.96.0.1",
+            ),
+        )
+        self._admin = pki.issue("admin", "gpushare-admin", "system:masters")
+        sa_key, sa_pub = pki.service_account_keys()
+        self.kubeconfig = pki.kubeconfig("admin", self.server, self._admin)
+        comp = self._run(
+            "kube-apiserver",
+            [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={pki.ca}",
+                f"--service-account-key-file={sa_pub}",
+                f"--service-account-signing-key-file={sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--authorization-mode=Node,RBAC",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--allow-privileged=true",
+                # No controller-manager runs: nothing would create the namespaces' default
+                # ServiceAccount that `ServiceAccount` insists on, nor lift the not-ready taint
+                # that `TaintNodesByCondition` puts on every new node.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        comp.wait_until(lambda: self._get("/readyz") == "ok", 120, "ready (/readyz)")
+
+    def _ssl(self) -> ssl.SSLContext:
+        assert self._pki is not None and self._admin is not None
+        ctx = ssl.create_default_context(cafile=str(self._pki.ca))
+        ctx.load_cert_chain(str(self._admin.cert), str(self._admin.key))
+        return ctx
+
+    def _get(self, path: str) -> str:
+        with urllib.request.urlopen(self.server + path, context=self._ssl(), timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def version(self) -> dict[str, Any]:
+        result: dict[str, Any] = json.loads(self._get("/version"))
+        return result
+
+    def _start_kwok(self) -> None:
+        stages = build.kwok_stages_file(self.bin_dir)
+        comp = self._run(
+            "kwok",
+            [
+                self._bin("kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--config={stages}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                "--cidr=10.240.0.0/16",
+                "--node-ip=10.239.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{free_port()}",
+            ],
+        )
+        time.sleep(0.5)
+        comp.wait_until(lambda: True, 5, "running")
+
+    def credential(self, name: str, user: str, groups: Iterable[str] = ()) -> Path:
+        """A kubeconfig for ``user`` (client certificate; groups become Organisation)."""
+        assert self._pki is not None
+        org = ",".join(groups) or None
+        cred = self._pki.issue(name, user, org)
+        return self._pki.kubeconfig(name, self.server, cred)
+
+    def start_scheduler(
+        self,
+        scheduler_name: str = "default-scheduler",
+        extenders: list[Mapping[str, Any]] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Component:
+        """Run a kube-scheduler whose one profile is ``scheduler_name``, with optional extenders."""
+        port = free_port()
+        kubeconfig = self.credential(f"scheduler-{scheduler_name}", "system:kube-scheduler")
+        config: dict[str, Any] = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            "profiles": [{"schedulerName": scheduler_name}],
+        }
+        if extenders:
+            config["extenders"] = list(extenders)
+        config.update(extra or {})
+        cfg = self.workdir / f"scheduler-{scheduler_name}.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        comp = self._run(
+            f"kube-scheduler-{scheduler_name}",
+            [
+                self._bin("kube-scheduler"),
+                f"--config={cfg}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--v=2",
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{port}/healthz"
+            with urllib.request.urlopen(url, context=insecure, timeout=2) as resp:
+                return bool(resp.status == 200)
+
+        comp.wait_until(healthy, 60, "healthy (/healthz)")
+        return comp
+
+    # ---- API access and objects ---------------------------------------------------------
+    def api_client(self, kubeconfig: Path | None = None) -> Any:
+        """A synchronous ``kubernetes`` ApiClient for the admin (or the given kubeconfig)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(kubeconfig or self.kubeconfig))
+
+    def core_api(self, kubeconfig: Path | None = None) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client(kubeconfig))
+
+    def node_object(
+        self,
+        name: str,
+        cards: Iterable[Card],
+        cpu: str = "32",
+        memory: str = "128Gi",
+        labels: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A kwok-managed Node carrying our resources and card inventory, as the plugin would."""
+        cards = tuple(cards)
+        units = sum(c.units for c in cards)
+        resources = {
+            "cpu": cpu,
+            "memory": memory,
+            "pods": "110",
+            self.names.memory: str(units),
+            self.names.count: str(len(cards)),
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "gpushare": "true",
+                    "type": "kwok",
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                    **(labels or {}),
+                },
+                "annotations": {
+                    KWOK_NODE_ANNOTATION: "fake",
+                    "node.alpha.kubernetes.io/ttl": "0",
+                    CARDS_ANNOTATION: cards_to_annotation(cards),
+                },
+            },
+            "status": {"capacity": resources, "allocatable": resources},
+        }
+
+    def add_node(self, name: str, cards: Iterable[Card], **kw: Any) -> dict[str, Any]:
+        body = self.node_object(name, cards, **kw)
+        self.core_api().create_node(body)
+        return body
+
+    def add_gpu_nodes(
+        self,
+        count: int,
+        cards: int = 2,
+        model: str = "Tesla T4",
+        mib: int = 15360,
+        prefix: str = "gpu-",
+        start: int = 1,
+        wait: bool = True,
+        **kw: Any,
+    ) -> list[str]:
+        """``count`` kwok nodes with ``cards`` identical cards each; waits until they are Ready."""
+        names = [f"{prefix}{i}" for i in range(start, start + count)]
+        for name in names:
+            self.add_node(name, declared_cards(name, cards, model, mib, self.names), **kw)
+        if wait:
+            self.wait_nodes_ready(names)
+        return names
+
+    def wait_nodes_ready(self, names: Iterable[str], timeout: float = 60) -> None:
+        api = self.core_api()
+        pending = set(names)
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                node = api.read_node(name)
+                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
+                    pending.discard(name)
+            if pending:
+                time.sleep(0.3)
+        if pending:
+            raise HarnessError(
+                f"nodes {sorted(pending)} not Ready after {timeout}s; kwok log {self.components['kwok'].log}"
+            )
