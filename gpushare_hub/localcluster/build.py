@@ -129,6 +129,9 @@ def _go_env(workdir: Path) -> dict[str, str]:
         GOWORK="off",
     )
     env.pop("GOBIN", None)
+    go = find_go()
+    if go is not None:  # make `go` resolvable for the subprocesses even if PATH lacked it
+        env["PATH"] = os.path.dirname(go) + os.pathsep + env.get("PATH", "")
     return env
 
 
@@ -144,8 +147,16 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> str:
     return proc.stdout
 
 
+GO_FALLBACKS = ("/usr/local/go/bin", str(Path.home() / "go" / "bin"), str(Path.home() / "sdk" / "go" / "bin"))
+
+
+def find_go() -> str | None:
+    """``go`` on PATH, else in the usual install folders (a CI shell may lack them on PATH)."""
+    return shutil.which("go") or shutil.which("go", path=os.pathsep.join(GO_FALLBACKS))
+
+
 def check_go(versions: Versions) -> str:
-    go = shutil.which("go")
+    go = find_go()
     if go is None:
         raise BuildError(
             "no `go` on PATH: install Go >= "

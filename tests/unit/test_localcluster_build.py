@@ -53,6 +53,7 @@ def test_a_partial_cache_is_not_taken_for_complete(tmp_path, monkeypatch):
 
 def test_missing_go_is_explained(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(build, "GO_FALLBACKS", ())
     with pytest.raises(build.BuildError, match="no `go` on PATH"):
         build.check_go(build.Versions.load())
 
