@@ -1,0 +1,1 @@
+"""The gpushare-hub scheduler extender: filter, prioritize and bind for kube-scheduler."""

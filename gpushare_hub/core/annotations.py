@@ -25,6 +25,8 @@ POLICY_ANNOTATION = f"{PREFIX}/policy"
 MODELS_ANNOTATION = f"{PREFIX}/card-models"
 EXCLUDE_MODELS_ANNOTATION = f"{PREFIX}/exclude-card-models"
 MODEL_LABEL = f"{PREFIX}/card-model"
+# On a Node: our device plugin serves it and marks pods ALIYUN_COM_GPU_MEM_ASSIGNED=true.
+ALLOCATOR_ANNOTATION = f"{PREFIX}/allocator"
 
 GPU_MEM_IDX = "ALIYUN_COM_GPU_MEM_IDX"
 GPU_MEM_POD = "ALIYUN_COM_GPU_MEM_POD"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .annotations import CARDS_ANNOTATION, MODEL_LABEL
+from .annotations import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION, MODEL_LABEL
 from .errors import InvalidObject
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
@@ -53,6 +53,8 @@ class Node:
 
     ``cpu_milli`` / ``memory_mib`` are only set where the core itself must respect
     them (the trace replayer); in a cluster kube-scheduler checks them.
+    ``allocator``: our device plugin serves this node and acknowledges allocations
+    (see :class:`~gpushare_hub.core.policy.Placer` on ambiguous placements).
     """
 
     name: str
@@ -60,6 +62,7 @@ class Node:
     labels: Mapping[str, str] = field(default_factory=dict)
     cpu_milli: int | None = None
     memory_mib: int | None = None
+    allocator: bool = False
 
     def __post_init__(self) -> None:
         uuids = [c.uuid for c in self.cards]
@@ -165,4 +168,4 @@ def node_from_k8s(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) 
         )
     if not cards:
         return None
-    return Node(name=name, cards=cards, labels=labels)
+    return Node(name=name, cards=cards, labels=labels, allocator=bool(annotations.get(ALLOCATOR_ANNOTATION)))

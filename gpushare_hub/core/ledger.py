@@ -94,6 +94,7 @@ class _NodeState:
     cpu_used: int = 0
     memory_used: int = 0
     version: int = 0
+    pods: dict[str, Allocation] = field(default_factory=dict)
 
     def free(self, card: Card) -> int:
         return max(0, card.units - self.used.get(card.uuid, 0))
@@ -203,10 +204,8 @@ class Ledger:
             return
         self.seq += 1
         self.changes.append((self.seq, name))
-        for key, alloc in list(self._allocs.items()):
-            if alloc.node == name:
-                del self._allocs[key]
-                self._pending[key] = alloc
+        for key in list(state.pods):
+            self._pending[key] = self._allocs.pop(key)
 
     # ---- pods -------------------------------------------------------------------------
     def observe_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
@@ -275,6 +274,7 @@ class Ledger:
             return None
         state = self._nodes.get(alloc.node)
         if state is not None:
+            state.pods.pop(key, None)
             for share in alloc.cards:
                 left = state.used.get(share.uuid, 0) - share.units
                 if left:
@@ -292,6 +292,7 @@ class Ledger:
             self._pending[alloc.key] = alloc
             return
         self._allocs[alloc.key] = alloc
+        state.pods[alloc.key] = alloc
         for share in alloc.cards:
             state.used[share.uuid] = state.used.get(share.uuid, 0) + share.units
         state.cpu_used += alloc.cpu_milli
@@ -344,7 +345,8 @@ class Ledger:
         return sorted([*self._allocs.values(), *self._pending.values()], key=lambda a: a.key)
 
     def on_node(self, node: str) -> list[Allocation]:
-        return sorted((a for a in self._allocs.values() if a.node == node), key=lambda a: a.key)
+        st = self._nodes.get(node)
+        return sorted(st.pods.values(), key=lambda a: a.key) if st else []
 
     def cards_in_use(self) -> int:
         return sum(1 for st in self._nodes.values() for u in st.used.values() if u > 0)
@@ -374,9 +376,7 @@ class Ledger:
         for name in sorted(self._nodes):
             st = self._nodes[name]
             holders: dict[str, list[dict[str, Any]]] = {}
-            for a in self._allocs.values():
-                if a.node != name:
-                    continue
+            for a in st.pods.values():
                 for share in a.cards:
                     holders.setdefault(share.uuid, []).append(
                         {"pod": a.key, "units": share.units, "assigned": a.assigned, "assumed": a.assumed}

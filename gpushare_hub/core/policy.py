@@ -260,6 +260,20 @@ class Placer:
                     f"{names.fmt(largest)}, the pod asks {names.fmt(demand.per_card)} on one card",
                 )
             fitting = [(c, f) for c, f in view.cards if f >= demand.per_card]
+            if node.allocator and count == 1:
+                pending = self._pending_cards(st, demand.per_card)
+                if pending:
+                    fitting = [(c, f) for c, f in fitting if c.uuid in pending]
+                    if not fitting:
+                        holder = sorted(pending.items())[0]
+                        return (
+                            NOT_NOW,
+                            f"node {node.name} is still handing a {names.fmt(demand.per_card)} "
+                            f"slice of card {holder[1]} to another pod; a second one on another "
+                            "card now would be ambiguous for the device plugin, so this pod "
+                            "waits until that allocation is done",
+                            *best,
+                        )
             if len(fitting) < count:
                 if count == 1:
                     return (
@@ -287,6 +301,21 @@ class Placer:
             pol.node_key(view, chosen, demand, chosen[0][0].units if take is None else take),
             chosen,
         )
+
+    @staticmethod
+    def _pending_cards(st: _NodeState, per_card: int) -> dict[str, int]:
+        """Cards (UUID -> index) holding a not yet allocated single-card slice of ``per_card`` units.
+
+        The device plugin's Allocate learns only how many units a container gets,
+        not which pod it is for. Keeping every not-yet-allocated slice of one size
+        on one card makes its answer right whichever of those pods it is serving;
+        the plugin then marks one of them assigned and the next may go elsewhere.
+        """
+        out: dict[str, int] = {}
+        for a in st.pods.values():
+            if not a.assigned and len(a.cards) == 1 and a.cards[0].units == per_card:
+                out[a.cards[0].uuid] = a.cards[0].index
+        return out
 
     def _eval_node(self, name: str, st: _NodeState, shape: tuple[object, ...], demand: Demand) -> _Eval:
         entry = self._cache.get(name)

@@ -219,6 +219,7 @@ class LocalCluster:
         scheduler_name: str = "default-scheduler",
         extenders: list[Mapping[str, Any]] | None = None,
         extra: Mapping[str, Any] | None = None,
+        profile: Mapping[str, Any] | None = None,
     ) -> Component:
         """Run a kube-scheduler whose one profile is ``scheduler_name``, with optional extenders."""
         port = free_port()
@@ -228,7 +229,7 @@ class LocalCluster:
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": str(kubeconfig)},
             "leaderElection": {"leaderElect": False},
-            "profiles": [{"schedulerName": scheduler_name}],
+            "profiles": [dict(profile or {}, schedulerName=scheduler_name)],
         }
         if extenders:
             config["extenders"] = list(extenders)
@@ -258,6 +259,75 @@ class LocalCluster:
 
         comp.wait_until(healthy, 60, "healthy (/healthz)")
         return comp
+
+    def start_extender(
+        self,
+        policy: str = "binpack",
+        name: str = "gpushare-extender",
+        port: int | None = None,
+        extra_args: Iterable[str] = (),
+    ) -> Component:
+        """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole."""
+        import sys
+
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        from extender.rbac import cluster_role, cluster_role_binding
+
+        rbac = client.RbacAuthorizationV1Api(self.api_client())
+        for create, body in (
+            (rbac.create_cluster_role, cluster_role()),
+            (
+                rbac.create_cluster_role_binding,
+                cluster_role_binding(
+                    {"kind": "User", "name": "gpushare-extender", "apiGroup": "rbac.authorization.k8s.io"}
+                ),
+            ),
+        ):
+            try:
+                create(body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+        kubeconfig = self.credential(f"user-{name}", "gpushare-extender")
+        port = port or free_port()
+        comp = self._run(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "extender.app",
+                f"--kubeconfig={kubeconfig}",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                f"--policy={policy}",
+                *extra_args,
+            ],
+        )
+        comp.port = port  # type: ignore[attr-defined]
+        comp.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                return bool(resp.status == 200)
+
+        comp.wait_until(ready, 60, "ready (/readyz)")
+        return comp
+
+    def start_gpushare_scheduler(
+        self, policy: str = "binpack", scheduler_name: str = "gpushare-scheduler"
+    ) -> tuple[Component, Component]:
+        """The extender, then a dedicated scheduler ``scheduler_name`` that calls it."""
+        from extender.schedconfig import extender_entry, profile
+
+        ext = self.start_extender(policy)
+        sched = self.start_scheduler(
+            scheduler_name,
+            extenders=[extender_entry(f"{ext.url}/gpushare-scheduler", self.names.memory)],  # type: ignore[attr-defined]
+            profile=profile(scheduler_name, self.names.memory, policy),
+        )
+        return ext, sched
 
     # ---- API access and objects ---------------------------------------------------------
     def api_client(self, kubeconfig: Path | None = None) -> Any:

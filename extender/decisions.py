@@ -1,0 +1,107 @@
+"""What the extender answers, decided on the ledger alone (no I/O, no clock).
+
+The HTTP layer parses requests and does the API calls; everything it decides
+comes from here, so that it can be tested without a server and reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpushare_hub.core import (
+    DEFAULT_NAMES,
+    Demand,
+    GPUShareError,
+    Ledger,
+    Placement,
+    Placer,
+    Refusal,
+    ResourceNames,
+    demand_from_pod,
+    make_policy,
+)
+from gpushare_hub.core.policy import POLICIES
+
+from .wire import ExtenderArgs
+
+
+@dataclass
+class FilterOutcome:
+    passed: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+    demand: Demand | None = None
+
+
+class Decisions:
+    """Filter, prioritize and bind choices for one ledger, with a placer per policy."""
+
+    def __init__(self, ledger: Ledger, policy: str = "binpack", names: ResourceNames = DEFAULT_NAMES) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(sorted(POLICIES))}")
+        self.ledger = ledger
+        self.names = names
+        self.default_policy = policy
+        self._placers: dict[str, Placer] = {}
+
+    def placer(self, policy: str | None = None) -> Placer:
+        name = policy or self.default_policy
+        if name not in self._placers:
+            self._placers[name] = Placer(self.ledger, make_policy(name))
+        return self._placers[name]
+
+    def demand(self, pod: dict[str, Any]) -> Demand | None:
+        """The pod's demand; raises GPUShareError with a message for a malformed one."""
+        d = demand_from_pod(pod, self.names)
+        if d is not None and d.policy and d.policy not in POLICIES:
+            raise GPUShareError(
+                f"pod {d.key}: annotation gpushare-hub.io/policy={d.policy!r} is not a policy; "
+                f"use one of {', '.join(sorted(POLICIES))}"
+            )
+        return d
+
+    def filter(self, args: ExtenderArgs) -> FilterOutcome:
+        try:
+            demand = self.demand(args.pod)
+        except GPUShareError as err:
+            return FilterOutcome(passed=[], error=str(err))
+        if demand is None:  # asks for none of our resources: not ours to judge
+            return FilterOutcome(passed=list(args.node_names))
+        feasible, not_now, never = self.placer(demand.policy).candidates(demand, args.node_names)
+        return FilterOutcome(
+            passed=[n for n in args.node_names if n in feasible],
+            failed={n: str(ev[1]) for n, ev in not_now.items()},
+            unresolvable=never,
+            demand=demand,
+        )
+
+    def prioritize(self, args: ExtenderArgs) -> dict[str, int]:
+        """Scores 0..10; an unreadable pod scores 0 everywhere (filter already said why)."""
+        try:
+            demand = self.demand(args.pod)
+        except GPUShareError:
+            return {}
+        if demand is None:
+            return {}
+        return self.placer(demand.policy).scores(demand, args.node_names)
+
+    def bind(self, pod: dict[str, Any], node: str) -> Placement | Refusal | None:
+        """Choose the card(s) on ``node`` and record them as assumed. ``None``: no GPU asked."""
+        demand = self.demand(pod)
+        if demand is None:
+            return None
+        existing = self.ledger.allocation(demand.key)
+        if existing is not None and not (pod.get("spec") or {}).get("nodeName"):
+            # Left by a bind that failed after the ledger recorded it: start afresh.
+            self.ledger.release(demand.key)
+        decision = self.placer(demand.policy).placement_on(demand, node)
+        if isinstance(decision, Placement):
+            self.ledger.commit(decision)
+        return decision
+
+    def card_units(self, placement: Placement) -> dict[str, int]:
+        node = self.ledger.node(placement.node)
+        assert node is not None
+        return {c.uuid: c.units for c in node.cards}

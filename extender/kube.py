@@ -1,0 +1,127 @@
+"""Talking to the API server (kubernetes_asyncio): list, watch, bind, events.
+
+Objects are handled as the API server's JSON (camelCase dicts), which is what
+the core reads; nothing is converted to client model classes on the hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+log = logging.getLogger("gpushare.extender")
+
+Handler = Callable[[str, dict[str, Any]], None]
+
+
+async def make_api_client(kubeconfig: str | None, in_cluster: bool) -> client.ApiClient:
+    """An ApiClient from a kubeconfig file, or the pod's service account in-cluster."""
+    if in_cluster:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    return await config.new_client_from_config(config_file=kubeconfig)
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _raw(self, call: Awaitable[Any]) -> Any:
+        resp = await call
+        try:
+            return json.loads(await resp.read())
+        finally:
+            resp.release()
+
+    async def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        body = await self._raw(self.core.list_node(_preload_content=False))
+        return body["items"], body["metadata"]["resourceVersion"]
+
+    async def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        body = await self._raw(self.core.list_pod_for_all_namespaces(_preload_content=False))
+        return body["items"], body["metadata"]["resourceVersion"]
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._raw(
+            self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        )
+        return result
+
+    async def watch(self, kind: str, resource_version: str, on_event: Handler) -> None:
+        """Stream events for ``kind`` (``nodes`` or ``pods``) until the watch expires.
+
+        Returns normally when the server closes the watch; raises ApiException 410
+        when the resource version is too old (the caller lists again).
+        """
+        func = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
+        w = watch.Watch(return_type="object")
+        async with w.stream(
+            func, resource_version=resource_version, timeout_seconds=240, allow_watch_bookmarks=True
+        ) as stream:
+            async for event in stream:
+                kind_ = event["type"]
+                if kind_ in ("ADDED", "MODIFIED", "DELETED"):
+                    on_event(kind_, event["raw_object"])
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        """Bind and write the annotations in one atomic update (the binding subresource merges them)."""
+        body: Any = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": annotations,
+                **({"uid": uid} if uid else {}),
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        resp: Any = await self.core.create_namespaced_pod_binding(
+            name, namespace, body, _preload_content=False
+        )
+        resp.release()
+
+    async def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": meta["name"],
+                "namespace": meta.get("namespace", "default"),
+                "uid": meta.get("uid", ""),
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "gpushare-extender"},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            resp: Any = await self.core.create_namespaced_event(
+                meta.get("namespace", "default"), event, _preload_content=False
+            )
+            resp.release()
+        except ApiException as err:
+            log.warning("could not record event for pod %s: %s", meta["name"], err.reason)
+
+
+async def sleep_backoff(attempt: int) -> None:
+    await asyncio.sleep(min(10.0, 0.2 * 2**attempt))

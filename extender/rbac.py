@@ -1,0 +1,31 @@
+"""The API permissions the extender needs, in one place (the chart and the tests use this)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
+    {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+]
+
+
+def cluster_role(name: str = "gpushare-extender") -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": RULES,
+    }
+
+
+def cluster_role_binding(subject: dict[str, Any], name: str = "gpushare-extender") -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [subject],
+    }

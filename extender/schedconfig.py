@@ -1,0 +1,110 @@
+"""The KubeSchedulerConfiguration of a dedicated scheduler that uses the extender.
+
+The default scheduler is never touched (managed clusters forbid it): pods opt in
+with ``spec.schedulerName: gpushare-scheduler``. To add the extender to a
+scheduler you already run instead, copy the ``extenders`` entry (and, for
+binpacking, the NodeResourcesFit scoring of :func:`profile`) into its
+configuration; only one extender of a scheduler may have ``bindVerb``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+
+def extender_entry(
+    url_prefix: str,
+    resource: str = "aliyun.com/gpu-mem",
+    https: bool = False,
+    weight: int = 10,
+    timeout: str = "5s",
+) -> dict[str, Any]:
+    """One ``extenders`` item: filter, prioritize and bind, names only (nodeCacheCapable).
+
+    kube-scheduler adds ``score x weight x 10`` to each node's total. Its own default
+    scorers that vary between nodes (PodTopologySpread's system default spreading
+    at weight 2, NodeResourcesFit and BalancedAllocation at 1, ImageLocality at 1)
+    add up to 500 at most, so weight 10 (up to 1000) lets the placement policy
+    decide while still leaving room for affinities a pod asks for explicitly.
+    """
+    return {
+        "urlPrefix": url_prefix,
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+        "weight": weight,
+        "enableHTTPS": https,
+        "httpTimeout": timeout,
+        "nodeCacheCapable": True,
+        # The in-tree fit check still counts the resource per node; we choose the card.
+        "managedResources": [{"name": resource, "ignoredByScheduler": False}],
+        "ignorable": False,
+    }
+
+
+def profile(
+    scheduler_name: str = "gpushare-scheduler", resource: str = "aliyun.com/gpu-mem", policy: str = "binpack"
+) -> dict[str, Any]:
+    """The dedicated scheduler's profile, tuned so that its own scoring agrees with the policy.
+
+    kube-scheduler binds asynchronously: the next pod may be filtered and scored
+    before the previous bind reaches the extender, and then the extender's scores
+    tie. The scheduler itself already counts that assumed pod, so its node scoring
+    must pull the same way: MostAllocated on our resource for binpack (and fgd),
+    LeastAllocated for spread. The system-default topology spreading, which would
+    push notebooks apart, is turned off; constraints a pod states still apply.
+    """
+    strategy = "LeastAllocated" if policy == "spread" else "MostAllocated"
+    return {
+        "schedulerName": scheduler_name,
+        "pluginConfig": [
+            {
+                "name": "NodeResourcesFit",
+                "args": {
+                    "scoringStrategy": {
+                        "type": strategy,
+                        "resources": [
+                            {"name": resource, "weight": 10},
+                            {"name": "cpu", "weight": 1},
+                            {"name": "memory", "weight": 1},
+                        ],
+                    }
+                },
+            },
+            {"name": "PodTopologySpread", "args": {"defaultingType": "List", "defaultConstraints": []}},
+        ],
+    }
+
+
+def scheduler_config(
+    url_prefix: str,
+    scheduler_name: str = "gpushare-scheduler",
+    resource: str = "aliyun.com/gpu-mem",
+    https: bool = False,
+    leader_elect: bool = True,
+    policy: str = "binpack",
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {
+            "leaderElect": leader_elect,
+            "resourceName": scheduler_name,
+            "resourceNamespace": "kube-system",
+        },
+        "profiles": [profile(scheduler_name, resource, policy)],
+        "extenders": [extender_entry(url_prefix, resource, https)],
+    }
+
+
+def scheduler_config_yaml(
+    url_prefix: str,
+    scheduler_name: str = "gpushare-scheduler",
+    resource: str = "aliyun.com/gpu-mem",
+    https: bool = False,
+    policy: str = "binpack",
+) -> str:
+    cfg = scheduler_config(url_prefix, scheduler_name, resource, https, policy=policy)
+    return yaml.safe_dump(cfg, sort_keys=False)

@@ -1,0 +1,275 @@
+"""The extender's state: the ledger kept current from the API server, and the bind flow.
+
+Start-up lists Nodes and Pods, builds the ledger, then watches both; ``ready``
+turns true only after the first full list, so a restarted extender never answers
+from an empty ledger. A watch that expires resumes from its last resource
+version; one that is too old (HTTP 410) lists again and rebuilds the ledger,
+keeping placements whose bind is still in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gpushare_hub.core import (
+    ALLOCATION_ANNOTATION,
+    DEFAULT_NAMES,
+    GPUShareError,
+    Ledger,
+    Placement,
+    ResourceNames,
+    demand_from_pod,
+    pod_key,
+)
+
+from .decisions import Decisions
+from .kube import Kube, sleep_backoff
+from .wire import BindingArgs
+
+log = logging.getLogger("gpushare.extender")
+
+BYPASS_REASON = "GPUShareNotScheduled"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "gpushare_extender_requests",
+            "Extender requests by verb and outcome",
+            ["verb", "outcome"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "gpushare_extender_request_seconds",
+            "Extender request latency by verb",
+            ["verb"],
+            registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
+        self.placements = Counter(
+            "gpushare_extender_placements", "Pods bound to a card, by policy", ["policy"], registry=r
+        )
+        self.units_used = Gauge("gpushare_ledger_units_used", "GPU-memory units held by pods", registry=r)
+        self.units_total = Gauge("gpushare_ledger_units_total", "GPU-memory units on all cards", registry=r)
+        self.cards_in_use = Gauge(
+            "gpushare_ledger_cards_in_use", "Cards holding at least one slice", registry=r
+        )
+        self.overcommitted = Gauge(
+            "gpushare_ledger_overcommitted_cards",
+            "Cards whose pods' annotations add up to more than the card",
+            registry=r,
+        )
+
+
+class ExtenderService:
+    def __init__(
+        self,
+        kube: Kube | None,
+        policy: str = "binpack",
+        names: ResourceNames = DEFAULT_NAMES,
+        scheduler_name: str = "gpushare-scheduler",
+        warn_bypass: bool = True,
+    ) -> None:
+        self.kube = kube
+        self.names = names
+        self.policy = policy
+        self.scheduler_name = scheduler_name
+        self.warn_bypass = warn_bypass
+        self.decisions = Decisions(Ledger(names), policy, names)
+        self.metrics = Metrics()
+        self.ready = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._warned: set[str] = set()
+        self._node_rv = self._pod_rv = ""
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.decisions.ledger
+
+    # ---- syncing with the API server ------------------------------------------------
+    async def start(self) -> None:
+        await self.resync()
+        self._tasks = [
+            asyncio.create_task(self._watch_loop("nodes")),
+            asyncio.create_task(self._watch_loop("pods")),
+        ]
+        self.ready = True
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.kube is not None:
+            await self.kube.close()
+
+    async def resync(self) -> None:
+        """List everything and rebuild the ledger, keeping binds still in flight."""
+        assert self.kube is not None
+        nodes, self._node_rv = await self.kube.list_nodes()
+        pods, self._pod_rv = await self.kube.list_pods()
+        old = self.ledger
+        fresh = Ledger(self.names)
+        for obj in nodes:
+            self._observe_node(fresh, obj)
+        for pod in pods:
+            self._observe_pod(fresh, pod)
+        for alloc in old.allocations():
+            if alloc.assumed and fresh.allocation(alloc.key) is None:
+                with contextlib.suppress(GPUShareError):
+                    fresh.commit(Placement(alloc.key, alloc.node, alloc.cards, alloc.containers, alloc.uid))
+        self.decisions = Decisions(fresh, self.policy, self.names)
+        self._update_gauges()
+        log.info(
+            "ledger rebuilt from the API server: %d GPU nodes, %d pods holding slices",
+            len(fresh.node_names),
+            len(fresh.allocations()),
+        )
+
+    def _observe_node(self, ledger: Ledger, obj: dict[str, Any], deleted: bool = False) -> None:
+        name = (obj.get("metadata") or {}).get("name", "?")
+        try:
+            if deleted:
+                ledger.remove_node(name)
+            else:
+                ledger.observe_node(obj)
+        except GPUShareError as err:
+            log.warning("ignoring node %s: %s", name, err)
+
+    def _observe_pod(self, ledger: Ledger, obj: dict[str, Any], deleted: bool = False) -> None:
+        try:
+            ledger.observe_pod(obj, deleted=deleted)
+        except GPUShareError as err:
+            log.warning("ignoring pod %s: %s", pod_key(obj), err)
+        if not deleted and self.warn_bypass:
+            self._check_bypass(obj)
+
+    def _check_bypass(self, pod: dict[str, Any]) -> None:
+        """A pod that asks for our resource but got a node without our choice of card."""
+        spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
+        if not spec.get("nodeName") or ALLOCATION_ANNOTATION in (meta.get("annotations") or {}):
+            return
+        uid = str(meta.get("uid", ""))
+        if uid in self._warned or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        try:
+            demand = demand_from_pod(pod, self.names)
+        except GPUShareError:
+            return
+        if demand is None or self.kube is None or not self.ledger.node(spec["nodeName"]):
+            return
+        self._warned.add(uid)
+        scheduler = spec.get("schedulerName") or "default-scheduler"
+        message = (
+            f"pod {demand.key} asks for {self.names.memory} but was placed on {spec['nodeName']} by "
+            f"{scheduler!r}, not by {self.scheduler_name!r}, so no card was chosen for it and the device "
+            f"plugin cannot give it one. Set spec.schedulerName: {self.scheduler_name} (GPUShareSpawner "
+            "does this) and recreate the pod."
+        )
+        log.warning(message)
+        task = asyncio.get_event_loop().create_task(self.kube.warn(pod, BYPASS_REASON, message))
+        self._tasks.append(task)
+
+    async def _watch_loop(self, kind: str) -> None:
+        assert self.kube is not None
+        attempt = 0
+        while True:
+            rv = self._node_rv if kind == "nodes" else self._pod_rv
+            try:
+                await self.kube.watch(kind, rv, lambda t, o: self._on_event(kind, t, o))
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except ApiException as err:
+                if err.status == 410:
+                    log.info("%s watch expired (resource version too old): listing again", kind)
+                    await self.resync()
+                else:
+                    log.warning("%s watch failed: %s; retrying", kind, err.reason)
+                    await sleep_backoff(attempt)
+                    attempt += 1
+            except Exception as err:  # connection reset, API server restart, ...
+                log.warning("%s watch broke: %s; retrying", kind, err)
+                await sleep_backoff(attempt)
+                attempt += 1
+
+    def _on_event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
+        rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+        deleted = etype == "DELETED"
+        if kind == "nodes":
+            self._node_rv = rv or self._node_rv
+            self._observe_node(self.ledger, obj, deleted)
+        else:
+            self._pod_rv = rv or self._pod_rv
+            self._observe_pod(self.ledger, obj, deleted)
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        used, total = self.ledger.totals()
+        m = self.metrics
+        m.units_used.set(used)
+        m.units_total.set(total)
+        m.cards_in_use.set(self.ledger.cards_in_use())
+        m.overcommitted.set(len(self.ledger.overcommitted()))
+
+    # ---- bind ----------------------------------------------------------------------------
+    async def bind(self, args: BindingArgs) -> str:
+        """Choose the card and bind; returns "" or the error for ExtenderBindingResult.Error.
+
+        The card choice is recorded in the ledger before the first await, so that
+        concurrent binds see it. The annotations travel inside the Binding, which
+        the API server applies atomically: either the pod is bound with its card
+        written on it, or nothing changed and the ledger entry is dropped again.
+        """
+        assert self.kube is not None
+        key = f"{args.pod_namespace}/{args.pod_name}"
+        try:
+            pod = await self.kube.get_pod(args.pod_namespace, args.pod_name)
+        except ApiException as err:
+            return f"pod {key}: cannot read it before binding ({err.status} {err.reason})"
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        if args.pod_uid and uid != args.pod_uid:
+            return f"pod {key} was replaced (uid {uid}, scheduler asked for {args.pod_uid}); not binding"
+        if (pod.get("spec") or {}).get("nodeName"):
+            return f"pod {key} is already bound to {pod['spec']['nodeName']}"
+        try:
+            decision = self.decisions.bind(pod, args.node)
+        except GPUShareError as err:
+            return str(err)
+        annotations: dict[str, str] = {}
+        if decision is not None:
+            if not isinstance(decision, Placement):
+                return decision.reason
+            annotations = decision.record().pod_annotations(
+                self.decisions.card_units(decision), time.time_ns()
+            )
+        try:
+            await self.kube.bind(
+                args.pod_namespace, args.pod_name, args.pod_uid or uid, args.node, annotations
+            )
+        except ApiException as err:
+            if decision is not None:
+                self.ledger.release(key)
+            self._update_gauges()
+            return f"binding pod {key} to {args.node} failed: {err.status} {err.reason}"
+        except BaseException:
+            if decision is not None:
+                self.ledger.release(key)
+            raise
+        if isinstance(decision, Placement):
+            self.metrics.placements.labels(decision.policy).inc()
+            cards = ", ".join(f"card {c.index} ({c.uuid}) {self.names.fmt(c.units)}" for c in decision.cards)
+            log.info("placed pod %s on node %s, %s, policy %s", key, args.node, cards, decision.policy)
+        self._update_gauges()
+        return ""

@@ -1,0 +1,121 @@
+"""The kube-scheduler extender v1 wire format (``k8s.io/kube-scheduler/extender/v1``).
+
+kube-scheduler marshals Go structs without json tags, so keys arrive capitalised
+(``Pod``, ``Nodes``, ``NodeNames``); older clients and tutorials send lower-case.
+Both are accepted, and replies use the capitalised names. Every malformed body
+raises :class:`BadRequest` with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+class BadRequest(ValueError):
+    """The request body is not what the verb takes; answered with HTTP 400."""
+
+
+def _field(body: Mapping[str, Any], name: str) -> Any:
+    """``body[name]`` whatever the case of its first letter (Go's decoder ignores case)."""
+    if name in body:
+        return body[name]
+    lowered = name.lower()
+    for key, value in body.items():
+        if isinstance(key, str) and key.lower() == lowered:
+            return value
+    return None
+
+
+def load(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BadRequest(f"body is not JSON: {err}") from err
+    if not isinstance(body, dict):
+        raise BadRequest(f"body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """Filter and prioritize input: the pod and the candidate nodes."""
+
+    pod: dict[str, Any]
+    node_names: list[str]
+    nodes: list[dict[str, Any]] | None  # full Node objects when nodeCacheCapable is false
+
+    @classmethod
+    def parse(cls, raw: bytes) -> ExtenderArgs:
+        body = load(raw)
+        pod = _field(body, "Pod")
+        if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+            raise BadRequest("field Pod is missing or is not a Pod object with metadata")
+        names = _field(body, "NodeNames")
+        nodes = _field(body, "Nodes")
+        node_objs: list[dict[str, Any]] | None = None
+        if names is not None:
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise BadRequest("field NodeNames must be a list of node names")
+        elif nodes is not None:
+            items = nodes.get("items") if isinstance(nodes, dict) else None
+            if not isinstance(items, list) or not all(
+                isinstance(n, dict) and isinstance((n.get("metadata") or {}).get("name"), str) for n in items
+            ):
+                raise BadRequest("field Nodes must be a NodeList whose items have metadata.name")
+            node_objs = items
+            names = [n["metadata"]["name"] for n in items]
+        else:
+            raise BadRequest("neither NodeNames nor Nodes is set; send the candidate nodes")
+        return cls(pod=pod, node_names=list(names), nodes=node_objs)
+
+
+@dataclass(frozen=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @classmethod
+    def parse(cls, raw: bytes) -> BindingArgs:
+        body = load(raw)
+        values = {}
+        for name in ("PodName", "PodNamespace", "PodUID", "Node"):
+            v = _field(body, name)
+            if name == "PodUID" and v is None:
+                v = ""
+            if not isinstance(v, str) or (name != "PodUID" and not v):
+                raise BadRequest(f"field {name} is missing or not a non-empty string")
+            values[name] = v
+        return cls(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+def filter_result(
+    args: ExtenderArgs,
+    passed: list[str],
+    failed: Mapping[str, str],
+    unresolvable: Mapping[str, str],
+    error: str = "",
+) -> dict[str, Any]:
+    """``ExtenderFilterResult``: names (nodeCacheCapable) or full nodes, as the request came."""
+    out: dict[str, Any] = {
+        "NodeNames": None,
+        "Nodes": None,
+        "FailedNodes": dict(failed),
+        "FailedAndUnresolvableNodes": dict(unresolvable),
+        "Error": error,
+    }
+    if args.nodes is None:
+        out["NodeNames"] = passed
+    else:
+        keep = set(passed)
+        out["Nodes"] = {"items": [n for n in args.nodes if n["metadata"]["name"] in keep]}
+    return out
+
+
+def priority_list(scores: Mapping[str, int], order: list[str]) -> list[dict[str, Any]]:
+    """``HostPriorityList`` in the order the nodes came; nodes without a score get 0."""
+    return [{"Host": n, "Score": int(scores.get(n, 0))} for n in order]
