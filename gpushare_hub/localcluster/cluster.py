@@ -271,12 +271,12 @@ class LocalCluster:
         import sys
 
         from kubernetes import client
-        from kubernetes.client.rest import ApiException
+        from kubernetes.client.exceptions import ApiException
 
         from extender.rbac import cluster_role, cluster_role_binding
 
         rbac = client.RbacAuthorizationV1Api(self.api_client())
-        for create, body in (
+        calls: list[tuple[Any, Any]] = [
             (rbac.create_cluster_role, cluster_role()),
             (
                 rbac.create_cluster_role_binding,
@@ -284,7 +284,8 @@ class LocalCluster:
                     {"kind": "User", "name": "gpushare-extender", "apiGroup": "rbac.authorization.k8s.io"}
                 ),
             ),
-        ):
+        ]
+        for create, body in calls:
             try:
                 create(body)
             except ApiException as err:

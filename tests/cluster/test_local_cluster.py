@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
