@@ -148,6 +148,18 @@ class MetricsHandler(_Base):
         self.finish(generate_latest(self.service.metrics.registry))
 
 
+class NotFoundHandler(_Base):
+    def prepare(self) -> None:
+        self.send_json(
+            {
+                "Error": f"no such endpoint {self.request.method} {self.request.path}; "
+                "see /healthz, /readyz, /inspect, /metrics and the filter, "
+                "prioritize and bind verbs"
+            },
+            404,
+        )
+
+
 def make_app(service: ExtenderService, prefix: str = "") -> tornado.web.Application:
     p = prefix.rstrip("/")
     kw = {"service": service}
@@ -162,7 +174,7 @@ def make_app(service: ExtenderService, prefix: str = "") -> tornado.web.Applicat
             (r"/inspect/([^/]+)", InspectHandler, kw),
             (r"/metrics", MetricsHandler, kw),
         ],
-        default_handler_class=_Base,
+        default_handler_class=NotFoundHandler,
         default_handler_args=kw,
     )
 

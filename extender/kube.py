@@ -37,8 +37,26 @@ class Kube:
     async def close(self) -> None:
         await self.api.close()
 
-    async def _raw(self, call: Awaitable[Any]) -> Any:
+    @staticmethod
+    async def _checked(call: Awaitable[Any]) -> Any:
+        """Await a ``_preload_content=False`` call and raise on a non-2xx answer.
+
+        kubernetes_asyncio checks the status only when it parses the body itself;
+        with raw responses a 404 or 409 would otherwise look like success.
+        """
         resp = await call
+        if not 200 <= resp.status <= 299:
+            body = await resp.read()
+            resp.release()
+            try:
+                message = json.loads(body).get("message", "")
+            except (ValueError, AttributeError):
+                message = body.decode(errors="replace")[:200]
+            raise ApiException(status=resp.status, reason=message or resp.reason)
+        return resp
+
+    async def _raw(self, call: Awaitable[Any]) -> Any:
+        resp = await self._checked(call)
         try:
             return json.loads(await resp.read())
         finally:
@@ -87,8 +105,8 @@ class Kube:
             },
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        resp: Any = await self.core.create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False
+        resp = await self._checked(
+            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
         )
         resp.release()
 
@@ -115,8 +133,10 @@ class Kube:
             "count": 1,
         }
         try:
-            resp: Any = await self.core.create_namespaced_event(
-                meta.get("namespace", "default"), event, _preload_content=False
+            resp = await self._checked(
+                self.core.create_namespaced_event(
+                    meta.get("namespace", "default"), event, _preload_content=False
+                )
             )
             resp.release()
         except ApiException as err:

@@ -212,6 +212,14 @@ class ExtenderService:
             self._observe_node(self.ledger, obj, deleted)
         else:
             self._pod_rv = rv or self._pod_rv
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "pod %s %s rv=%s node=%s",
+                    etype,
+                    pod_key(obj),
+                    rv,
+                    (obj.get("spec") or {}).get("nodeName"),
+                )
             self._observe_pod(self.ledger, obj, deleted)
         self._update_gauges()
 

@@ -505,6 +505,8 @@ class Placer:
             )
             free = -neg_free
             tail = f"; {host} more node(s) lack CPU or memory" if host else ""
+            if free >= demand.per_card:  # room enough, held back for another reason
+                return f"pod {demand.key}: {reasons[node]}{tail}"
             return (
                 f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "
                 f"free block is {names.fmt(free)} (node {node}, card {index}){tail}; "

@@ -184,6 +184,10 @@ class LocalCluster:
         with urllib.request.urlopen(self.server + path, context=self._ssl(), timeout=5) as resp:
             return str(resp.read().decode())
 
+    def get_json(self, path: str) -> Any:
+        """GET an API path as the admin and return the JSON exactly as the API server sent it."""
+        return json.loads(self._get(path))
+
     def version(self) -> dict[str, Any]:
         result: dict[str, Any] = json.loads(self._get("/version"))
         return result
@@ -303,6 +307,7 @@ class LocalCluster:
                 "--ip=127.0.0.1",
                 f"--port={port}",
                 f"--policy={policy}",
+                "--log-level=DEBUG",
                 *extra_args,
             ],
         )

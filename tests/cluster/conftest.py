@@ -34,6 +34,60 @@ def local_cluster() -> Iterator[LocalCluster]:
         _CLUSTERS.remove(cluster)
 
 
+class Gpushare:
+    """The extender and its dedicated scheduler(s) running in the session cluster."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.extender, self.scheduler = cluster.start_gpushare_scheduler("binpack", "gpushare-scheduler")
+        self._spread: tuple[Any, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        return str(self.extender.url)
+
+    def spread(self) -> str:
+        """A second extender + scheduler pair with the spread policy; returns its scheduler name."""
+        if self._spread is None:
+            from extender.schedconfig import extender_entry, profile
+
+            ext = self.cluster.start_extender("spread", name="gpushare-extender-spread")
+            sched = self.cluster.start_scheduler(
+                "gpushare-spread",
+                extenders=[extender_entry(f"{ext.url}/gpushare-scheduler")],
+                profile=profile("gpushare-spread", policy="spread"),
+            )
+            self._spread = (ext, sched)
+        return "gpushare-spread"
+
+    def restart_extender(self, kill: bool = True) -> None:
+        port = self.extender.port
+        if kill:
+            self.extender.kill()
+        else:
+            self.extender.stop()
+        self.extender = self.cluster.start_extender("binpack", port=port)
+
+
+@pytest.fixture(scope="session")
+def gpushare(local_cluster: LocalCluster) -> Gpushare:
+    return Gpushare(local_cluster)
+
+
+@pytest.fixture
+def node_group(local_cluster: LocalCluster):
+    """Make nodes for one test only: ``node_group(count, cards)`` -> (names, nodeSelector)."""
+
+    def make(count: int, cards: int = 2, **kw: Any) -> tuple[list[str], dict[str, str]]:
+        group = f"g{uuid.uuid4().hex[:6]}"
+        names = local_cluster.add_gpu_nodes(
+            count, cards=cards, prefix=f"{group}-", labels={"test-group": group}, **kw
+        )
+        return names, {"test-group": group}
+
+    return make
+
+
 @pytest.fixture
 def namespace(local_cluster: LocalCluster) -> str:
     """A fresh namespace per test, so tests never see each other's pods."""
@@ -42,7 +96,13 @@ def namespace(local_cluster: LocalCluster) -> str:
     return name
 
 
-def gpu_pod(name: str, units: int | str, scheduler: str | None = None, **spec: Any) -> dict[str, Any]:
+def gpu_pod(
+    name: str,
+    units: int | str,
+    scheduler: str | None = None,
+    selector: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -60,6 +120,8 @@ def gpu_pod(name: str, units: int | str, scheduler: str | None = None, **spec: A
     }
     if scheduler:
         body["spec"]["schedulerName"] = scheduler
+    if selector:
+        body["spec"]["nodeSelector"] = selector
     return body
 
 

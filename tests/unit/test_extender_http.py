@@ -1,0 +1,173 @@
+"""The extender's HTTP API on loopback (no Kubernetes behind it): status codes, messages, fuzz."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tornado.httpserver import HTTPServer
+
+from extender.app import make_app
+from extender.service import ExtenderService
+from gpushare_hub.core import Ledger
+from gpushare_hub.localcluster.processes import free_port
+
+from .helpers import node_obj, pod_obj
+
+PREFIX = "/gpushare-scheduler"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[int, ExtenderService]]:
+    service = ExtenderService(kube=None)
+    service.decisions.ledger.set_node(Ledger.from_objects([node_obj("gpu-1")], []).node("gpu-1"))
+    service.decisions.ledger.set_node(Ledger.from_objects([node_obj("gpu-2")], []).node("gpu-2"))
+    service.ready = True
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        srv = HTTPServer(make_app(service, PREFIX))
+        srv.listen(port, "127.0.0.1")
+        started.set()
+        loop.run_forever()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    started.wait(5)
+    yield port, service
+    loop.call_soon_threadsafe(loop.stop)
+    t.join(5)
+
+
+def call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read()
+    conn.close()
+    try:
+        return resp.status, json.loads(raw)
+    except json.JSONDecodeError:
+        return resp.status, raw.decode(errors="replace")
+
+
+def test_filter_answers_in_the_schedulers_format(server):
+    port, _ = server
+    body = json.dumps({"Pod": pod_obj("nb", 5), "Nodes": None, "NodeNames": ["gpu-1", "gpu-2", "cpu-1"]})
+    status, out = call(port, "POST", f"{PREFIX}/filter", body.encode())
+    assert status == 200
+    assert out["NodeNames"] == ["gpu-1", "gpu-2"] and out["Error"] == ""
+    assert "cpu-1" in out["FailedAndUnresolvableNodes"]
+
+
+def test_prioritize_answers_a_host_priority_list(server):
+    port, _ = server
+    body = json.dumps({"Pod": pod_obj("nb", 5), "NodeNames": ["gpu-1", "gpu-2"]})
+    status, out = call(port, "POST", f"{PREFIX}/prioritize", body.encode())
+    assert status == 200 and [h["Host"] for h in out] == ["gpu-1", "gpu-2"]
+    assert all(0 <= h["Score"] <= 10 for h in out)
+
+
+@pytest.mark.parametrize(
+    "verb,body,message",
+    [
+        ("filter", b"{oops", "filter: body is not JSON"),
+        ("filter", b'{"NodeNames": []}', "filter: field Pod is missing"),
+        ("prioritize", b"null", "prioritize: body must be a JSON object"),
+        ("bind", b'{"PodName": "p"}', "bind: field PodNamespace is missing"),
+        ("bind", b'{"PodName": "", "PodNamespace": "ns", "Node": "n"}', "bind: field PodName is missing"),
+    ],
+)
+def test_malformed_requests_get_400_with_a_message(server, verb, body, message):
+    port, _ = server
+    status, out = call(port, "POST", f"{PREFIX}/{verb}", body)
+    assert status == 400 and message in out["Error"]
+
+
+def test_a_negative_request_is_a_filter_error_with_the_reason(server):
+    port, _ = server
+    body = json.dumps({"Pod": pod_obj("neg", "-1"), "NodeNames": ["gpu-1"]})
+    status, out = call(port, "POST", f"{PREFIX}/filter", body.encode())
+    assert status == 200 and out["NodeNames"] == [] and "is negative" in out["Error"]
+
+
+def test_unknown_paths_and_methods_answer_json(server):
+    port, _ = server
+    status, out = call(port, "GET", "/nope")
+    assert status == 404 and "Error" in out
+    status, out = call(port, "GET", f"{PREFIX}/filter")
+    assert status == 405 and "Error" in out
+
+
+def test_inspect_health_and_metrics(server):
+    port, _ = server
+    assert call(port, "GET", "/healthz") == (200, {"status": "ok"})
+    status, ready = call(port, "GET", "/readyz")
+    assert status == 200 and ready["nodes"] == 2
+    status, snap = call(port, "GET", "/inspect/gpu-1")
+    assert status == 200 and [n["name"] for n in snap["nodes"]] == ["gpu-1"]
+    assert call(port, "GET", "/inspect/nowhere")[0] == 404
+    status, text = call(port, "GET", "/metrics")
+    assert status == 200 and "gpushare_extender_request_seconds" in text
+
+
+def test_not_ready_answers_503_not_an_empty_ledger(server):
+    port, service = server
+    service.ready = False
+    try:
+        body = json.dumps({"Pod": pod_obj("nb", 1), "NodeNames": ["gpu-1"]}).encode()
+        status, out = call(port, "POST", f"{PREFIX}/filter", body)
+        assert status == 503 and "still reading the cluster" in out["Error"]
+        assert call(port, "GET", "/readyz")[0] == 503
+    finally:
+        service.ready = True
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+quantity = st.one_of(st.integers(-5, 40), st.text(max_size=6), st.floats(allow_nan=False), st.none())
+pods = st.builds(
+    lambda q, name, ann: {
+        "metadata": {"name": name, "namespace": "ns", "annotations": ann},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"aliyun.com/gpu-mem": q}}}]},
+    },
+    quantity,
+    st.text(min_size=1, max_size=8),
+    st.dictionaries(
+        st.sampled_from(["gpushare-hub.io/policy", "gpushare-hub.io/card-models", "x"]),
+        st.text(max_size=8),
+        max_size=2,
+    ),
+)
+bodies = st.one_of(
+    st.binary(max_size=64),
+    json_values.map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        lambda p, names, key: json.dumps({"Pod": p, key: names}).encode(),
+        pods,
+        st.lists(st.sampled_from(["gpu-1", "gpu-2", "x", ""]), max_size=3),
+        st.sampled_from(["NodeNames", "nodenames", "Nodes"]),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(verb=st.sampled_from(["filter", "prioritize"]), body=bodies)
+def test_fuzz_never_a_500_and_always_a_message(server, verb, body):
+    port, _ = server
+    status, out = call(port, "POST", f"{PREFIX}/{verb}", body)
+    assert status in (200, 400), (status, out)
+    if status == 400:
+        assert isinstance(out, dict) and out["Error"]
