@@ -81,6 +81,8 @@ class FilterHandler(_Base):
         if self._not_ready():
             return
         out = self.service.decisions.filter(args)
+        if out.demand is not None:
+            self.service.remember(args.pod)
         self.send_json(filter_result(args, out.passed, out.failed, out.unresolvable, out.error))
 
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 log = logging.getLogger("gpushare.extender")
@@ -77,20 +77,39 @@ class Kube:
         return result
 
     async def watch(self, kind: str, resource_version: str, on_event: Handler) -> None:
-        """Stream events for ``kind`` (``nodes`` or ``pods``) until the watch expires.
+        """Stream events for ``kind`` (``nodes`` or ``pods``) until the server ends the watch.
 
-        Returns normally when the server closes the watch; raises ApiException 410
-        when the resource version is too old (the caller lists again).
+        Reads the newline-delimited JSON itself: one ``json.loads`` per event and
+        no conversion to client models (the library's Watch decodes every event
+        twice). Returns when the watch expires; raises ApiException for an ERROR
+        event (410 when the resource version is too old: the caller lists again).
+        BOOKMARK events are passed on so that the caller keeps its resource version.
         """
         func = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
-        w = watch.Watch(return_type="object")
-        async with w.stream(
-            func, resource_version=resource_version, timeout_seconds=240, allow_watch_bookmarks=True
-        ) as stream:
-            async for event in stream:
-                kind_ = event["type"]
-                if kind_ in ("ADDED", "MODIFIED", "DELETED"):
-                    on_event(kind_, event["raw_object"])
+        resp = await self._checked(
+            func(
+                watch=True,
+                resource_version=resource_version,
+                timeout_seconds=240,
+                allow_watch_bookmarks=True,
+                _preload_content=False,
+            )
+        )
+        buf = b""
+        try:
+            async for chunk in resp.content.iter_any():
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    etype, obj = event.get("type"), event.get("object") or {}
+                    if etype == "ERROR":
+                        raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                    on_event(etype, obj)
+        finally:
+            resp.release()
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         """Bind and write the annotations in one atomic update (the binding subresource merges them)."""

@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -69,6 +71,13 @@ class Metrics:
             registry=r,
         )
 
+    def watch_ledger(self, ledger: Callable[[], Ledger]) -> None:
+        """Ledger gauges are read when /metrics is scraped, never on the request path."""
+        self.units_used.set_function(lambda: ledger().totals()[0])
+        self.units_total.set_function(lambda: ledger().totals()[1])
+        self.cards_in_use.set_function(lambda: ledger().cards_in_use())
+        self.overcommitted.set_function(lambda: len(ledger().overcommitted()))
+
 
 class ExtenderService:
     def __init__(
@@ -86,10 +95,22 @@ class ExtenderService:
         self.warn_bypass = warn_bypass
         self.decisions = Decisions(Ledger(names), policy, names)
         self.metrics = Metrics()
+        self.metrics.watch_ledger(lambda: self.ledger)
         self.ready = False
         self._tasks: list[asyncio.Task[None]] = []
         self._warned: set[str] = set()
         self._node_rv = self._pod_rv = ""
+        # Pods as the scheduler sent them to filter, by UID, so that bind (which gets
+        # names only) need not read them again. Bounded; a miss just reads the pod.
+        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def remember(self, pod: dict[str, Any]) -> None:
+        uid = (pod.get("metadata") or {}).get("uid")
+        if uid:
+            self._recent[uid] = pod
+            self._recent.move_to_end(uid)
+            while len(self._recent) > 4096:
+                self._recent.popitem(last=False)
 
     @property
     def ledger(self) -> Ledger:
@@ -129,7 +150,6 @@ class ExtenderService:
                 with contextlib.suppress(GPUShareError):
                     fresh.commit(Placement(alloc.key, alloc.node, alloc.cards, alloc.containers, alloc.uid))
         self.decisions = Decisions(fresh, self.policy, self.names)
-        self._update_gauges()
         log.info(
             "ledger rebuilt from the API server: %d GPU nodes, %d pods holding slices",
             len(fresh.node_names),
@@ -206,6 +226,12 @@ class ExtenderService:
 
     def _on_event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
         rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+        if etype == "BOOKMARK":
+            if kind == "nodes":
+                self._node_rv = rv or self._node_rv
+            else:
+                self._pod_rv = rv or self._pod_rv
+            return
         deleted = etype == "DELETED"
         if kind == "nodes":
             self._node_rv = rv or self._node_rv
@@ -221,15 +247,6 @@ class ExtenderService:
                     (obj.get("spec") or {}).get("nodeName"),
                 )
             self._observe_pod(self.ledger, obj, deleted)
-        self._update_gauges()
-
-    def _update_gauges(self) -> None:
-        used, total = self.ledger.totals()
-        m = self.metrics
-        m.units_used.set(used)
-        m.units_total.set(total)
-        m.cards_in_use.set(self.ledger.cards_in_use())
-        m.overcommitted.set(len(self.ledger.overcommitted()))
 
     # ---- bind ----------------------------------------------------------------------------
     async def bind(self, args: BindingArgs) -> str:
@@ -242,10 +259,12 @@ class ExtenderService:
         """
         assert self.kube is not None
         key = f"{args.pod_namespace}/{args.pod_name}"
-        try:
-            pod = await self.kube.get_pod(args.pod_namespace, args.pod_name)
-        except ApiException as err:
-            return f"pod {key}: cannot read it before binding ({err.status} {err.reason})"
+        pod = self._recent.pop(args.pod_uid, None) if args.pod_uid else None
+        if pod is None or pod_key(pod) != key:
+            try:
+                pod = await self.kube.get_pod(args.pod_namespace, args.pod_name)
+            except ApiException as err:
+                return f"pod {key}: cannot read it before binding ({err.status} {err.reason})"
         uid = (pod.get("metadata") or {}).get("uid", "")
         if args.pod_uid and uid != args.pod_uid:
             return f"pod {key} was replaced (uid {uid}, scheduler asked for {args.pod_uid}); not binding"
@@ -269,7 +288,6 @@ class ExtenderService:
         except ApiException as err:
             if decision is not None:
                 self.ledger.release(key)
-            self._update_gauges()
             return f"binding pod {key} to {args.node} failed: {err.status} {err.reason}"
         except BaseException:
             if decision is not None:
@@ -279,5 +297,4 @@ class ExtenderService:
             self.metrics.placements.labels(decision.policy).inc()
             cards = ", ".join(f"card {c.index} ({c.uuid}) {self.names.fmt(c.units)}" for c in decision.cards)
             log.info("placed pod %s on node %s, %s, policy %s", key, args.node, cards, decision.policy)
-        self._update_gauges()
         return ""

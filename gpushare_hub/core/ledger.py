@@ -15,7 +15,7 @@ it is and reported by :meth:`overcommitted`; such a card simply has no free unit
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,7 +101,9 @@ class _NodeState:
 
 
 def allocation_from_pod(
-    obj: Mapping[str, Any], node_cards: Mapping[str, Node] | None = None, names: ResourceNames = DEFAULT_NAMES
+    obj: Mapping[str, Any],
+    node_cards: Callable[[str], Node | None] | None = None,
+    names: ResourceNames = DEFAULT_NAMES,
 ) -> Allocation | None:
     """The allocation a pod's annotations describe, or ``None`` if it holds nothing.
 
@@ -133,7 +135,7 @@ def allocation_from_pod(
             ) from err
         if not indices or total <= 0 or total % len(indices):
             return None
-        node = (node_cards or {}).get(node_name)
+        node = node_cards(node_name) if node_cards else None
         shares = []
         for idx in indices:
             card = node.card_by_index(idx) if node else None
@@ -217,8 +219,7 @@ class Ledger:
             if current is not None and (not uid or not current.uid or current.uid == uid):
                 self.release(key)
             return
-        nodes = {name: st.node for name, st in self._nodes.items()}
-        alloc = allocation_from_pod(obj, nodes, self.names)
+        alloc = allocation_from_pod(obj, self.node, self.names)
         if alloc is None:
             terminal = (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
             # A watch event older than our own bind carries no annotation yet: keep

@@ -28,7 +28,7 @@ from .ledger import Ledger, Placement, _NodeState
 from .resources import ResourceNames
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NodeView:
     """What a policy sees of one node: each allowed card with its free units."""
 
@@ -173,7 +173,8 @@ class Placer:
 
     # ---- one node -----------------------------------------------------------------
     def _view(self, st: _NodeState, demand: Demand) -> NodeView:
-        every = tuple((c, st.free(c)) for c in st.node.cards)
+        used = st.used
+        every = tuple((c, max(0, c.units - used.get(c.uuid, 0))) for c in st.node.cards)
         if demand.models or demand.exclude_models:
             allowed = tuple((c, f) for c, f in every if c.healthy and demand.model_allowed(c.model))
         else:

@@ -237,7 +237,11 @@ class LocalCluster:
         }
         if extenders:
             config["extenders"] = list(extenders)
-        config.update(extra or {})
+        for key, value in (extra or {}).items():
+            if isinstance(value, Mapping) and isinstance(config.get(key), dict):
+                config[key] = {**config[key], **value}  # e.g. clientConnection: {qps: ...}
+            else:
+                config[key] = value
         cfg = self.workdir / f"scheduler-{scheduler_name}.yaml"
         cfg.write_text(yaml.safe_dump(config))
         comp = self._run(
@@ -270,6 +274,7 @@ class LocalCluster:
         name: str = "gpushare-extender",
         port: int | None = None,
         extra_args: Iterable[str] = (),
+        log_level: str = "DEBUG",
     ) -> Component:
         """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole."""
         import sys
@@ -307,12 +312,12 @@ class LocalCluster:
                 "--ip=127.0.0.1",
                 f"--port={port}",
                 f"--policy={policy}",
-                "--log-level=DEBUG",
+                f"--log-level={log_level}",
                 *extra_args,
             ],
         )
-        comp.port = port  # type: ignore[attr-defined]
-        comp.url = f"http://127.0.0.1:{port}"  # type: ignore[attr-defined]
+        comp.port = port
+        comp.url = f"http://127.0.0.1:{port}"
 
         def ready() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
@@ -330,7 +335,7 @@ class LocalCluster:
         ext = self.start_extender(policy)
         sched = self.start_scheduler(
             scheduler_name,
-            extenders=[extender_entry(f"{ext.url}/gpushare-scheduler", self.names.memory)],  # type: ignore[attr-defined]
+            extenders=[extender_entry(f"{ext.url}/gpushare-scheduler", self.names.memory)],
             profile=profile(scheduler_name, self.names.memory, policy),
         )
         return ext, sched
@@ -411,18 +416,18 @@ class LocalCluster:
             self.wait_nodes_ready(names)
         return names
 
-    def wait_nodes_ready(self, names: Iterable[str], timeout: float = 60) -> None:
-        api = self.core_api()
+    def wait_nodes_ready(self, names: Iterable[str], timeout: float = 120) -> None:
         pending = set(names)
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
-            for name in list(pending):
-                node = api.read_node(name)
-                if any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or []):
-                    pending.discard(name)
+            for node in self.get_json("/api/v1/nodes")["items"]:
+                conds = (node.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+                    pending.discard(node["metadata"]["name"])
             if pending:
                 time.sleep(0.3)
         if pending:
             raise HarnessError(
-                f"nodes {sorted(pending)} not Ready after {timeout}s; kwok log {self.components['kwok'].log}"
+                f"{len(pending)} node(s) not Ready after {timeout}s (e.g. {sorted(pending)[:3]}); "
+                f"kwok log {self.components['kwok'].log}"
             )

@@ -56,6 +56,8 @@ class Component:
         self.log = log
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0  # the port it serves on, where the harness knows it
+        self.url = ""
 
     def start(self) -> Component:
         self.log.parent.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ class Gpushare:
             ext = self.cluster.start_extender("spread", name="gpushare-extender-spread")
             sched = self.cluster.start_scheduler(
                 "gpushare-spread",
-                extenders=[extender_entry(f"{ext.url}/gpushare-scheduler")],
+                extenders=[extender_entry(f"{ext.url}/gpushare-scheduler", prioritize=True)],
                 profile=profile("gpushare-spread", policy="spread"),
             )
             self._spread = (ext, sched)

@@ -147,6 +147,8 @@ def test_generated_scheduler_config_uses_every_verb_on_our_resource():
     ext = cfg["extenders"][0]
     assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert cfg["profiles"][0]["schedulerName"] == "gpushare-scheduler"
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (ext["filterVerb"], ext["bindVerb"]) == ("filter", "bind") and "prioritizeVerb" not in ext
+    fgd = scheduler_config("http://x", policy="fgd")["extenders"][0]
+    assert fgd["prioritizeVerb"] == "prioritize" and fgd["weight"] == 10
     assert ext["nodeCacheCapable"] is True and ext["managedResources"][0]["name"] == "aliyun.com/gpu-mem"
     assert ALLOCATION_ANNOTATION  # the annotation bind writes is ours, checked in the cluster tier

@@ -1,10 +1,6 @@
-"""``gpushare-bench``: benchmarks that print figures (never pass/fail on time).
-
-Subcommands:
-
-* ``replay``: every policy on the default trace, dynamic (T4 with 15 and 16
-  slices, compress 20) and static (trace node list, milli units, ``--seeds``
-  seeds), with each figure's published or computed baseline beside it.
+"""``gpushare-bench replay``: every policy on the default trace, dynamic (T4 with 15 and 16
+slices, compress 20) and static (trace node list, milli units, ``--seeds``
+seeds), with each figure's published or computed baseline beside it.
 """
 
 from __future__ import annotations
@@ -13,11 +9,10 @@ import argparse
 import contextlib
 import io
 import json
-import sys
 import time
 from typing import Any
 
-from .replay.cli import main as replay_main
+from ..replay.cli import main as replay_main
 
 # Baselines measured elsewhere, printed beside our figures (see README, "Packing").
 PUBLISHED_STATIC = {"best-fit (FGD paper)": 7.14, "fgd (FGD paper)": 4.77}
@@ -88,17 +83,16 @@ def bench_replay(seeds: int, policies: list[str], pods: str | None) -> dict[str,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="gpushare-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = p.add_subparsers(dest="what", required=True)
+def add_parser(sub: Any) -> None:
     rp = sub.add_parser("replay", help="packing quality of every policy on the trace")
     rp.add_argument("--seeds", type=int, default=10, help="static-mode seeds (the paper uses 10)")
     rp.add_argument("--policies", nargs="+", default=["binpack", "spread", "fgd"])
     rp.add_argument("--pods", default=None, help="pod list CSV (default: the trace's default list)")
     rp.add_argument("--json", action="store_true", help="print one JSON object")
-    args = p.parse_args(argv)
+    rp.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = bench_replay(args.seeds, args.policies, args.pods)
     out["seconds"] = round(time.perf_counter() - started, 1)
@@ -118,7 +112,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:22s} {v:.2f}% (published baseline)")
     print(f"took {out['seconds']} s")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

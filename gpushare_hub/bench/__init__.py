@@ -1,0 +1,30 @@
+"""``gpushare-bench``: benchmarks that print figures, never pass/fail on time.
+
+    gpushare-bench replay     packing quality of each policy on the Alibaba trace
+    gpushare-bench extender   filter / prioritize / bind latency and throughput of the extender
+    gpushare-bench schedule   pods per second through the real kube-scheduler, with and without it
+
+Each takes ``--json`` for one machine-readable object; its keys are stable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import extender, replay, schedule
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="gpushare-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="what", required=True)
+    for mod in (replay, extender, schedule):
+        mod.add_parser(sub)
+    args = p.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

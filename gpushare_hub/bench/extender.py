@@ -1,0 +1,202 @@
+"""``gpushare-bench extender``: latency and throughput of the extender's HTTP verbs.
+
+The extender runs in its own process with an in-memory ledger of
+``--nodes`` nodes x 4 Tesla T4, a third of the cards partly used. The client
+sends what kube-scheduler sends with ``nodeCacheCapable: true``: the pod and
+every node name. Bind goes through the whole bind path (pod read, card choice,
+ledger commit, Binding call) against an in-process stand-in for the API server
+that answers at once, so ``bind_*`` measure the extender's own work only; the
+real API server's share is in ``gpushare-bench schedule``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import Any
+
+from ..core import Ledger, Node, declared_cards
+from ..localcluster.processes import free_port
+
+PREFIX = "/gpushare-scheduler"
+
+
+def pod(name: str, units: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "bench", "uid": f"uid-{name}", "annotations": {}},
+        "spec": {
+            "containers": [{"name": "notebook", "resources": {"limits": {"aliyun.com/gpu-mem": str(units)}}}]
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def build_ledger(nodes: int) -> Ledger:
+    from ..core import CardShare, Placement
+
+    ledger = Ledger()
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        ledger.set_node(Node(name, declared_cards(name, 4, "Tesla T4", 15360)))
+    for i in range(0, nodes * 4, 3):  # every third card holds a 5 GiB slice
+        node = f"node-{i // 4:05d}"
+        card = ledger.node(node).cards[i % 4]  # type: ignore[union-attr]
+        ledger.commit(Placement(f"bench/held-{i}", node, (CardShare(card.uuid, card.index, 5),)))
+    return ledger
+
+
+class InstantKube:
+    """Answers the extender's API calls from memory, at once (see the module docstring)."""
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return pod(name, 1)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+def serve(nodes: int, port: int) -> None:
+    from tornado.httpserver import HTTPServer
+
+    from extender.app import make_app
+    from extender.decisions import Decisions
+    from extender.service import ExtenderService
+
+    async def run() -> None:
+        service = ExtenderService(kube=InstantKube(), warn_bypass=False)  # type: ignore[arg-type]
+        service.decisions = Decisions(build_ledger(nodes))
+        service.ready = True
+        HTTPServer(make_app(service, PREFIX)).listen(port, "127.0.0.1")
+        await asyncio.Event().wait()
+
+    import logging
+
+    logging.getLogger("tornado.access").setLevel(logging.WARNING)
+    asyncio.run(run())
+
+
+def _timed(conn: http.client.HTTPConnection, path: str, body: bytes) -> float:
+    t0 = time.perf_counter()
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    data = resp.read()
+    dt = time.perf_counter() - t0
+    if resp.status != 200 or (b'"Error": "' in data and b'"Error": ""' not in data):
+        raise RuntimeError(f"{path} answered {resp.status}: {data[:200]!r}")
+    return dt * 1000
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+
+
+def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
+    port = free_port()
+    code = f"from gpushare_hub.bench.extender import serve; serve({nodes}, {port})"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("bench server did not start") from None
+                time.sleep(0.2)
+        names = [f"node-{i:05d}" for i in range(nodes)]
+        # Pods of every common slice size, in turn, as a hub's profiles would send them.
+        bodies = [
+            json.dumps({"Pod": pod(f"asker-{s}", s), "Nodes": None, "NodeNames": names}).encode()
+            for s in (1, 2, 3, 5, 7, 8, 10, 13)
+        ]
+        args = bodies[0]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        # The first request of a size evaluates every node (cold); later ones reuse what
+        # did not change. Report the cold figure, then measure the steady state.
+        cold = [_timed(conn, f"{PREFIX}/filter", b) for b in bodies]
+        for b in bodies * 2:
+            _timed(conn, f"{PREFIX}/prioritize", b)
+        out: dict[str, Any] = {
+            "nodes": nodes,
+            "cards": nodes * 4,
+            "requests_per_verb": requests,
+            "filter_cold_p50_ms": round(statistics.median(cold), 3),
+        }
+        for verb in ("filter", "prioritize"):
+            lat = [_timed(conn, f"{PREFIX}/{verb}", bodies[i % len(bodies)]) for i in range(requests)]
+            out[f"{verb}_p50_ms"] = pct(lat, 0.50)
+            out[f"{verb}_p99_ms"] = pct(lat, 0.99)
+        lat = []
+        for i in range(requests):
+            b = json.dumps(
+                {
+                    "PodName": f"b-{i}",
+                    "PodNamespace": "bench",
+                    "PodUID": f"uid-b-{i}",
+                    "Node": names[i % nodes],
+                }
+            ).encode()
+            lat.append(_timed(conn, f"{PREFIX}/bind", b))
+        out["bind_p50_ms"] = pct(lat, 0.50)
+        out["bind_p99_ms"] = pct(lat, 0.99)
+        out["bind_excludes_api_server"] = True
+        conn.close()
+        # Throughput: several keep-alive clients sending filter requests at once.
+        count = [0] * threads
+        stop_at = time.perf_counter() + 3.0
+
+        def client(k: int) -> None:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            while time.perf_counter() < stop_at:
+                _timed(c, f"{PREFIX}/filter", args)
+                count[k] += 1
+            c.close()
+
+        started = time.perf_counter()
+        workers = [threading.Thread(target=client, args=(k,)) for k in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        out["requests_per_s"] = round(sum(count) / (time.perf_counter() - started), 1)
+        out["client_threads"] = threads
+        out["filter_mean_ms"] = round(statistics.mean(lat), 3) if lat else None
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("extender", help="filter/prioritize/bind latency and requests per second")
+    p.add_argument("--nodes", type=int, default=1000, help="nodes in the ledger (4 cards each)")
+    p.add_argument("--requests", type=int, default=300, help="requests per verb for the latency figures")
+    p.add_argument("--threads", type=int, default=4, help="client threads for the throughput figure")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = measure(args.nodes, args.requests, args.threads)
+    out.pop("filter_mean_ms", None)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"extender, {out['nodes']} nodes x 4 cards (bind without the API server's round trip):")
+        for verb in ("filter", "prioritize", "bind"):
+            print(f"  {verb:10s} p50 {out[f'{verb}_p50_ms']:8.3f} ms   p99 {out[f'{verb}_p99_ms']:8.3f} ms")
+        print(f"  throughput {out['requests_per_s']} filter requests/s with {out['client_threads']} clients")
+    return 0

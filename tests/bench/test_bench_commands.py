@@ -1,0 +1,29 @@
+"""The benchmark commands run and keep their JSON contract (keys that tools read)."""
+
+from __future__ import annotations
+
+import json
+
+from gpushare_hub.bench import main
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    with capsys.disabled():
+        print("\n" + json.dumps(out))
+    return out
+
+
+def test_extender_bench_reports_latency_and_throughput(capsys):
+    out = run_json(capsys, "extender", "--nodes", "100", "--requests", "50", "--threads", "2")
+    for key in ("filter_p99_ms", "prioritize_p99_ms", "bind_p99_ms", "requests_per_s"):
+        assert isinstance(out[key], float) and out[key] > 0
+    assert out["nodes"] == 100 and out["bind_excludes_api_server"] is True
+
+
+def test_schedule_bench_compares_with_and_without_the_extender(capsys):
+    out = run_json(capsys, "schedule", "--nodes", "20", "--pods", "40", "--timeout", "120")
+    for key in ("pods_per_s_with_extender", "pods_per_s_without", "ratio"):
+        assert isinstance(out[key], float) and out[key] > 0
+    assert out["nodes"] == 20 and out["pods"] == 40
