@@ -27,7 +27,7 @@ def extender_entry(
     Without prioritize, kube-scheduler's own NodeResourcesFit scoring on our resource
     (see :func:`profile`) picks the fullest (binpack) or emptiest (spread) node and
     bind picks the card on it. That saves one HTTP call per pod in the scheduler's
-    sequential cycle; on the Alibaba trace it changed no peak and cost under 1% of
+    sequential cycle; on the Alibaba trace it changed no peak and cost at most 1% of
     card-hours (README, "Scheduling throughput"). ``fgd`` needs prioritize.
 
     With prioritize, kube-scheduler adds ``score x weight x 10`` to each node's total. Its own default

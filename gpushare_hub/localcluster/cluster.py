@@ -224,9 +224,14 @@ class LocalCluster:
         extenders: list[Mapping[str, Any]] | None = None,
         extra: Mapping[str, Any] | None = None,
         profile: Mapping[str, Any] | None = None,
+        replica: str = "",
     ) -> Component:
-        """Run a kube-scheduler whose one profile is ``scheduler_name``, with optional extenders."""
+        """Run a kube-scheduler whose one profile is ``scheduler_name``, with optional extenders.
+
+        ``replica`` tells apart several processes of one scheduler (leader election tests).
+        """
         port = free_port()
+        instance = f"{scheduler_name}-{replica}" if replica else scheduler_name
         kubeconfig = self.credential(f"scheduler-{scheduler_name}", "system:kube-scheduler")
         config: dict[str, Any] = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -242,10 +247,10 @@ class LocalCluster:
                 config[key] = {**config[key], **value}  # e.g. clientConnection: {qps: ...}
             else:
                 config[key] = value
-        cfg = self.workdir / f"scheduler-{scheduler_name}.yaml"
+        cfg = self.workdir / f"scheduler-{instance}.yaml"
         cfg.write_text(yaml.safe_dump(config))
         comp = self._run(
-            f"kube-scheduler-{scheduler_name}",
+            f"kube-scheduler-{instance}",
             [
                 self._bin("kube-scheduler"),
                 f"--config={cfg}",

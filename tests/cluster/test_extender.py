@@ -224,3 +224,62 @@ def test_a_refused_binding_is_an_error_and_holds_no_card(local_cluster, gpushare
         urllib.request.Request(f"{gpushare.url}/gpushare-scheduler/bind", data=missing.encode())
     ) as r:
         assert "cannot read it before binding (404" in json.loads(r.read())["Error"]
+
+
+def test_two_replicas_under_leader_election_place_each_pod_once(
+    local_cluster, gpushare, node_group, namespace
+):
+    """Two scheduler + sidecar-extender pairs: only the leader decides, and the other takes over."""
+    from extender.schedconfig import extender_entry, profile
+
+    nodes, sel = node_group(2, cards=2)
+    name = "gpushare-ha"
+    election = {
+        "leaderElection": {
+            "leaderElect": True,
+            "resourceName": name,
+            "resourceNamespace": "kube-system",
+            "leaseDuration": "4s",
+            "renewDeadline": "3s",
+            "retryPeriod": "1s",
+        }
+    }
+    pairs = []
+    for replica in ("a", "b"):
+        ext = local_cluster.start_extender("binpack", name=f"gpushare-extender-{name}-{replica}")
+        sched = local_cluster.start_scheduler(
+            name,
+            extenders=[extender_entry(f"{ext.url}/gpushare-scheduler")],
+            profile=profile(name),
+            extra=election,
+            replica=replica,
+        )
+        pairs.append((ext, sched))
+    api = local_cluster.core_api()
+    for i in range(10):
+        api.create_namespaced_pod(namespace, gpu_pod(f"ha-{i}", 2, name, sel))
+    assert wait_for(lambda: bound(local_cluster, namespace, 10), timeout=60)
+
+    def placements(ext) -> float:
+        with urllib.request.urlopen(ext.url + "/metrics", timeout=5) as r:
+            lines = [
+                ln
+                for ln in r.read().decode().splitlines()
+                if ln.startswith("gpushare_extender_placements_total")
+            ]
+        return sum(float(ln.split()[-1]) for ln in lines)
+
+    counts = [placements(ext) for ext, _ in pairs]
+    assert sorted(counts) == [0.0, 10.0], counts  # one leader did all the work
+    leader = counts.index(10.0)
+    pairs[leader][1].kill()  # the leader's pod dies: its scheduler and its sidecar
+    pairs[leader][0].kill()
+    for i in range(10, 16):
+        api.create_namespaced_pod(namespace, gpu_pod(f"ha-{i}", 2, name, sel))
+    assert wait_for(lambda: bound(local_cluster, namespace, 16), timeout=60), (
+        "the other replica did not take over"
+    )
+    assert placements(pairs[1 - leader][0]) == 6.0
+    pods = bound(local_cluster, namespace, 16)
+    assert all(allocation(p) and allocation(p)["node"] == p["spec"]["nodeName"] for p in pods)
+    check_no_overcommit_from_the_api_server(local_cluster, nodes)
