@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit k8s-binaries lint bench clean
+.PHONY: setup replay test test-unit k8s-binaries lint bench proto clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,12 @@ lint: setup
 
 bench: setup
 	$(BIN)/gpushare-bench replay
+
+## Regenerate plugin/api from the kubelet's proto at the pinned Kubernetes version.
+proto: setup
+	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/deviceplugin/v1beta1/api.proto" plugin/api/deviceplugin_v1beta1.proto
+	chmod 644 plugin/api/deviceplugin_v1beta1.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. plugin/api/deviceplugin_v1beta1.proto
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

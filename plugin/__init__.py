@@ -1,0 +1,1 @@
+"""The gpushare-hub kubelet device plugin: advertises GPU memory, allocates the card the extender chose."""

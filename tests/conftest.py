@@ -1,10 +1,20 @@
-"""Test tiers (DESIGN.md): each folder of tests/ is one tier and carries that tier's marker."""
+"""Test tiers (DESIGN.md): each folder of tests/ is one tier and carries that tier's marker.
+
+The local-cluster fixtures live here so that every tier that needs the real control plane
+(cluster, kubelet) shares one per session; they start nothing until a test asks for them.
+"""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from gpushare_hub.localcluster import build
+from gpushare_hub.localcluster.cluster import LocalCluster
 
 TIERS = ("unit", "cluster", "kubelet", "hub", "browser", "chart", "bench")
 
@@ -16,3 +26,122 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = rel.parts[0] if len(rel.parts) > 1 else None
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+_CLUSTERS: list[LocalCluster] = []
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """One control plane with the default scheduler and three 2x Tesla T4 kwok nodes."""
+    try:
+        build.build()
+    except build.BuildError as err:
+        pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
+    with LocalCluster(keep_workdir=True) as cluster:
+        _CLUSTERS.append(cluster)
+        cluster.start()
+        cluster.start_scheduler()
+        cluster.add_gpu_nodes(3, cards=2)
+        yield cluster
+        _CLUSTERS.remove(cluster)
+
+
+class Gpushare:
+    """The extender and its dedicated scheduler(s) running in the session cluster."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.extender, self.scheduler = cluster.start_gpushare_scheduler("binpack", "gpushare-scheduler")
+        self._spread: tuple[Any, Any] | None = None
+
+    @property
+    def url(self) -> str:
+        return str(self.extender.url)
+
+    def spread(self) -> str:
+        """A second extender + scheduler pair with the spread policy; returns its scheduler name."""
+        if self._spread is None:
+            from extender.schedconfig import extender_entry, profile
+
+            ext = self.cluster.start_extender("spread", name="gpushare-extender-spread")
+            sched = self.cluster.start_scheduler(
+                "gpushare-spread",
+                extenders=[extender_entry(f"{ext.url}/gpushare-scheduler", prioritize=True)],
+                profile=profile("gpushare-spread", policy="spread"),
+            )
+            self._spread = (ext, sched)
+        return "gpushare-spread"
+
+    def restart_extender(self, kill: bool = True) -> None:
+        port = self.extender.port
+        if kill:
+            self.extender.kill()
+        else:
+            self.extender.stop()
+        self.extender = self.cluster.start_extender("binpack", port=port)
+
+
+@pytest.fixture(scope="session")
+def gpushare(local_cluster: LocalCluster) -> Gpushare:
+    return Gpushare(local_cluster)
+
+
+@pytest.fixture
+def node_group(local_cluster: LocalCluster):
+    """Make nodes for one test only: ``node_group(count, cards)`` -> (names, nodeSelector)."""
+
+    def make(count: int, cards: int = 2, **kw: Any) -> tuple[list[str], dict[str, str]]:
+        group = f"g{uuid.uuid4().hex[:6]}"
+        names = local_cluster.add_gpu_nodes(
+            count, cards=cards, prefix=f"{group}-", labels={"test-group": group}, **kw
+        )
+        return names, {"test-group": group}
+
+    return make
+
+
+@pytest.fixture
+def namespace(local_cluster: LocalCluster) -> str:
+    """A fresh namespace per test, so tests never see each other's pods."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    local_cluster.core_api().create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def gpu_pod(
+    name: str,
+    units: int | str,
+    scheduler: str | None = None,
+    selector: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "notebook",
+                    "image": "quay.io/jupyter/base-notebook",
+                    "resources": {"limits": {"aliyun.com/gpu-mem": str(units)}},
+                }
+            ],
+            **spec,
+        },
+    }
+    if scheduler:
+        body["spec"]["schedulerName"] = scheduler
+    if selector:
+        body["spec"]["nodeSelector"] = selector
+    return body
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _CLUSTERS:
+        lines = [f"{name}: {path}" for c in _CLUSTERS for name, path in c.log_paths().items()]
+        report.sections.append(("local cluster logs", "\n".join(lines)))

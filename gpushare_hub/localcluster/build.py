@@ -300,6 +300,34 @@ def build(force: bool = False, only: list[str] | None = None) -> Path:
     return bdir
 
 
+def build_go_shim(source: Path, name: str) -> Path:
+    """Build a test shim (a Go ``main`` beside the tests) inside the pinned Kubernetes module.
+
+    The binary is cached under a hash of its source, next to the upstream binaries;
+    the Kubernetes wrapper module must exist, so the upstream build runs first.
+    """
+    build(only=["kube-apiserver"])  # ensures src/kubernetes (go.mod with every staging replace)
+    text = source.read_text()
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    out = bin_dir() / f"{name}-{digest}"
+    if os.access(out, os.X_OK):
+        return out
+    work = cache_dir() / "src"
+    mod = work / "kubernetes"
+    if not (mod / "go.mod").exists():
+        raise BuildError(f"{mod}/go.mod is missing although the binaries are cached; "
+                         "run `gpushare-localcluster build --force` once")
+    pkg = mod / name
+    pkg.mkdir(parents=True, exist_ok=True)
+    (pkg / "main.go").write_text(text)
+    env = _go_env(work)
+    _log(f"building test shim {name} from {source}")
+    tmp = out.with_suffix(".partial")
+    _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), f"./{name}"], mod, env)
+    tmp.replace(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="gpushare-localcluster build",

@@ -12,8 +12,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpushare_hub.core import ALLOCATION_ANNOTATION, Ledger
-
-from .conftest import gpu_pod
+from tests.conftest import gpu_pod
 
 SCHED = "gpushare-scheduler"
 

@@ -11,8 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import HarnessError
-
-from .conftest import gpu_pod
+from tests.conftest import gpu_pod
 
 
 def wait_for(fn, timeout=30.0, every=0.2):

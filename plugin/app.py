@@ -1,0 +1,156 @@
+"""``gpushare-device-plugin``: the kubelet device plugin of gpushare-hub.
+
+On a GPU node (NVML)::
+
+    gpushare-device-plugin --node-name $NODE_NAME
+
+For tests and the demo, declared cards go through the same code::
+
+    gpushare-device-plugin --backend simulated --simulate "2x Tesla T4:15360" --node-name gpu-1 \\
+        --kubeconfig kc --plugin-dir /tmp/dp
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+from traitlets import Enum, Float, Unicode, default
+from traitlets.config import Application
+
+from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.resources import ResourceNames
+
+from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
+from .server import DEFAULT_DIR, PluginState, Runner, Settings
+
+
+class GPUShareDevicePlugin(Application):
+    name = "gpushare-device-plugin"
+    description = __doc__
+
+    node_name = Unicode("", help="This node's name (from the downward API: spec.nodeName).").tag(config=True)
+    backend = Enum(
+        ["nvml", "simulated"],
+        default_value="nvml",
+        help="Where cards come from: NVML, or the --simulate declaration.",
+    ).tag(config=True)
+    simulate = Unicode("", help="Declared cards for the simulated backend, e.g. '2x Tesla T4:15360'.").tag(
+        config=True
+    )
+    health_file = Unicode("", help="Simulated backend: JSON file {uuid: false} marking cards unhealthy.").tag(
+        config=True
+    )
+    plugin_dir = Unicode(DEFAULT_DIR, help="The kubelet's device-plugins folder (holds kubelet.sock).").tag(
+        config=True
+    )
+    resource_name = Unicode("aliyun.com/gpu-mem", help="Extended resource counting GPU memory.").tag(
+        config=True
+    )
+    count_resource_name = Unicode("aliyun.com/gpu-count", help="Node status resource: number of cards.").tag(
+        config=True
+    )
+    unit = Enum(
+        ["GiB", "MiB"],
+        default_value="GiB",
+        help="""Size of one unit. GiB keeps ListAndWatch small
+        (a T4 is 15 devices); MiB would make a 80 GiB card 81920 devices.""",
+    ).tag(config=True)
+    reserve_fraction = Float(
+        0.0,
+        help="""Share of each card's memory kept back from pods, e.g. 0.05 for
+        the driver and CUDA contexts (gpu-manager's deviceMemoryScaling).""",
+    ).tag(config=True)
+    kubeconfig = Unicode("", help="Kubeconfig file; empty means in-cluster.").tag(config=True)
+
+    @default("log_level")
+    def _log_level_default(self) -> int:
+        return logging.INFO
+
+    aliases = {  # noqa: RUF012 - traitlets reads these class attributes
+        "node-name": "GPUShareDevicePlugin.node_name",
+        "backend": "GPUShareDevicePlugin.backend",
+        "simulate": "GPUShareDevicePlugin.simulate",
+        "health-file": "GPUShareDevicePlugin.health_file",
+        "plugin-dir": "GPUShareDevicePlugin.plugin_dir",
+        "resource-name": "GPUShareDevicePlugin.resource_name",
+        "count-resource-name": "GPUShareDevicePlugin.count_resource_name",
+        "unit": "GPUShareDevicePlugin.unit",
+        "reserve-fraction": "GPUShareDevicePlugin.reserve_fraction",
+        "kubeconfig": "GPUShareDevicePlugin.kubeconfig",
+        "log-level": "Application.log_level",
+    }
+
+    def make_backend(self) -> Backend:
+        if self.backend == "simulated":
+            if not self.simulate:
+                raise BackendUnavailable("--backend simulated needs --simulate, e.g. '2x Tesla T4:15360'")
+            return SimulatedBackend(
+                self.simulate, self.node_name, Path(self.health_file) if self.health_file else None
+            )
+        return NVMLBackend()
+
+    def start(self) -> None:
+        logging.basicConfig(
+            level=cast(int, self.log_level), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+        log = logging.getLogger("gpushare.plugin")
+        if not self.node_name:
+            log.error("--node-name is required (set it from the downward API: spec.nodeName)")
+            sys.exit(2)
+        try:
+            backend = self.make_backend()
+        except BackendUnavailable as err:
+            print(f"gpushare-device-plugin: {err}", file=sys.stderr)
+            sys.exit(1)
+        from .kube import KubePods, api_client, publish_node
+
+        api = api_client(self.kubeconfig or None)
+        names = ResourceNames(memory=self.resource_name, count=self.count_resource_name, unit=self.unit)
+        settings = Settings(
+            node=self.node_name,
+            names=names,
+            reserve_fraction=self.reserve_fraction,
+            plugin_dir=self.plugin_dir,
+        )
+        try:
+            state = PluginState(backend, KubePods(api), settings)
+        except GPUShareError as err:
+            print(f"gpushare-device-plugin: {err}", file=sys.stderr)
+            sys.exit(1)
+        if not state.cards:
+            print(
+                f"gpushare-device-plugin: no shareable card on {self.node_name} "
+                "(MIG-enabled cards are skipped)",
+                file=sys.stderr,
+            )
+            sys.exit(1)
+
+        def publish() -> None:
+            try:
+                publish_node(api, self.node_name, state.inventory(), names)
+            except Exception as err:
+                log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
+
+        runner = Runner(state, on_registered=publish)
+
+        def stop(*_: Any) -> None:
+            runner.shutdown()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        for c in state.cards:
+            log.info("card %d %s %s: %d MiB, %d %s", c.index, c.uuid, c.model, c.mib, c.units, names.unit)
+        runner.run()
+        backend.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    GPUShareDevicePlugin.launch_instance(argv)
+
+
+if __name__ == "__main__":
+    main()

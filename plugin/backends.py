@@ -1,0 +1,224 @@
+"""Where cards come from: NVML on a real node, or declared cards for tests and the demo.
+
+Both backends answer the same two questions (which cards, and has one turned
+unhealthy) and everything above them is shared, as NVIDIA's own plugin does
+with its resource managers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid as uuidlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpushare_hub.core.cards import normalize_model
+from gpushare_hub.core.errors import GPUShareError
+
+log = logging.getLogger("gpushare.plugin")
+
+# XIDs that are the application's fault, not the card's (as NVIDIA's device plugin skips them):
+# 13 graphics engine exception, 31 memory page fault, 43 channel stopped, 45 preemptive
+# cleanup, 68 video processor exception, 109 context switch timeout.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+class BackendUnavailable(GPUShareError):
+    """No cards can be read (no NVML library, no driver, a bad declaration)."""
+
+
+@dataclass(frozen=True)
+class DiscoveredCard:
+    uuid: str
+    index: int
+    model: str
+    mib: int
+
+
+@dataclass(frozen=True)
+class HealthEvent:
+    uuid: str
+    healthy: bool
+    reason: str
+
+
+class Backend(Protocol):
+    name: str
+
+    def discover(self) -> list[DiscoveredCard]: ...
+
+    def health_events(self, timeout_ms: int) -> list[HealthEvent]: ...
+
+    def close(self) -> None: ...
+
+
+class NVMLBackend:
+    """Real cards through NVML (``pynvml`` from nvidia-ml-py)."""
+
+    name = "nvml"
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as err:  # pragma: no cover - it is a dependency
+            raise BackendUnavailable("pynvml is not installed: pip install nvidia-ml-py") from err
+        self.nvml: Any = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            raise BackendUnavailable(self._explain(err)) from err
+        self._events: Any = None
+        self._handles: dict[str, Any] = {}
+
+    def _explain(self, err: Exception) -> str:
+        n = self.nvml
+        if isinstance(err, n.NVMLError_LibraryNotFound):
+            return (
+                "NVML library (libnvidia-ml.so.1) not found: this node has no NVIDIA driver, or the "
+                "container was not started with the NVIDIA runtime. Run the plugin only on GPU nodes "
+                "(the chart's DaemonSet selects gpushare=true), or use --backend simulated for a test."
+            )
+        if isinstance(err, n.NVMLError_DriverNotLoaded):
+            return "the NVIDIA driver is not loaded on this node (nvidia-smi fails too); load it and restart"
+        if isinstance(err, n.NVMLError_NoPermission):
+            return "no permission to use NVML: the plugin needs access to /dev/nvidia* (run it privileged)"
+        return f"NVML failed to start: {err}"
+
+    @staticmethod
+    def _text(value: Any) -> str:
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def discover(self) -> list[DiscoveredCard]:
+        n = self.nvml
+        cards = []
+        for i in range(n.nvmlDeviceGetCount()):
+            h = n.nvmlDeviceGetHandleByIndex(i)
+            uuid = self._text(n.nvmlDeviceGetUUID(h))
+            name = self._text(n.nvmlDeviceGetName(h))
+            try:
+                current, _pending = n.nvmlDeviceGetMigMode(h)
+                if current == n.NVML_DEVICE_MIG_ENABLE:
+                    log.info(
+                        "skipping card %d (%s, %s): MIG is enabled; MIG slices are not shared by "
+                        "gpushare-hub",
+                        i,
+                        name,
+                        uuid,
+                    )
+                    continue
+            except n.NVMLError:
+                pass  # MIG is not supported on this card (a T4, say)
+            mib = int(n.nvmlDeviceGetMemoryInfo(h).total) // (1024 * 1024)
+            self._handles[uuid] = h
+            cards.append(DiscoveredCard(uuid=uuid, index=i, model=normalize_model(name), mib=mib))
+        return cards
+
+    def health_events(self, timeout_ms: int) -> list[HealthEvent]:
+        n = self.nvml
+        if self._events is None:
+            self._events = n.nvmlEventSetCreate()
+            for uuid, h in self._handles.items():
+                try:
+                    n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self._events)
+                except n.NVMLError as err:
+                    log.warning("card %s cannot report XID events (%s); its health is not watched", uuid, err)
+        try:
+            data = n.nvmlEventSetWait_v2(self._events, timeout_ms)
+        except n.NVMLError_Timeout:
+            return []
+        xid = int(data.eventData)
+        if xid in APPLICATION_XIDS:
+            return []
+        uuid = self._text(n.nvmlDeviceGetUUID(data.device))
+        return [HealthEvent(uuid, False, f"XID {xid}")]
+
+    def close(self) -> None:
+        try:
+            if self._events is not None:
+                self.nvml.nvmlEventSetFree(self._events)
+            self.nvml.nvmlShutdown()
+        except self.nvml.NVMLError:
+            pass
+
+
+_DECL = re.compile(r"^\s*(\d+)\s*x\s*([^:,]+?)\s*(?::\s*(\d+))?\s*$")
+KNOWN_MIB = {
+    "Tesla-T4": 15360,
+    "T4": 15360,
+    "A10": 23028,
+    "NVIDIA-A10": 23028,
+    "L4": 23034,
+    "A100-SXM4-40GB": 40960,
+    "A100-SXM4-80GB": 81920,
+    "H100-80GB-HBM3": 81559,
+}
+
+
+def parse_declaration(spec: str) -> list[tuple[int, str, int]]:
+    """``"2x Tesla T4:15360, 1x A10"`` -> [(2, "Tesla-T4", 15360), (1, "A10", 23028)]."""
+    out = []
+    for part in spec.split(","):
+        m = _DECL.match(part)
+        if not m:
+            raise BackendUnavailable(
+                f"--simulate: cannot read {part.strip()!r}; write COUNTx MODEL[:MiB], "
+                "e.g. '2x Tesla T4:15360'"
+            )
+        count, model, mib = int(m[1]), normalize_model(m[2]), m[3]
+        if mib is None and model not in KNOWN_MIB:
+            raise BackendUnavailable(
+                f"--simulate: give the memory of {model!r} in MiB, e.g. '{count}x {model}:16384'"
+            )
+        out.append((count, model, int(mib) if mib else KNOWN_MIB[model]))
+    return out
+
+
+class SimulatedBackend:
+    """Declared cards with stable UUIDs (derived from the node name), through the same code paths.
+
+    ``health_file``: a JSON object ``{"<uuid>": false}`` that tests (or a person) write to
+    mark cards unhealthy and healthy again; it is read on every health poll.
+    """
+
+    name = "simulated"
+
+    def __init__(self, spec: str, node: str, health_file: Path | None = None) -> None:
+        self.cards: list[DiscoveredCard] = []
+        index = 0
+        for count, model, mib in parse_declaration(spec):
+            for _ in range(count):
+                uid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{node}/gpu{index}")
+                self.cards.append(DiscoveredCard(f"GPU-{uid}", index, model, mib))
+                index += 1
+        self.health_file = health_file
+        self._health: dict[str, bool] = {}
+
+    def discover(self) -> list[DiscoveredCard]:
+        return list(self.cards)
+
+    def health_events(self, timeout_ms: int) -> list[HealthEvent]:
+        import time
+
+        time.sleep(timeout_ms / 1000)
+        if self.health_file is None or not self.health_file.exists():
+            return []
+        try:
+            wanted = {str(k): bool(v) for k, v in json.loads(self.health_file.read_text() or "{}").items()}
+        except (ValueError, AttributeError):
+            log.warning(
+                "health file %s is not a JSON object of UUID -> true/false; ignored", self.health_file
+            )
+            return []
+        events = []
+        for card in self.cards:
+            healthy = wanted.get(card.uuid, True)
+            if self._health.get(card.uuid, True) != healthy:
+                events.append(HealthEvent(card.uuid, healthy, "declared in the health file"))
+            self._health[card.uuid] = healthy
+        return events
+
+    def close(self) -> None:
+        return None

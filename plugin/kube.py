@@ -1,0 +1,86 @@
+"""The plugin's API calls (synchronous ``kubernetes`` client; the gRPC server is threaded)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from gpushare_hub.core.annotations import (
+    ALLOCATOR_ANNOTATION,
+    CARDS_ANNOTATION,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+)
+from gpushare_hub.core.cards import Card, cards_to_annotation
+from gpushare_hub.core.resources import ResourceNames
+
+from .server import PodSource
+
+RBAC_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+]
+
+
+def api_client(kubeconfig: str | None) -> Any:
+    from kubernetes import config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    config.load_incluster_config()
+    from kubernetes import client
+
+    return client.ApiClient()
+
+
+class KubePods(PodSource):
+    def __init__(self, api: Any) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api)
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        resp: Any = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node}", _preload_content=False
+        )
+        items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+        return items
+
+    def mark_assigned(self, namespace: str, name: str, uid: str) -> None:
+        body = {
+            "metadata": {
+                "uid": uid,
+                "annotations": {GPU_MEM_ASSIGNED: "true", GPU_MEM_ASSUME_TIME: str(time.time_ns())},
+            }
+        }
+        self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
+
+
+def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -> None:
+    """The node's card inventory and our allocator mark (metadata), and the card count (status).
+
+    The kubelet itself advertises ``aliyun.com/gpu-mem`` from ListAndWatch.
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    core.patch_node(
+        node,
+        {
+            "metadata": {
+                "annotations": {
+                    CARDS_ANNOTATION: cards_to_annotation(cards),
+                    ALLOCATOR_ANNOTATION: "gpushare-device-plugin",
+                }
+            }
+        },
+        _content_type="application/merge-patch+json",
+    )
+    count = str(sum(1 for c in cards if c.healthy))
+    core.patch_node_status(
+        node,
+        {"status": {"capacity": {names.count: count}, "allocatable": {names.count: count}}},
+        _content_type="application/merge-patch+json",
+    )

@@ -1,0 +1,139 @@
+"""Which pod an Allocate call is for, and what its container gets (pure).
+
+The kubelet tells Allocate only the device IDs of one container, never the pod.
+What makes the answer unambiguous:
+
+* the extender wrote, per container, the card UUID and units it chose
+  (``gpushare-hub.io/allocation``);
+* on nodes served by this plugin (Node annotation ``gpushare-hub.io/allocator``)
+  the extender keeps all not-yet-allocated slices of one size on one card, so
+  every container still waiting for ``n`` units wants the same card;
+* the plugin marks each pod ``ALIYUN_COM_GPU_MEM_ASSIGNED=true`` once all its
+  containers are served, and remembers containers it served in between.
+
+So the candidates for an Allocate of ``n`` units are the unserved containers
+of ``n`` units on this node; if they disagree about the card, the call fails
+with the pods named rather than guessing (gpushare's plugin matched on the
+amount alone and swapped pods). Among agreeing candidates the oldest
+placement is served first; they are interchangeable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpushare_hub.core.annotations import (
+    ALLOCATION_ANNOTATION,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    AllocationRecord,
+)
+from gpushare_hub.core.cards import Card
+from gpushare_hub.core.demand import pod_key
+from gpushare_hub.core.errors import GPUShareError, InvalidObject
+from gpushare_hub.core.ledger import TERMINAL_PHASES
+
+from .devices import by_card
+
+
+class NoMatch(GPUShareError):
+    """Allocate cannot tell which pod it serves; the message says why and what to check."""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A container that the extender gave a slice to and that the plugin has not served yet."""
+
+    pod: str
+    uid: str
+    container: str
+    uuid: str
+    units: int
+    pod_units: int
+    assumed_ns: int
+
+
+def waiting_containers(
+    pods: Iterable[Mapping[str, Any]], node: str, served: set[tuple[str, str]]
+) -> list[Waiting]:
+    """Unserved containers of pods placed on ``node`` and not yet marked assigned.
+
+    ``served``: (pod UID, container) pairs this plugin already allocated.
+    """
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        ann = meta.get("annotations") or {}
+        raw = ann.get(ALLOCATION_ANNOTATION)
+        if not raw or ann.get(GPU_MEM_ASSIGNED) == "true":
+            continue
+        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or meta.get("deletionTimestamp"):
+            continue
+        try:
+            rec = AllocationRecord.from_json(raw, where=f"pod {pod_key(pod)}")
+        except InvalidObject:
+            continue
+        if rec.node != node:
+            continue
+        uid = str(meta.get("uid", ""))
+        try:
+            assumed = int(ann.get(GPU_MEM_ASSUME_TIME, "0"))
+        except ValueError:
+            assumed = 0
+        total = sum(c.units for c in rec.cards)
+        for c in rec.containers:
+            if (uid, c.container) not in served:
+                out.append(Waiting(pod_key(pod), uid, c.container, c.uuid, c.units, total, assumed))
+    return out
+
+
+def match(device_ids: list[str], waiting: list[Waiting], node: str, unit: str = "GiB") -> Waiting:
+    """The container an Allocate of these device IDs is for, or NoMatch naming the cause."""
+    n = len(device_ids)
+    if n == 0:
+        raise NoMatch("Allocate was called with no device IDs")
+    candidates = [w for w in waiting if w.units == n]
+    if not candidates:
+        sizes = sorted({w.units for w in waiting})
+        raise NoMatch(
+            f"no pod on node {node} waits for a {n} {unit} slice "
+            f"(waiting sizes: {sizes or 'none'}); a pod that asks aliyun.com/gpu-mem must be scheduled by "
+            "gpushare-scheduler, which writes the card it chose on the pod"
+        )
+    cards = sorted({w.uuid for w in candidates})
+    if len(cards) > 1:
+        asked = by_card(device_ids)
+        if len(asked) == 1:
+            # The kubelet followed our preferred allocation: the IDs name the card.
+            only = next(iter(asked))
+            candidates = [w for w in candidates if w.uuid == only] or candidates
+        if len({w.uuid for w in candidates}) > 1:
+            who = ", ".join(f"{w.pod} ({w.container}, card {w.uuid})" for w in candidates[:4])
+            raise NoMatch(
+                f"ambiguous Allocate of {n} {unit} on node {node}: {who} all wait for that amount on "
+                "different cards. The extender prevents this on nodes annotated gpushare-hub.io/allocator; "
+                "check that the annotation is on the node and that only one extender serves the cluster"
+            )
+    return min(candidates, key=lambda w: (w.assumed_ns, w.pod, w.container))
+
+
+def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
+    """What the container sees: its card by UUID, the gpushare variables, and memory caps."""
+    limit_mib = w.units * mib_per_unit
+    return {
+        "NVIDIA_VISIBLE_DEVICES": w.uuid,
+        "ALIYUN_COM_GPU_MEM_IDX": str(card.index),
+        "ALIYUN_COM_GPU_MEM_POD": str(w.pod_units),
+        "ALIYUN_COM_GPU_MEM_CONTAINER": str(w.units),
+        "ALIYUN_COM_GPU_MEM_DEV": str(card.units),
+        # HAMi-core style isolation layers read this where an admin installed one.
+        "CUDA_DEVICE_MEMORY_LIMIT_0": f"{limit_mib}m",
+        # Frameworks that honour an environment cap.
+        "GPUSHARE_MEMORY_LIMIT_MIB": str(limit_mib),
+        "CUPY_GPU_MEMORY_LIMIT": str(limit_mib * 1024 * 1024),
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{min(1.0, limit_mib / max(1, card.mib or limit_mib)):.3f}",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "true",
+    }

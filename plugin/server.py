@@ -1,0 +1,308 @@
+"""The device plugin: state and allocation logic, the thin gRPC servicer, and the kubelet loop.
+
+Flow (kubelet device plugin API v1beta1): serve ``DevicePlugin`` on a unix socket
+in the kubelet's device-plugins folder, call ``Registration/Register`` on
+``kubelet.sock``, then the kubelet dials back, keeps ``ListAndWatch`` open, and at
+pod admission calls ``GetPreferredAllocation`` and ``Allocate`` per container.
+A kubelet restart wipes the folder; when our socket disappears we serve and
+register again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gpushare_hub.core.cards import Card
+from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
+
+from .api import deviceplugin_v1beta1_pb2 as pb
+from .api import deviceplugin_v1beta1_pb2_grpc as pbg
+from .backends import Backend
+from .devices import card_of, device_ids, preferred, units_of
+from .matching import NoMatch, Waiting, container_env, match, waiting_containers
+
+log = logging.getLogger("gpushare.plugin")
+
+VERSION = "v1beta1"
+DEFAULT_DIR = "/var/lib/kubelet/device-plugins"
+
+
+class PodSource:
+    """How the plugin reads the pods of its node and marks them served (the API server)."""
+
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def mark_assigned(self, namespace: str, name: str, uid: str) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Settings:
+    node: str
+    names: ResourceNames = DEFAULT_NAMES
+    reserve_fraction: float = 0.0
+    plugin_dir: str = DEFAULT_DIR
+    socket_name: str = "gpushare-hub.sock"
+
+
+class PluginState:
+    """Cards, their health, and the allocation logic; knows nothing of gRPC."""
+
+    def __init__(self, backend: Backend, pods: PodSource, settings: Settings) -> None:
+        self.backend = backend
+        self.pods = pods
+        self.settings = settings
+        names = settings.names
+        found = backend.discover()
+        self.cards = [
+            Card(
+                index=d.index,
+                uuid=d.uuid,
+                model=d.model,
+                mib=d.mib,
+                units=units_of(d.mib, names.mib_per_unit, settings.reserve_fraction),
+            )
+            for d in found
+        ]
+        self.health = {c.uuid: True for c in self.cards}
+        self.changed = threading.Condition()
+        self.generation = 0
+        self._served: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def card(self, uuid: str) -> Card:
+        for c in self.cards:
+            if c.uuid == uuid:
+                return Card(c.index, c.uuid, c.model, c.units, c.mib, self.health.get(uuid, True))
+        raise NoMatch(
+            f"card {uuid} is not on node {self.settings.node} (the node's cards: "
+            f"{', '.join(c.uuid for c in self.cards)})"
+        )
+
+    def inventory(self) -> list[Card]:
+        return [self.card(c.uuid) for c in self.cards]
+
+    def devices(self) -> list[pb.Device]:
+        out: list[pb.Device] = []
+        for c in self.cards:
+            state = "Healthy" if self.health[c.uuid] else "Unhealthy"
+            out.extend(pb.Device(ID=i, health=state) for i in device_ids(c))
+        return out
+
+    def set_health(self, uuid: str, healthy: bool, reason: str) -> None:
+        with self.changed:
+            if uuid in self.health and self.health[uuid] != healthy:
+                self.health[uuid] = healthy
+                self.generation += 1
+                log.warning("card %s is now %s (%s)", uuid, "healthy" if healthy else "UNHEALTHY", reason)
+                self.changed.notify_all()
+
+    def _waiting(self) -> list[Waiting]:
+        return waiting_containers(
+            self.pods.pods_on_node(self.settings.node), self.settings.node, self._served
+        )
+
+    def preferred(self, available: list[str], must: list[str], size: int) -> list[str]:
+        """Keep a container's units on the card the extender chose for a container of that size."""
+        try:
+            w = match(
+                preferred(available, must, size, None),
+                self._waiting(),
+                self.settings.node,
+                self.settings.names.unit,
+            )
+            return preferred(available, must, size, w.uuid)
+        except NoMatch:
+            return preferred(available, must, size, None)
+
+    def allocate(self, ids: list[str]) -> dict[str, str]:
+        """Env for one container's Allocate; marks the pod assigned when all its containers are served."""
+        for i in ids:
+            card_of(i)  # reject IDs that are not ours, with the ID named
+        with self._lock:
+            waiting = self._waiting()
+            w = match(ids, waiting, self.settings.node, self.settings.names.unit)
+            card = self.card(w.uuid)
+            self._served.add((w.uid, w.container))
+            rest = [x for x in waiting if x.uid == w.uid and (x.uid, x.container) not in self._served]
+        env = container_env(w, card, self.settings.names.mib_per_unit)
+        log.info(
+            "allocated %s units of card %d (%s) to pod %s container %s",
+            w.units,
+            card.index,
+            card.uuid,
+            w.pod,
+            w.container,
+        )
+        if not rest:
+            namespace, name = w.pod.split("/", 1)
+            try:
+                self.pods.mark_assigned(namespace, name, w.uid)
+            except (
+                Exception
+            ) as err:  # the container still gets its card; the mark is retried by the next call
+                log.warning("could not mark pod %s assigned: %s", w.pod, err)
+                with self._lock:
+                    self._served.discard((w.uid, w.container))
+        return env
+
+
+class Servicer(pbg.DevicePluginServicer):
+    """Translates gRPC calls to :class:`PluginState` and back; nothing else."""
+
+    def __init__(self, state: PluginState, stop: threading.Event) -> None:
+        self.state = state
+        self.stop = stop
+
+    def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:
+        return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+
+    def ListAndWatch(self, request: pb.Empty, context: Any) -> Iterator[pb.ListAndWatchResponse]:
+        st = self.state
+        seen = -1
+        while not self.stop.is_set() and context.is_active():
+            with st.changed:
+                if seen == st.generation:
+                    st.changed.wait(timeout=1.0)
+                if seen == st.generation:
+                    continue
+                seen = st.generation
+            yield pb.ListAndWatchResponse(devices=st.devices())
+
+    def GetPreferredAllocation(
+        self, request: pb.PreferredAllocationRequest, context: Any
+    ) -> pb.PreferredAllocationResponse:
+        out = []
+        for req in request.container_requests:
+            ids = self.state.preferred(
+                list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
+            )
+            out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        return pb.PreferredAllocationResponse(container_responses=out)
+
+    def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        responses = []
+        for req in request.container_requests:
+            try:
+                env = self.state.allocate(list(req.devices_ids))
+            except (GPUShareError, ValueError) as err:
+                log.error("Allocate of %d device(s) failed: %s", len(req.devices_ids), err)
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
+            responses.append(pb.ContainerAllocateResponse(envs=env))
+        return pb.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(
+        self, request: pb.PreStartContainerRequest, context: Any
+    ) -> pb.PreStartContainerResponse:
+        return pb.PreStartContainerResponse()
+
+
+class Runner:
+    """Serves the socket, registers with the kubelet, and starts over when the kubelet restarts."""
+
+    def __init__(self, state: PluginState, on_registered: Callable[[], None] | None = None) -> None:
+        self.state = state
+        self.settings = state.settings
+        self.stop = threading.Event()
+        self.server: grpc.Server | None = None
+        self.on_registered = on_registered
+        self.registrations = 0
+
+    @property
+    def socket(self) -> Path:
+        return Path(self.settings.plugin_dir) / self.settings.socket_name
+
+    @property
+    def kubelet_socket(self) -> Path:
+        return Path(self.settings.plugin_dir) / "kubelet.sock"
+
+    def serve(self) -> None:
+        if self.socket.exists():
+            self.socket.unlink()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        pbg.add_DevicePluginServicer_to_server(Servicer(self.state, self.stop), server)
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self.server = server
+
+    def register(self, timeout: float = 10.0) -> None:
+        with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as ch:
+            grpc.channel_ready_future(ch).result(timeout=timeout)
+            pbg.RegistrationStub(ch).Register(
+                pb.RegisterRequest(
+                    version=VERSION,
+                    endpoint=self.settings.socket_name,
+                    resource_name=self.settings.names.memory,
+                    options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+                ),
+                timeout=timeout,
+            )
+        self.registrations += 1
+        log.info(
+            "registered %s with the kubelet (%s), %d cards, %d devices",
+            self.settings.names.memory,
+            self.kubelet_socket,
+            len(self.state.cards),
+            len(self.state.devices()),
+        )
+        if self.on_registered:
+            self.on_registered()
+
+    def start_once(self) -> None:
+        self.serve()
+        try:
+            self.register()
+        except Exception:
+            self.shutdown_server()
+            raise
+
+    def shutdown_server(self) -> None:
+        if self.server is not None:
+            self.server.stop(grace=0.5).wait()
+            self.server = None
+
+    def run(self, poll: float = 0.5) -> None:
+        """Until stopped: keep serving and registered; re-register whenever our socket vanishes."""
+        health = threading.Thread(target=self._health_loop, daemon=True)
+        health.start()
+        while not self.stop.is_set():
+            try:
+                self.start_once()
+            except Exception as err:
+                log.warning("cannot register with the kubelet at %s (%s); retrying", self.kubelet_socket, err)
+                self.stop.wait(2.0)
+                continue
+            while not self.stop.is_set() and self.socket.exists():
+                self.stop.wait(poll)
+            if not self.stop.is_set():
+                log.warning(
+                    "our socket %s vanished (the kubelet restarted): serving and registering again",
+                    self.socket,
+                )
+                self.shutdown_server()
+        self.shutdown_server()
+
+    def _health_loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                for ev in self.state.backend.health_events(1000):
+                    self.state.set_health(ev.uuid, ev.healthy, ev.reason)
+            except Exception as err:
+                log.warning("health check failed: %s", err)
+                time.sleep(1)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        with self.state.changed:
+            self.state.changed.notify_all()
