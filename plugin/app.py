@@ -65,6 +65,11 @@ class GPUShareDevicePlugin(Application):
         the driver and CUDA contexts (gpu-manager's deviceMemoryScaling).""",
     ).tag(config=True)
     kubeconfig = Unicode("", help="Kubeconfig file; empty means in-cluster.").tag(config=True)
+    node_config = Unicode(
+        "",
+        help="""ConfigMap NAMESPACE/NAME with per-node options: a JSON object under
+        the node's name and/or 'default', e.g. {"reserveFraction": 0.05}. Read at start.""",
+    ).tag(config=True)
 
     @default("log_level")
     def _log_level_default(self) -> int:
@@ -81,6 +86,7 @@ class GPUShareDevicePlugin(Application):
         "unit": "GPUShareDevicePlugin.unit",
         "reserve-fraction": "GPUShareDevicePlugin.reserve_fraction",
         "kubeconfig": "GPUShareDevicePlugin.kubeconfig",
+        "node-config": "GPUShareDevicePlugin.node_config",
         "log-level": "Application.log_level",
     }
 
@@ -92,6 +98,25 @@ class GPUShareDevicePlugin(Application):
                 self.simulate, self.node_name, Path(self.health_file) if self.health_file else None
             )
         return NVMLBackend()
+
+    def apply_node_config(self, api: Any) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from .nodeconfig import NodeConfigError, options_for
+
+        namespace, _, name = self.node_config.partition("/")
+        if not name:
+            raise NodeConfigError(f"--node-config {self.node_config!r}: write NAMESPACE/NAME")
+        try:
+            cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
+        except ApiException as err:
+            raise NodeConfigError(
+                f"cannot read ConfigMap {self.node_config} ({err.status} {err.reason})"
+            ) from err
+        opts = options_for(self.node_name, cm.data or {}, f"ConfigMap {self.node_config}")
+        if "reserveFraction" in opts:
+            self.reserve_fraction = opts["reserveFraction"]
 
     def start(self) -> None:
         logging.basicConfig(
@@ -109,6 +134,12 @@ class GPUShareDevicePlugin(Application):
         from .kube import KubePods, api_client, publish_node
 
         api = api_client(self.kubeconfig or None)
+        if self.node_config:
+            try:
+                self.apply_node_config(api)
+            except GPUShareError as err:
+                print(f"gpushare-device-plugin: {err}", file=sys.stderr)
+                sys.exit(2)
         names = ResourceNames(memory=self.resource_name, count=self.count_resource_name, unit=self.unit)
         settings = Settings(
             node=self.node_name,

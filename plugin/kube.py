@@ -21,6 +21,7 @@ RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
 ]
 
 

@@ -3,6 +3,7 @@
     gpushare-bench replay     packing quality of each policy on the Alibaba trace
     gpushare-bench extender   filter / prioritize / bind latency and throughput of the extender
     gpushare-bench schedule   pods per second through the real kube-scheduler, with and without it
+    gpushare-bench plugin     device plugin Allocate latency and ListAndWatch message size
 
 Each takes ``--json`` for one machine-readable object; its keys are stable.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import extender, replay, schedule
+from . import extender, plugin, replay, schedule
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="gpushare-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="what", required=True)
-    for mod in (replay, extender, schedule):
+    for mod in (replay, extender, schedule, plugin):
         mod.add_parser(sub)
     args = p.parse_args(argv)
     return int(args.run(args))

@@ -315,8 +315,10 @@ def build_go_shim(source: Path, name: str) -> Path:
     work = cache_dir() / "src"
     mod = work / "kubernetes"
     if not (mod / "go.mod").exists():
-        raise BuildError(f"{mod}/go.mod is missing although the binaries are cached; "
-                         "run `gpushare-localcluster build --force` once")
+        raise BuildError(
+            f"{mod}/go.mod is missing although the binaries are cached; "
+            "run `gpushare-localcluster build --force` once"
+        )
     pkg = mod / name
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "main.go").write_text(text)

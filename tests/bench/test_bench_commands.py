@@ -27,3 +27,10 @@ def test_schedule_bench_compares_with_and_without_the_extender(capsys):
     for key in ("pods_per_s_with_extender", "pods_per_s_without", "ratio"):
         assert isinstance(out[key], float) and out[key] > 0
     assert out["nodes"] == 20 and out["pods"] == 40
+
+
+def test_plugin_bench_reports_allocate_latency_and_a_small_list_and_watch(capsys):
+    out = run_json(capsys, "plugin", "--requests", "50")
+    assert isinstance(out["allocate_p99_ms"], float) and out["allocate_p99_ms"] > 0
+    assert out["devices"] == 640
+    assert out["list_and_watch_bytes"] < out["kubelet_limit_bytes"] < out["list_and_watch_bytes_mib_unit"]

@@ -1,0 +1,54 @@
+"""Per-node plugin options from a ConfigMap (pure parsing; the app reads the ConfigMap).
+
+The ConfigMap holds one key per node name plus an optional ``default`` key, each a
+JSON object. Node keys override ``default``; command-line values are the base::
+
+    data:
+      default: '{"reserveFraction": 0.05}'
+      gpu-7:   '{"reserveFraction": 0.10}'
+
+Known options: ``reserveFraction`` (share of each card kept back from pods).
+An unknown key or a bad value stops the plugin with the ConfigMap, key and fix named.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from gpushare_hub.core.errors import GPUShareError
+
+KNOWN = {"reserveFraction"}
+
+
+class NodeConfigError(GPUShareError):
+    pass
+
+
+def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in ("default", node):
+        raw = data.get(key)
+        if raw is None:
+            continue
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise NodeConfigError(f"{where} key {key!r} is not JSON ({err})") from err
+        if not isinstance(value, dict):
+            raise NodeConfigError(
+                f"{where} key {key!r} must be a JSON object, e.g. '{{\"reserveFraction\": 0.05}}'"
+            )
+        unknown = set(value) - KNOWN
+        if unknown:
+            raise NodeConfigError(
+                f"{where} key {key!r}: unknown option(s) {sorted(unknown)}; known: {sorted(KNOWN)}"
+            )
+        merged.update(value)
+    if "reserveFraction" in merged:
+        r = merged["reserveFraction"]
+        if not isinstance(r, int | float) or not 0 <= r < 1:
+            raise NodeConfigError(f"{where}: reserveFraction must be a number in [0, 1), got {r!r}")
+        merged["reserveFraction"] = float(r)
+    return merged

@@ -1,0 +1,185 @@
+"""Kubelet tier: our device plugin against the kubelet's own device manager (dmharness).
+
+The device manager (k8s.io/kubernetes/pkg/kubelet/cm/devicemanager, built from the
+pinned module) serves /var/lib/kubelet/device-plugins/kubelet.sock, as the kubelet does;
+our plugin registers there, and pods come from the real API server, scheduled by the real
+kube-scheduler and our extender.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpushare_hub.localcluster import build
+from gpushare_hub.localcluster.cluster import LocalCluster
+from gpushare_hub.localcluster.processes import Component
+from plugin.kube import RBAC_RULES
+
+PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+NODE = "dp-node"
+
+
+class DeviceManager:
+    """The dmharness process: one JSON command in, one JSON answer out."""
+
+    def __init__(self, binary: Path, log: Path) -> None:
+        self.log = log
+        self.proc = subprocess.Popen(
+            [str(binary)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log.open("ab"),
+            text=True,
+            bufsize=1,
+        )
+        first = self._read(30)
+        assert first.get("ready"), first
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError(f"dmharness did not answer in {timeout}s; log {self.log}")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"dmharness exited ({self.proc.poll()}); log {self.log}")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def call(self, op: str, timeout: float = 30, **kw: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.proc.stdin.flush()
+        return self._read(timeout)
+
+    def units(self, resource: str = "aliyun.com/gpu-mem") -> tuple[int, int]:
+        cap = self.call("capacity")
+        return int((cap.get("capacity") or {}).get(resource, "0")), int(
+            (cap.get("allocatable") or {}).get(resource, "0")
+        )
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.call("quit", timeout=5)
+            self.proc.kill()
+        self.proc.wait()
+
+
+def wait_for(fn, timeout=30.0, every=0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)
+
+
+@pytest.fixture(scope="session")
+def device_manager(local_cluster: LocalCluster) -> Iterator[DeviceManager]:
+    if os.geteuid() != 0:
+        pytest.fail(
+            "the kubelet tier needs root: the kubelet's socket path /var/lib/kubelet/device-plugins "
+            "is hard-coded in its device manager",
+            pytrace=False,
+        )
+    binary = build.build_go_shim(Path(__file__).parent / "dmharness" / "main.go", "dmharness")
+    PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+    dm = DeviceManager(binary, local_cluster.logs / "dmharness.log")
+    yield dm
+    dm.close()
+
+
+class Plugin:
+    def __init__(self, cluster: LocalCluster, health_file: Path) -> None:
+        self.cluster = cluster
+        self.health_file = health_file
+        self.kubeconfig = self._credentials()
+        self.comp: Component | None = None
+
+    def _credentials(self) -> Path:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        rbac = client.RbacAuthorizationV1Api(self.cluster.api_client())
+        for create, body in (
+            (rbac.create_cluster_role, {"metadata": {"name": "gpushare-device-plugin"}, "rules": RBAC_RULES}),
+            (
+                rbac.create_cluster_role_binding,
+                {
+                    "metadata": {"name": "gpushare-device-plugin"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "gpushare-device-plugin",
+                    },
+                    "subjects": [
+                        {
+                            "kind": "User",
+                            "name": "gpushare-device-plugin",
+                            "apiGroup": "rbac.authorization.k8s.io",
+                        }
+                    ],
+                },
+            ),
+        ):
+            try:
+                create(body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+        return self.cluster.credential("user-device-plugin", "gpushare-device-plugin")
+
+    def start(self, *extra: str) -> None:
+        self.comp = self.cluster._run(
+            "gpushare-device-plugin",
+            [
+                sys.executable,
+                "-m",
+                "plugin.app",
+                "--backend=simulated",
+                "--simulate=2x Tesla T4:15360",
+                f"--node-name={NODE}",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--plugin-dir={PLUGIN_DIR}",
+                f"--health-file={self.health_file}",
+                *extra,
+            ],
+        )
+
+    def kill(self) -> None:
+        assert self.comp is not None
+        self.comp.kill()
+
+
+@pytest.fixture(scope="session")
+def plugin(
+    local_cluster: LocalCluster,
+    device_manager: DeviceManager,
+    gpushare: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Plugin]:
+    """Our plugin on node dp-node (2 simulated T4), registered with the device manager."""
+    node = local_cluster.node_object(NODE, [], labels={"test-group": NODE})
+    node["metadata"]["annotations"].pop("gpushare-hub.io/cards")  # the plugin publishes the inventory
+    for key in ("capacity", "allocatable"):
+        node["status"][key].update({"aliyun.com/gpu-mem": "30", "aliyun.com/gpu-count": "2"})
+    local_cluster.core_api().create_node(node)
+    local_cluster.wait_nodes_ready([NODE])
+    p = Plugin(local_cluster, tmp_path_factory.mktemp("health") / "health.json")
+    p.start()
+    assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30), device_manager.call("capacity")
+    yield p
+    if p.comp is not None:
+        p.comp.stop()

@@ -1,0 +1,218 @@
+"""The device plugin's pure parts, its NVML error path, and its gRPC servicer on a unix socket."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
+from gpushare_hub.core.cards import Card
+from plugin.api import deviceplugin_v1beta1_pb2 as pb
+from plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
+from plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
+from plugin.devices import by_card, card_of, device_ids, preferred, units_of
+from plugin.matching import NoMatch, container_env, match, waiting_containers
+from plugin.server import PluginState, PodSource, Servicer, Settings
+
+from .helpers import pod_obj
+
+
+def test_units_follow_gpushare_rounding_and_the_reserve():
+    assert units_of(15360, 1024) == 15  # a T4
+    assert units_of(15109, 1024) == 14
+    assert units_of(15360, 1024, reserve_fraction=0.1) == 13
+    with pytest.raises(ValueError, match="reserve fraction"):
+        units_of(15360, 1024, 1.0)
+
+
+def test_device_ids_name_their_card_and_stay_short():
+    card = Card(0, "GPU-8f2c1e0a-1111-2222-3333-444455556666", "Tesla-T4", 15, 15360)
+    ids = device_ids(card)
+    assert len(ids) == 15 and max(len(i) for i in ids) <= 63
+    assert {card_of(i) for i in ids} == {card.uuid}
+    with pytest.raises(ValueError, match="not a gpushare device ID"):
+        card_of("nvidia0")
+
+
+def test_preferred_allocation_keeps_a_container_on_the_chosen_card():
+    a = [f"GPU-a-_-{i}" for i in range(15)]
+    b = [f"GPU-b-_-{i}" for i in range(15)]
+    got = preferred(a[:3] + b, [], 5, "GPU-b")
+    assert set(by_card(got)) == {"GPU-b"} and len(got) == 5
+    got = preferred(a[:3] + b[:10], [], 4, None)  # no hint: the card with most free units
+    assert set(by_card(got)) == {"GPU-b"}
+
+
+def test_declared_cards_parse_and_bad_ones_say_how():
+    assert parse_declaration("2x Tesla T4:15360, 1x A10") == [(2, "Tesla-T4", 15360), (1, "A10", 23028)]
+    with pytest.raises(BackendUnavailable, match="COUNTx MODEL"):
+        parse_declaration("two T4")
+    with pytest.raises(BackendUnavailable, match="give the memory of 'Quadro'"):
+        parse_declaration("1x Quadro")
+
+
+def test_simulated_uuids_are_stable_per_node_and_health_can_be_injected(tmp_path):
+    health = tmp_path / "health.json"
+    a = SimulatedBackend("2x Tesla T4:15360", "gpu-1", health)
+    assert [c.uuid for c in a.discover()] == [c.uuid for c in SimulatedBackend("2x T4", "gpu-1").discover()]
+    assert a.discover()[0].uuid != SimulatedBackend("2x T4", "gpu-2").discover()[0].uuid
+    uuid = a.discover()[1].uuid
+    health.write_text(json.dumps({uuid: False}))
+    events = a.health_events(0)
+    assert [(e.uuid, e.healthy) for e in events] == [(uuid, False)]
+    assert a.health_events(0) == []  # no change, no event
+    health.write_text("{}")
+    assert [(e.uuid, e.healthy) for e in a.health_events(0)] == [(uuid, True)]
+
+
+def test_without_nvml_the_plugin_says_why_in_one_line():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML works on this machine; the error path cannot be seen here")
+    except Exception:
+        pass
+    with pytest.raises(BackendUnavailable) as err:
+        NVMLBackend()
+    message = str(err.value)
+    assert "\n" not in message and ("libnvidia-ml" in message or "driver" in message)
+
+
+def placed(name: str, uuid: str, units: int, node: str = "gpu-1", assume: int = 1, containers=None, uid=None):
+    rec = AllocationRecord(
+        node,
+        (CardShare(uuid, 0, units),),
+        tuple(ContainerShare(c, uuid, u) for c, u in (containers or [("notebook", units)])),
+    )
+    ann = rec.pod_annotations({uuid: 15}, assume)
+    return pod_obj(name, units, node=node, annotations=ann, phase="Pending", uid=uid or f"uid-{name}")
+
+
+def test_allocate_matches_by_size_and_card_never_by_guessing():
+    pods = [placed("a", "GPU-0", 5, assume=2), placed("b", "GPU-0", 5, assume=1), placed("c", "GPU-1", 3)]
+    waiting = waiting_containers(pods, "gpu-1", served=set())
+    w = match(["GPU-0-_-0", "GPU-0-_-1", "GPU-0-_-2", "GPU-0-_-3", "GPU-0-_-4"], waiting, "gpu-1")
+    assert (w.pod, w.uuid) == ("jhub/b", "GPU-0")  # the older placement first; a and b are interchangeable
+    w = match(["GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"], waiting, "gpu-1")
+    assert w.pod == "jhub/c"
+    with pytest.raises(NoMatch, match="no pod on node gpu-1 waits for a 4 GiB slice"):
+        match(["GPU-0-_-0"] * 4, waiting, "gpu-1")
+
+
+def test_same_size_on_different_cards_is_refused_unless_the_ids_say_which():
+    pods = [placed("a", "GPU-0", 5), placed("b", "GPU-1", 5)]
+    waiting = waiting_containers(pods, "gpu-1", served=set())
+    assert match([f"GPU-1-_-{i}" for i in range(5)], waiting, "gpu-1").pod == "jhub/b"
+    mixed = ["GPU-0-_-0", "GPU-0-_-1", "GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"]
+    with pytest.raises(NoMatch, match="ambiguous Allocate of 5 GiB on node gpu-1"):
+        match(mixed, waiting, "gpu-1")
+
+
+def test_served_assigned_finished_and_foreign_pods_are_not_waiting():
+    done = placed("done", "GPU-0", 2)
+    done["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_ASSIGNED"] = "true"
+    gone = placed("gone", "GPU-0", 2)
+    gone["status"]["phase"] = "Succeeded"
+    other = placed("other", "GPU-0", 2, node="gpu-2")
+    served = placed("served", "GPU-0", 2)
+    waiting = waiting_containers([done, gone, other, served], "gpu-1", served={("uid-served", "notebook")})
+    assert waiting == []
+
+
+def test_container_env_carries_card_and_caps():
+    w = waiting_containers([placed("a", "GPU-0", 5)], "gpu-1", set())[0]
+    env = container_env(w, Card(0, "GPU-0", "Tesla-T4", 15, 15360), 1024)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-0" and env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
+    assert (
+        env["CUPY_GPU_MEMORY_LIMIT"] == str(5 * 1024**3) and env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.333"
+    )
+
+
+class MemoryPods(PodSource):
+    def __init__(self, pods):
+        self.pods, self.assigned = pods, []
+
+    def pods_on_node(self, node):
+        return self.pods
+
+    def mark_assigned(self, namespace, name, uid):
+        self.assigned.append(f"{namespace}/{name}")
+
+
+@pytest.fixture
+def grpc_plugin(tmp_path: Path):
+    backend = SimulatedBackend("2x Tesla T4:15360", "gpu-1")
+    uuids = [c.uuid for c in backend.discover()]
+    pods = MemoryPods(
+        [placed("two", uuids[1], 3, containers=[("a", 1), ("b", 2)]), placed("one", uuids[0], 4)]
+    )
+    state = PluginState(backend, pods, Settings(node="gpu-1", plugin_dir=str(tmp_path)))
+    stop = threading.Event()
+    server = grpc.server(ThreadPoolExecutor(4))
+    pbg.add_DevicePluginServicer_to_server(Servicer(state, stop), server)
+    sock = tmp_path / "p.sock"
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    channel = grpc.insecure_channel(f"unix://{sock}")
+    yield pbg.DevicePluginStub(channel), uuids, pods
+    stop.set()
+    channel.close()
+    server.stop(0)
+
+
+def test_grpc_list_and_watch_allocate_and_errors(grpc_plugin):
+    stub, uuids, pods = grpc_plugin
+    assert stub.GetDevicePluginOptions(pb.Empty()).get_preferred_allocation_available
+    first = next(iter(stub.ListAndWatch(pb.Empty())))
+    assert len(first.devices) == 30 and all(d.health == "Healthy" for d in first.devices)
+    ids = [d.ID for d in first.devices]
+    pref = stub.GetPreferredAllocation(
+        pb.PreferredAllocationRequest(
+            container_requests=[
+                pb.ContainerPreferredAllocationRequest(available_deviceIDs=ids, allocation_size=2)
+            ]
+        )
+    )
+    assert {card_of(i) for i in pref.container_responses[0].deviceIDs} == {uuids[1]}
+    # a two-container pod: the pod is marked assigned once both containers are served
+    for n in (1, 2):
+        resp = stub.Allocate(
+            pb.AllocateRequest(
+                container_requests=[
+                    pb.ContainerAllocateRequest(devices_ids=[i for i in ids if card_of(i) == uuids[1]][:n])
+                ]
+            )
+        )
+        assert resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
+        assert resp.container_responses[0].envs["ALIYUN_COM_GPU_MEM_POD"] == "3"
+    assert pods.assigned == ["jhub/two"]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Allocate(
+            pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["bogus"])])
+        )
+    assert (
+        err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        and "not a gpushare device ID" in err.value.details()
+    )
+
+
+def test_node_config_merges_default_and_node_and_names_mistakes():
+    from plugin.nodeconfig import NodeConfigError, options_for
+
+    data = {"default": '{"reserveFraction": 0.05}', "gpu-7": '{"reserveFraction": 0.1}'}
+    assert options_for("gpu-7", data, "cm") == {"reserveFraction": 0.1}
+    assert options_for("gpu-1", data, "cm") == {"reserveFraction": 0.05}
+    assert options_for("gpu-1", {}, "cm") == {}
+    with pytest.raises(
+        NodeConfigError, match=r"ConfigMap gpushare/plugin key 'gpu-1': unknown option\(s\) \['reserve'\]"
+    ):
+        options_for("gpu-1", {"gpu-1": '{"reserve": 1}'}, "ConfigMap gpushare/plugin")
+    with pytest.raises(NodeConfigError, match="must be a number in"):
+        options_for("gpu-1", {"default": '{"reserveFraction": 1.5}'}, "cm")
