@@ -29,7 +29,7 @@ replay: setup
 k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
 
-## Every test tier that can run here (unit, cluster, bench), after building what they need.
+## Every test tier that can run here (unit, cluster, kubelet, bench), after building what they need.
 test: setup k8s-binaries
 	$(BIN)/ruff check gpushare_hub extender plugin tests
 	$(BIN)/mypy
