@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpushare_hub.core.cards import normalize_model
+from gpushare_hub.core.cards import MODEL_MIB, normalize_model
 from gpushare_hub.core.errors import GPUShareError
 
 log = logging.getLogger("gpushare.plugin")
@@ -145,16 +145,6 @@ class NVMLBackend:
 
 
 _DECL = re.compile(r"^\s*(\d+)\s*x\s*([^:,]+?)\s*(?::\s*(\d+))?\s*$")
-KNOWN_MIB = {
-    "Tesla-T4": 15360,
-    "T4": 15360,
-    "A10": 23028,
-    "NVIDIA-A10": 23028,
-    "L4": 23034,
-    "A100-SXM4-40GB": 40960,
-    "A100-SXM4-80GB": 81920,
-    "H100-80GB-HBM3": 81559,
-}
 
 
 def parse_declaration(spec: str) -> list[tuple[int, str, int]]:
@@ -168,11 +158,11 @@ def parse_declaration(spec: str) -> list[tuple[int, str, int]]:
                 "e.g. '2x Tesla T4:15360'"
             )
         count, model, mib = int(m[1]), normalize_model(m[2]), m[3]
-        if mib is None and model not in KNOWN_MIB:
+        if mib is None and model not in MODEL_MIB:
             raise BackendUnavailable(
                 f"--simulate: give the memory of {model!r} in MiB, e.g. '{count}x {model}:16384'"
             )
-        out.append((count, model, int(mib) if mib else KNOWN_MIB[model]))
+        out.append((count, model, int(mib) if mib else MODEL_MIB[model]))
     return out
 
 

@@ -6,6 +6,7 @@ The local-cluster fixtures live here so that every tier that needs the real cont
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,17 @@ import pytest
 
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
+
+
+def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
+    """Poll ``fn`` until it returns something truthy (returned) or ``timeout`` passes (its last value)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(every)
+
 
 TIERS = ("unit", "cluster", "kubelet", "hub", "browser", "chart", "bench")
 

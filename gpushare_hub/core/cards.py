@@ -18,6 +18,21 @@ from .annotations import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION, MODEL_LABEL
 from .errors import InvalidObject
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
+# MiB that NVML reports for common cards (models normalised: spaces become dashes).
+# Used where cards are declared rather than discovered (the simulated plugin, the replayer).
+MODEL_MIB: dict[str, int] = {
+    "Tesla-T4": 15360,
+    "T4": 15360,
+    "A10": 23028,
+    "NVIDIA-A10": 23028,
+    "L4": 23034,
+    "A100-40GB": 40960,
+    "A100-SXM4-40GB": 40960,
+    "A100-80GB": 81920,
+    "A100-SXM4-80GB": 81920,
+    "H100-80GB-HBM3": 81559,
+}
+
 
 def normalize_model(name: str) -> str:
     """NVML names (``"Tesla T4"``) contain spaces, which labels cannot: ``"Tesla-T4"``."""

@@ -10,23 +10,19 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.cards import MODEL_MIB
 from ..core.errors import GPUShareError
 
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
-# GPU models the trace's node list uses, and common NVIDIA names, with MiB as NVML reports.
+# The common NVIDIA cards of the core, plus the models the trace's node list names.
 # None: the trace does not say (Alibaba-internal models); fine in milli units.
 KNOWN_MODELS: dict[str, int | None] = {
-    "T4": 15360,
-    "Tesla-T4": 15360,
+    **MODEL_MIB,
     "P100": 16384,
     "V100M16": 16384,
     "V100M32": 32768,
-    "A10": 23028,
-    "A100-40GB": 40960,
-    "A100-80GB": 81920,
-    "L4": 23034,
     "G2": None,
     "G3": None,
 }

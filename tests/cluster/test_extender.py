@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -12,18 +11,9 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpushare_hub.core import ALLOCATION_ANNOTATION, Ledger
-from tests.conftest import gpu_pod
+from tests.conftest import gpu_pod, wait_for
 
 SCHED = "gpushare-scheduler"
-
-
-def wait_for(fn, timeout=30.0, every=0.25):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(every)
 
 
 def pods_in(cluster, namespace) -> list[dict[str, Any]]:

@@ -11,16 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import HarnessError
-from tests.conftest import gpu_pod
-
-
-def wait_for(fn, timeout=30.0, every=0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(every)
+from tests.conftest import gpu_pod, wait_for
 
 
 def test_components_report_the_pinned_versions(local_cluster):

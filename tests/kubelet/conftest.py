@@ -14,7 +14,6 @@ import os
 import select
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import Component
 from plugin.kube import RBAC_RULES
+from tests.conftest import wait_for
 
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 NODE = "dp-node"
@@ -75,15 +75,6 @@ class DeviceManager:
                 self.call("quit", timeout=5)
             self.proc.kill()
         self.proc.wait()
-
-
-def wait_for(fn, timeout=30.0, every=0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(every)
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,9 @@ import json
 import time
 
 from gpushare_hub.core import ALLOCATION_ANNOTATION
-from tests.conftest import gpu_pod
+from tests.conftest import gpu_pod, wait_for
 
-from .conftest import NODE, wait_for
+from .conftest import NODE
 
 SCHED = "gpushare-scheduler"
 SELECTOR = {"test-group": NODE}
