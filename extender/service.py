@@ -98,6 +98,7 @@ class ExtenderService:
         self.metrics.watch_ledger(lambda: self.ledger)
         self.ready = False
         self._tasks: list[asyncio.Task[None]] = []
+        self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._warned: set[str] = set()
         self._node_rv = self._pod_rv = ""
         # Pods as the scheduler sent them to filter, by UID, so that bind (which gets
@@ -198,8 +199,9 @@ class ExtenderService:
             "does this) and recreate the pod."
         )
         log.warning(message)
-        task = asyncio.get_event_loop().create_task(self.kube.warn(pod, BYPASS_REASON, message))
-        self._tasks.append(task)
+        task = asyncio.get_running_loop().create_task(self.kube.warn(pod, BYPASS_REASON, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
 
     async def _watch_loop(self, kind: str) -> None:
         assert self.kube is not None
