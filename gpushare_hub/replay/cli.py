@@ -236,27 +236,41 @@ def _plot(path: Path, out: dict[str, Any], data: DynamicResult | list[StaticResu
         import matplotlib.pyplot as plt
     except ImportError as err:
         raise TraceError("--plot needs matplotlib: pip install 'gpushare-hub[plot]'") from err
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     if isinstance(data, DynamicResult):
+        fig, (full, ax) = plt.subplots(2, 1, figsize=(9, 7), dpi=110, height_ratios=[1, 2])
         hours = [t / 3600 for t in data.times]
-        ax.step(hours, data.cards, where="post", label=f"cards used ({out['policy']})", lw=1)
-        ax.step(hours, data.bounds, where="post", label="lower bound (Martello-Toth L2)", lw=1, alpha=0.8)
-        ax.set_xlabel(f"replay time, hours (arrivals compressed {out['compress']}x)")
-        ax.set_ylabel("cards")
-        ax.set_title(
+        for axis in (full, ax):
+            axis.step(hours, data.cards, where="post", label=f"cards used ({out['policy']})", lw=1)
+            axis.step(
+                hours, data.bounds, where="post", label="lower bound (Martello-Toth L2)", lw=1, alpha=0.8
+            )
+            axis.grid(alpha=0.3)
+            axis.set_ylabel("cards")
+        # Zoom on the busy stretch: where at least a quarter of the peak is in use.
+        busy = [h for h, c in zip(hours, data.cards, strict=True) if c >= 0.25 * max(data.cards or [0])]
+        if busy:
+            pad = 0.1 * (busy[-1] - busy[0]) or 1.0
+            ax.set_xlim(busy[0] - pad, busy[-1] + pad)
+            full.axvspan(busy[0] - pad, busy[-1] + pad, color="grey", alpha=0.15)
+        full.set_title(
             f"peak {out['peak_cards']} cards vs bound {out['peak_lower_bound']} "
             f"(x{out['peak_ratio']}); card-hours x{out['card_hours_ratio']}"
         )
-    else:
-        for r in data:
-            ax.plot(r.arrived_pct, r.allocated_pct, lw=0.8, label=f"seed {r.seed}")
-        ax.plot([0, 130], [0, 130], ls=":", color="grey", label="everything placed")
-        ax.axvline(100, color="grey", lw=0.5)
-        ax.set_xlabel("arrived GPU demand, % of capacity")
-        ax.set_ylabel("allocated GPU, % of capacity")
-        ax.set_title(f"{out['policy']}: {out['unallocated_gpu_pct_at_100']}% unallocated at arrived=100%")
-        if len(data) > 5:
-            ax.get_legend_handles_labels()
+        ax.set_xlabel(f"replay time, hours (arrivals compressed {out['compress']}x); below: the busy stretch")
+        ax.legend(loc="best", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
+    for r in data:
+        ax.plot(r.arrived_pct, r.allocated_pct, lw=0.8, label=f"seed {r.seed}")
+    top = 100 * out["inflate"]
+    ax.plot([0, top], [0, top], ls=":", color="grey", label="everything placed")
+    ax.axvline(100, color="grey", lw=0.5)
+    ax.set_xlabel("arrived GPU demand, % of capacity")
+    ax.set_ylabel("allocated GPU, % of capacity")
+    ax.set_title(f"{out['policy']}: {out['unallocated_gpu_pct_at_100']}% unallocated at arrived=100%")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
