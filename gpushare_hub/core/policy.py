@@ -161,7 +161,8 @@ class Placer:
         return self.ledger.names
 
     @staticmethod
-    def _shape(demand: Demand) -> tuple[object, ...]:
+    def shape(demand: Demand) -> tuple[object, ...]:
+        """What a node's answer for ``demand`` depends on (besides the node itself)."""
         return (
             demand.per_card,
             demand.count,
@@ -337,7 +338,7 @@ class Placer:
         not_now: dict[str, _Eval] = {}
         never: dict[str, str] = {}
         states = self.ledger._nodes
-        shape = self._shape(demand)
+        shape = self.shape(demand)
         for name in states.keys() if nodes is None else nodes:
             st = states.get(name)
             if st is None:
@@ -357,7 +358,7 @@ class Placer:
         """The policy's favourite node in the whole ledger, via the shape's heap."""
         ledger = self.ledger
         states = ledger._nodes
-        shape = self._shape(demand)
+        shape = self.shape(demand)
         idx = self._index.get(shape)
         log = ledger.changes
         if idx is None or (log and log[0][0] > idx.seq + 1):
@@ -365,7 +366,13 @@ class Placer:
             idx = self._index[shape] = _ShapeIndex()
             todo: Iterable[str] = list(states)
         else:
-            todo = {name for seq, name in log if seq > idx.seq}
+            # The log is in sequence order: read it from the newest end back to what we saw.
+            recent: set[str] = set()
+            for seq, name in reversed(log):
+                if seq <= idx.seq:
+                    break
+                recent.add(name)
+            todo = recent
         heap = idx.heap
         for name in todo:
             st = states.get(name)

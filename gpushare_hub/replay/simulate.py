@@ -211,11 +211,17 @@ def run_static(
     at_100: tuple[float, int] | None = None
     arrived_pct: list[float] = []
     allocated_pct: list[float] = []
+    # Nothing leaves in this experiment, so a shape that failed once fails again: its
+    # refusal is reused instead of evaluating every node once more.
+    failed_shapes: dict[tuple[object, ...], Refusal] = {}
     for p in order:
         d = units.demand(p, p.name)
         req = request_units(d, units)
         arrived += req
-        result = placer.place_and_commit(d)
+        shape = Placer.shape(d)
+        result = failed_shapes.get(shape) or placer.place_and_commit(d)
+        if isinstance(result, Refusal):
+            failed_shapes[shape] = result
         if isinstance(result, Placement):
             allocated += req
         else:
