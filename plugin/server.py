@@ -79,7 +79,25 @@ class PluginState:
         self.changed = threading.Condition()
         self.generation = 0
         self._served: set[tuple[str, str]] = set()
+        self._unmarked: dict[str, str] = {}  # pod UID -> key: every container served, mark not yet written
         self._lock = threading.Lock()
+
+    def _mark_served_pods(self) -> None:
+        """Write ASSIGNED=true on fully served pods; then the API server remembers for us.
+
+        A failed write keeps the pod's containers served (they must not match again)
+        and is retried on the next Allocate.
+        """
+        for uid, key in list(self._unmarked.items()):
+            namespace, name = key.split("/", 1)
+            try:
+                self.pods.mark_assigned(namespace, name, uid)
+            except Exception as err:
+                log.warning("could not mark pod %s assigned (will retry): %s", key, err)
+                continue
+            with self._lock:
+                self._unmarked.pop(uid, None)
+                self._served = {s for s in self._served if s[0] != uid}
 
     def card(self, uuid: str) -> Card:
         for c in self.cards:
@@ -146,15 +164,8 @@ class PluginState:
             w.container,
         )
         if not rest:
-            namespace, name = w.pod.split("/", 1)
-            try:
-                self.pods.mark_assigned(namespace, name, w.uid)
-            except (
-                Exception
-            ) as err:  # the container still gets its card; the mark is retried by the next call
-                log.warning("could not mark pod %s assigned: %s", w.pod, err)
-                with self._lock:
-                    self._served.discard((w.uid, w.container))
+            self._unmarked[w.uid] = w.pod
+        self._mark_served_pods()
         return env
 
 

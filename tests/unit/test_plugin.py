@@ -216,3 +216,25 @@ def test_node_config_merges_default_and_node_and_names_mistakes():
         options_for("gpu-1", {"gpu-1": '{"reserve": 1}'}, "ConfigMap gpushare/plugin")
     with pytest.raises(NodeConfigError, match="must be a number in"):
         options_for("gpu-1", {"default": '{"reserveFraction": 1.5}'}, "cm")
+
+
+def test_a_failed_assigned_mark_keeps_the_container_served_and_is_retried():
+    backend = SimulatedBackend("1x Tesla T4:15360", "gpu-1")
+    uuid = backend.discover()[0].uuid
+
+    class Flaky(MemoryPods):
+        fail = True
+
+        def mark_assigned(self, namespace, name, uid):
+            if self.fail:
+                raise RuntimeError("API server unreachable")
+            super().mark_assigned(namespace, name, uid)
+
+    pods = Flaky([placed("a", uuid, 2), placed("b", uuid, 2, assume=5)])
+    state = PluginState(backend, pods, Settings(node="gpu-1"))
+    ids = [f"{uuid}-_-{i}" for i in range(2)]
+    assert state.allocate(ids)["NVIDIA_VISIBLE_DEVICES"] == uuid  # serves a (older), mark fails
+    pods.fail = False
+    state.allocate(ids)  # serves b, not a again; a's mark is retried and written
+    assert sorted(pods.assigned) == ["jhub/a", "jhub/b"]
+    assert state._served == set() and state._unmarked == {}
