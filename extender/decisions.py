@@ -21,7 +21,7 @@ from gpushare_hub.core import (
     demand_from_pod,
     make_policy,
 )
-from gpushare_hub.core.policy import POLICIES
+from gpushare_hub.core.policy import POLICIES, TRANSIENT
 
 from .wire import ExtenderArgs
 
@@ -70,12 +70,16 @@ class Decisions:
         if demand is None:  # asks for none of our resources: not ours to judge
             return FilterOutcome(passed=list(args.node_names))
         feasible, not_now, never = self.placer(demand.policy).candidates(demand, args.node_names)
-        return FilterOutcome(
-            passed=[n for n in args.node_names if n in feasible],
-            failed={n: str(ev[1]) for n, ev in not_now.items()},
-            unresolvable=never,
-            demand=demand,
-        )
+        passed = [n for n in args.node_names if n in feasible]
+        failed = {n: str(ev[1]) for n, ev in not_now.items()}
+        held = sorted(n for n, ev in not_now.items() if ev[-1] == TRANSIENT)
+        error = ""
+        if not passed and held:
+            # Only a short hold stands in the way. As an error, kube-scheduler retries the pod
+            # after its backoff (1-10 s); as a plain failure it would park the pod until some
+            # cluster event it deems relevant, which a peer pod's annotation is not.
+            error = f"retrying shortly: {failed[held[0]]}"
+        return FilterOutcome(passed=passed, failed=failed, unresolvable=never, error=error, demand=demand)
 
     def prioritize(self, args: ExtenderArgs) -> dict[str, int]:
         """Scores 0..10; an unreadable pod scores 0 everywhere (filter already said why)."""

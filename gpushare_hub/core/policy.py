@@ -121,7 +121,10 @@ def make_policy(name: str) -> Policy:
 
 FEASIBLE, NOT_NOW, NEVER = 0, 1, 2
 # A node's evaluation for one demand shape:
-#   (FEASIBLE, key, chosen cards) | (NOT_NOW, reason, largest free block, its card index) | (NEVER, reason)
+#   (FEASIBLE, key, chosen cards) | (NOT_NOW, reason, largest free block, its card index[, TRANSIENT])
+#   | (NEVER, reason)
+# TRANSIENT marks a hold that lifts by itself within seconds (see _pending_cards).
+TRANSIENT = "transient"
 _Eval = tuple[object, ...]
 
 
@@ -275,6 +278,7 @@ class Placer:
                             "card now would be ambiguous for the device plugin, so this pod "
                             "waits until that allocation is done",
                             *best,
+                            TRANSIENT,
                         )
             if len(fitting) < count:
                 if count == 1:

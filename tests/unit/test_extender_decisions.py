@@ -152,3 +152,14 @@ def test_generated_scheduler_config_uses_every_verb_on_our_resource():
     assert fgd["prioritizeVerb"] == "prioritize" and fgd["weight"] == 10
     assert ext["nodeCacheCapable"] is True and ext["managedResources"][0]["name"] == "aliyun.com/gpu-mem"
     assert ALLOCATION_ANNOTATION  # the annotation bind writes is ours, checked in the cluster tier
+
+
+def test_a_pod_held_only_by_the_short_ambiguity_hold_is_retried_not_parked():
+    d = decisions("gpu-1", allocator=True)
+    assert isinstance(d.bind(pod_obj("a", 10), "gpu-1"), Placement)
+    out = d.filter(args(pod_obj("b", 10), ["gpu-1"]))
+    assert out.passed == [] and out.error.startswith("retrying shortly: node gpu-1 is still handing")
+    d2 = decisions("gpu-1", "gpu-2", allocator=True)
+    d2.bind(pod_obj("a", 10), "gpu-1")
+    out = d2.filter(args(pod_obj("b", 10), ["gpu-1", "gpu-2"]))
+    assert out.passed == ["gpu-2"] and out.error == ""  # another node will do: no error
