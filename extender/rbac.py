@@ -12,12 +12,14 @@ RULES: list[dict[str, Any]] = [
 ]
 
 
-def cluster_role(name: str = "gpushare-extender") -> dict[str, Any]:
+def cluster_role(
+    name: str = "gpushare-extender", rules: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {"name": name},
-        "rules": RULES,
+        "rules": RULES if rules is None else rules,
     }
 
 

@@ -273,6 +273,26 @@ class LocalCluster:
         comp.wait_until(healthy, 60, "healthy (/healthz)")
         return comp
 
+    def grant(self, user: str, rules: list[dict[str, Any]]) -> None:
+        """A ClusterRole named after ``user`` with ``rules``, bound to that user (idempotent)."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        from extender.rbac import cluster_role, cluster_role_binding
+
+        rbac = client.RbacAuthorizationV1Api(self.api_client())
+        subject = {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+        calls: list[tuple[Any, Any]] = [
+            (rbac.create_cluster_role, cluster_role(user, rules)),
+            (rbac.create_cluster_role_binding, cluster_role_binding(subject, user)),
+        ]
+        for create, body in calls:
+            try:
+                create(body)
+            except ApiException as err:
+                if err.status != 409:
+                    raise
+
     def start_extender(
         self,
         policy: str = "binpack",
@@ -284,27 +304,9 @@ class LocalCluster:
         """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole."""
         import sys
 
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
+        from extender.rbac import RULES
 
-        from extender.rbac import cluster_role, cluster_role_binding
-
-        rbac = client.RbacAuthorizationV1Api(self.api_client())
-        calls: list[tuple[Any, Any]] = [
-            (rbac.create_cluster_role, cluster_role()),
-            (
-                rbac.create_cluster_role_binding,
-                cluster_role_binding(
-                    {"kind": "User", "name": "gpushare-extender", "apiGroup": "rbac.authorization.k8s.io"}
-                ),
-            ),
-        ]
-        for create, body in calls:
-            try:
-                create(body)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
+        self.grant("gpushare-extender", RULES)
         kubeconfig = self.credential(f"user-{name}", "gpushare-extender")
         port = port or free_port()
         comp = self._run(

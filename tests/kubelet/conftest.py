@@ -100,36 +100,7 @@ class Plugin:
         self.comp: Component | None = None
 
     def _credentials(self) -> Path:
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        rbac = client.RbacAuthorizationV1Api(self.cluster.api_client())
-        for create, body in (
-            (rbac.create_cluster_role, {"metadata": {"name": "gpushare-device-plugin"}, "rules": RBAC_RULES}),
-            (
-                rbac.create_cluster_role_binding,
-                {
-                    "metadata": {"name": "gpushare-device-plugin"},
-                    "roleRef": {
-                        "apiGroup": "rbac.authorization.k8s.io",
-                        "kind": "ClusterRole",
-                        "name": "gpushare-device-plugin",
-                    },
-                    "subjects": [
-                        {
-                            "kind": "User",
-                            "name": "gpushare-device-plugin",
-                            "apiGroup": "rbac.authorization.k8s.io",
-                        }
-                    ],
-                },
-            ),
-        ):
-            try:
-                create(body)
-            except ApiException as err:
-                if err.status != 409:
-                    raise
+        self.cluster.grant("gpushare-device-plugin", RBAC_RULES)
         return self.cluster.credential("user-device-plugin", "gpushare-device-plugin")
 
     def start(self, *extra: str) -> None:
