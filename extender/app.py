@@ -181,6 +181,15 @@ def make_app(service: ExtenderService, prefix: str = "") -> tornado.web.Applicat
     )
 
 
+def make_server(service: ExtenderService, prefix: str, tls_cert: str = "", tls_key: str = "") -> HTTPServer:
+    """The extender's HTTP server; HTTPS when a certificate and key are given."""
+    ssl_ctx = None
+    if tls_cert:
+        ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ssl_ctx.load_cert_chain(tls_cert, tls_key)
+    return HTTPServer(make_app(service, prefix), ssl_options=ssl_ctx)
+
+
 class GPUShareExtender(Application):
     name = "gpushare-extender"
     description = __doc__
@@ -279,11 +288,7 @@ class GPUShareExtender(Application):
     async def _serve(self) -> None:
         kube = Kube(await make_api_client(self.kubeconfig or None, in_cluster=not self.kubeconfig))
         service = ExtenderService(kube, self.policy, self.names(), self.scheduler_name, self.warn_bypass)
-        ssl_ctx = None
-        if self.tls_cert:
-            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            ssl_ctx.load_cert_chain(self.tls_cert, self.tls_key)
-        server = HTTPServer(make_app(service, self.url_prefix), ssl_options=ssl_ctx)
+        server = make_server(service, self.url_prefix, self.tls_cert, self.tls_key)
         server.listen(self.port, self.ip)
         self.log.info(
             "gpushare-extender listening on %s:%d%s (policy %s); reading the cluster",

@@ -171,3 +171,38 @@ def test_fuzz_never_a_500_and_always_a_message(server, verb, body):
     assert status in (200, 400), (status, out)
     if status == 400:
         assert isinstance(out, dict) and out["Error"]
+
+
+def test_tls_serves_https_with_the_given_certificate(tmp_path):
+    import ssl
+
+    from extender.app import make_server
+    from gpushare_hub.localcluster.pki import PKI
+
+    pki = PKI(tmp_path)
+    cred = pki.issue("extender", "gpushare-extender", server=True, hosts=("127.0.0.1",))
+    service = ExtenderService(kube=None)
+    service.ready = True
+    port = free_port()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        make_server(service, PREFIX, str(cred.cert), str(cred.key)).listen(port, "127.0.0.1")
+        started.set()
+        loop.run_forever()
+
+    threading.Thread(target=run, daemon=True).start()
+    started.wait(5)
+    try:
+        ctx = ssl.create_default_context(cafile=str(pki.ca))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+            plain.request("GET", "/healthz")
+            plain.getresponse()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
