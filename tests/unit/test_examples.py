@@ -1,0 +1,22 @@
+"""The examples stay true: they are what the code produces and reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from extender.schedconfig import scheduler_config
+from gpushare_hub.core import demand_from_pod
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def test_scheduler_config_example_is_what_the_extender_prints():
+    shipped = yaml.safe_load((EXAMPLES / "gpushare-scheduler-config.yaml").read_text())
+    assert shipped == scheduler_config("http://127.0.0.1:32766/gpushare-scheduler")
+
+
+def test_notebook_example_asks_a_5_gib_t4_slice():
+    d = demand_from_pod(yaml.safe_load((EXAMPLES / "notebook-5gib-pod.yaml").read_text()))
+    assert d is not None and (d.per_card, d.count, d.models) == (5, 1, ("Tesla-T4",))
