@@ -228,7 +228,6 @@ class Runner:
         self.stop = threading.Event()
         self.server: grpc.Server | None = None
         self.on_registered = on_registered
-        self.registrations = 0
 
     @property
     def socket(self) -> Path:
@@ -259,7 +258,6 @@ class Runner:
                 ),
                 timeout=timeout,
             )
-        self.registrations += 1
         log.info(
             "registered %s with the kubelet (%s), %d cards, %d devices",
             self.settings.names.memory,

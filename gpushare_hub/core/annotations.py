@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import InvalidObject
 
@@ -104,7 +103,3 @@ class AllocationRecord:
             GPU_MEM_ASSIGNED: "false",
             GPU_MEM_ASSUME_TIME: str(assume_time_ns),
         }
-
-
-def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}

@@ -7,14 +7,7 @@ evaluate at every arrival and departure of a replay.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
-
-def histogram(sizes: Iterable[int]) -> dict[int, int]:
-    h: dict[int, int] = {}
-    for s in sizes:
-        h[s] = h.get(s, 0) + 1
-    return h
+from collections.abc import Mapping
 
 
 def _check(hist: Mapping[int, int], capacity: int) -> None:

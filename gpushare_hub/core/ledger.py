@@ -76,17 +76,6 @@ class Allocation:
         return sum(c.units for c in self.cards)
 
 
-@dataclass(frozen=True)
-class CardState:
-    node: str
-    card: Card
-    used: int
-
-    @property
-    def free(self) -> int:
-        return max(0, self.card.units - self.used)
-
-
 @dataclass
 class _NodeState:
     node: Node
@@ -313,9 +302,6 @@ class Ledger:
         for name in sorted(self._nodes):
             yield self._nodes[name].node
 
-    def node_version(self, name: str) -> int:
-        return self._nodes[name].version
-
     def used(self, node: str, uuid: str) -> int:
         return self._nodes[node].used.get(uuid, 0)
 
@@ -324,30 +310,11 @@ class Ledger:
         card = st.node.card(uuid)
         return st.free(card) if card else 0
 
-    def host_free(self, node: str) -> tuple[int | None, int | None]:
-        """Free host CPU (milli) and memory (MiB), ``None`` where the node does not track them."""
-        st = self._nodes[node]
-        cpu = None if st.node.cpu_milli is None else st.node.cpu_milli - st.cpu_used
-        mem = None if st.node.memory_mib is None else st.node.memory_mib - st.memory_used
-        return cpu, mem
-
-    def cards(self, node: str) -> list[CardState]:
-        st = self._nodes[node]
-        return [CardState(node, c, st.used.get(c.uuid, 0)) for c in st.node.cards]
-
-    def all_cards(self) -> Iterator[CardState]:
-        for name in sorted(self._nodes):
-            yield from self.cards(name)
-
     def allocation(self, key: str) -> Allocation | None:
         return self._allocs.get(key) or self._pending.get(key)
 
     def allocations(self) -> list[Allocation]:
         return sorted([*self._allocs.values(), *self._pending.values()], key=lambda a: a.key)
-
-    def on_node(self, node: str) -> list[Allocation]:
-        st = self._nodes.get(node)
-        return sorted(st.pods.values(), key=lambda a: a.key) if st else []
 
     def cards_in_use(self) -> int:
         return sum(1 for st in self._nodes.values() for u in st.used.values() if u > 0)

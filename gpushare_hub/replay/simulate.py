@@ -158,7 +158,6 @@ def run_dynamic(
 class StaticResult:
     seed: int
     pods: int
-    capacity_units: int
     unallocated_gpu_pct_at_100: float
     failed_at_100: int
     unallocated_gpu_pct_at_end: float
@@ -235,7 +234,6 @@ def run_static(
     return StaticResult(
         seed=seed,
         pods=len(order),
-        capacity_units=capacity,
         unallocated_gpu_pct_at_100=at_100[0],
         failed_at_100=at_100[1],
         unallocated_gpu_pct_at_end=100 - 100 * allocated / capacity,

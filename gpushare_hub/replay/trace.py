@@ -48,11 +48,6 @@ class TracePod:
         """A pod that asks for part of one card."""
         return self.num_gpu == 1 and self.gpu_milli < 1000
 
-    @property
-    def gpu_request_milli(self) -> int:
-        """The pod's GPU request in thousandths of a card (FGD's accounting)."""
-        return self.gpu_milli if self.sharing else 1000 * self.num_gpu
-
 
 @dataclass(frozen=True)
 class TraceNode:
