@@ -132,17 +132,14 @@ class PluginState:
         )
 
     def preferred(self, available: list[str], must: list[str], size: int) -> list[str]:
-        """Keep a container's units on the card the extender chose for a container of that size."""
-        try:
-            w = match(
-                preferred(available, must, size, None),
-                self._waiting(),
-                self.settings.node,
-                self.settings.names.unit,
-            )
-            return preferred(available, must, size, w.uuid)
-        except NoMatch:
-            return preferred(available, must, size, None)
+        """Keep a container's units on the card the extender chose for a container of that size.
+
+        The extender keeps every waiting container of one size on one card, so that card
+        is the answer; with none waiting (or, against that rule, several cards) the plugin
+        only keeps the units together on one card.
+        """
+        cards = {w.uuid for w in self._waiting() if w.units == size}
+        return preferred(available, must, size, cards.pop() if len(cards) == 1 else None)
 
     def allocate(self, ids: list[str]) -> dict[str, str]:
         """Env for one container's Allocate; marks the pod assigned when all its containers are served."""

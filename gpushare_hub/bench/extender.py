@@ -173,7 +173,6 @@ def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
             w.join()
         out["requests_per_s"] = round(sum(count) / (time.perf_counter() - started), 1)
         out["client_threads"] = threads
-        out["filter_mean_ms"] = round(statistics.mean(lat), 3) if lat else None
         return out
     finally:
         proc.terminate()
@@ -191,7 +190,6 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = measure(args.nodes, args.requests, args.threads)
-    out.pop("filter_mean_ms", None)
     if args.json:
         print(json.dumps(out))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import threading
@@ -11,11 +12,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tornado.httpserver import HTTPServer
 
-from extender.app import make_app
+from extender.app import make_server
 from extender.service import ExtenderService
-from gpushare_hub.core import Ledger
 from gpushare_hub.localcluster.processes import free_port
 
 from .helpers import node_obj, pod_obj
@@ -23,29 +22,37 @@ from .helpers import node_obj, pod_obj
 PREFIX = "/gpushare-scheduler"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[int, ExtenderService]]:
-    service = ExtenderService(kube=None)
-    service.decisions.ledger.set_node(Ledger.from_objects([node_obj("gpu-1")], []).node("gpu-1"))
-    service.decisions.ledger.set_node(Ledger.from_objects([node_obj("gpu-2")], []).node("gpu-2"))
-    service.ready = True
+@contextlib.contextmanager
+def serving(service: ExtenderService, tls_cert: str = "", tls_key: str = "") -> Iterator[int]:
+    """The extender's own server (make_server) on a free port, in a thread; yields the port."""
     port = free_port()
     loop = asyncio.new_event_loop()
     started = threading.Event()
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        srv = HTTPServer(make_app(service, PREFIX))
-        srv.listen(port, "127.0.0.1")
+        make_server(service, PREFIX, tls_cert, tls_key).listen(port, "127.0.0.1")
         started.set()
         loop.run_forever()
 
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
     started.wait(5)
-    yield port, service
-    loop.call_soon_threadsafe(loop.stop)
-    t.join(5)
+    try:
+        yield port
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[int, ExtenderService]]:
+    service = ExtenderService(kube=None)
+    for name in ("gpu-1", "gpu-2"):
+        service.ledger.observe_node(node_obj(name))
+    service.ready = True
+    with serving(service) as port:
+        yield port, service
 
 
 def call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
@@ -176,26 +183,13 @@ def test_fuzz_never_a_500_and_always_a_message(server, verb, body):
 def test_tls_serves_https_with_the_given_certificate(tmp_path):
     import ssl
 
-    from extender.app import make_server
     from gpushare_hub.localcluster.pki import PKI
 
     pki = PKI(tmp_path)
     cred = pki.issue("extender", "gpushare-extender", server=True, hosts=("127.0.0.1",))
     service = ExtenderService(kube=None)
     service.ready = True
-    port = free_port()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        make_server(service, PREFIX, str(cred.cert), str(cred.key)).listen(port, "127.0.0.1")
-        started.set()
-        loop.run_forever()
-
-    threading.Thread(target=run, daemon=True).start()
-    started.wait(5)
-    try:
+    with serving(service, str(cred.cert), str(cred.key)) as port:
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
         conn.request("GET", "/healthz")
@@ -204,5 +198,3 @@ def test_tls_serves_https_with_the_given_certificate(tmp_path):
         with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
             plain.request("GET", "/healthz")
             plain.getresponse()
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
