@@ -172,14 +172,20 @@ class ExtenderService:
             ledger.observe_pod(obj, deleted=deleted)
         except GPUShareError as err:
             log.warning("ignoring pod %s: %s", pod_key(obj), err)
-        if not deleted and self.warn_bypass:
-            self._check_bypass(obj)
+        if deleted:
+            self._warned.discard(str((obj.get("metadata") or {}).get("uid", "")))
+        elif self.warn_bypass:
+            self._check_bypass(ledger, obj)
 
-    def _check_bypass(self, pod: dict[str, Any]) -> None:
+    def _check_bypass(self, ledger: Ledger, pod: dict[str, Any]) -> None:
         """A pod that asks for our resource but got a node without our choice of card."""
+        # Cheap questions first: this runs on every pod event of the cluster.
         spec = pod.get("spec") or {}
         meta = pod.get("metadata") or {}
-        if not spec.get("nodeName") or ALLOCATION_ANNOTATION in (meta.get("annotations") or {}):
+        node = spec.get("nodeName")
+        if self.kube is None or not node or ledger.node(node) is None:
+            return
+        if ALLOCATION_ANNOTATION in (meta.get("annotations") or {}):
             return
         uid = str(meta.get("uid", ""))
         if uid in self._warned or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -188,7 +194,7 @@ class ExtenderService:
             demand = demand_from_pod(pod, self.names)
         except GPUShareError:
             return
-        if demand is None or self.kube is None or not self.ledger.node(spec["nodeName"]):
+        if demand is None:
             return
         self._warned.add(uid)
         scheduler = spec.get("schedulerName") or "default-scheduler"

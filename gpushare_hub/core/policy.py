@@ -500,13 +500,12 @@ class Placer:
                 first = next(iter(sorted(never.items())), ("", "no node fits"))[1]
                 reason = f"pod {demand.key} asks {what}, which no node can ever hold: {first}"
             return Refusal(demand.key, reason, permanent=True, unresolvable=never)
-        reason = self._summary(demand, not_now_evals)
+        reason = self._summary(demand, not_now_evals, not_now)
         return Refusal(demand.key, reason, permanent=False, nodes=not_now, unresolvable=never)
 
-    def _summary(self, demand: Demand, not_now: Mapping[str, _Eval]) -> str:
+    def _summary(self, demand: Demand, not_now: Mapping[str, _Eval], reasons: Mapping[str, str]) -> str:
         """One sentence a person reads: ``no Tesla-T4 card has 7 GiB free; ...``."""
         names = self.names
-        reasons = {n: str(ev[1]) for n, ev in not_now.items()}
         host = sum(1 for r in reasons.values() if "CPU free" in r or "memory free" in r)
         if demand.per_card is not None and demand.count == 1 and host < len(reasons):
             # Largest free block among nodes whose CPU and memory would do.
