@@ -65,6 +65,8 @@ def parse_units(value: object, *, what: str) -> int:
         q: Decimal = parse_quantity(value)
     except (ValueError, TypeError) as err:
         raise InvalidQuantity(f"{what}: {value!r} is not a Kubernetes quantity ({err})") from err
+    if not q.is_finite():
+        raise InvalidQuantity(f"{what}: {value!r} is not a finite number; ask for a whole number of units")
     if q < 0:
         raise InvalidQuantity(f"{what}: {value!r} is negative; ask for a whole number of units >= 0")
     if q != q.to_integral_value():

@@ -23,7 +23,14 @@ def test_quantities_are_parsed_by_the_kubernetes_parser(value, units):
 
 
 @pytest.mark.parametrize(
-    "value,phrase", [("-1", "negative"), ("1500m", "whole number"), ("lots", "quantity")]
+    "value,phrase",
+    [
+        ("-1", "negative"),
+        ("1500m", "whole number"),
+        ("lots", "quantity"),
+        (float("inf"), "not a finite number"),
+        (float("nan"), "not a finite number"),
+    ],
 )
 def test_bad_quantities_are_refused_with_the_reason(value, phrase):
     with pytest.raises(InvalidQuantity, match=phrase):
