@@ -58,9 +58,8 @@ class _Base(tornado.web.RequestHandler):
             m.requests.labels(self.verb, str(self.get_status())).inc()
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        message = str(exc) if isinstance(exc, BadRequest) else self._reason
-        self.send_json({"Error": message}, status_code)
+        """Unexpected failures (and 405s) answer JSON too; bad requests are answered by the verbs."""
+        self.send_json({"Error": self._reason}, status_code)
 
     def _not_ready(self) -> bool:
         if not self.service.ready:
