@@ -1,7 +1,7 @@
 """Build the upstream Kubernetes binaries the local cluster runs, into a cache outside the repo.
 
 Nothing here ships to users: this is how the tests and the demo get a *real*
-kube-apiserver, kube-scheduler, kubelet, etcd, kwok and helm on a machine that
+kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, etcd, kwok and helm on a machine that
 has Go and the Go module proxy but no package that carries those programs.
 
 How each one is built (versions come from ``versions.toml`` only):
@@ -40,7 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
-BINARIES = ("kube-apiserver", "kube-scheduler", "kubelet", "etcd", "kwok", "helm")
+BINARIES = (
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kubelet",
+    "etcd",
+    "kwok",
+    "helm",
+)
 
 
 class BuildError(RuntimeError):
@@ -192,7 +200,7 @@ def build_kubernetes(v: Versions, work: Path, out: Path, env: dict[str, str]) ->
     mod.mkdir(parents=True, exist_ok=True)
     staging = _staging_modules(v.kubernetes, mod, env)
     replaces = "\n".join(f"\t{m} => {m} {v.staging_version}" for m in staging)
-    cmds = ("kube-apiserver", "kube-scheduler", "kubelet")
+    cmds = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet")
     tools = (
         "//go:build tools\n\npackage tools\n\nimport (\n"
         + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in cmds)
@@ -273,7 +281,7 @@ def build(force: bool = False, only: list[str] | None = None) -> Path:
     started = time.monotonic()
     staged = bdir.parent / "bin.partial"
     staged.mkdir(exist_ok=True)
-    if {"kube-apiserver", "kube-scheduler", "kubelet"} & set(todo):
+    if {"kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"} & set(todo):
         build_kubernetes(v, work, staged, env)
     if "etcd" in todo:
         build_etcd(v, work, staged, env)
