@@ -64,13 +64,20 @@ def _toleration(t: Mapping[str, Any]) -> V1Toleration:
     )
 
 
-def _strip(resources: V1ResourceRequirements | None, drop: set[str]) -> None:
+def _strip(container: Any, drop: set[str]) -> None:
+    """Remove ``drop`` from a container's limits and requests. KubeSpawner passes
+    ``extra_containers`` / ``init_containers`` through as plain dicts, so both forms occur."""
+    resources = container.get("resources") if isinstance(container, dict) else container.resources
     if resources is None:
         return
     for part in ("limits", "requests"):
-        values = getattr(resources, part)
+        values = resources.get(part) if isinstance(resources, dict) else getattr(resources, part)
         if values:
-            setattr(resources, part, {k: v for k, v in values.items() if k not in drop})
+            kept = {k: v for k, v in values.items() if k not in drop}
+            if isinstance(resources, dict):
+                resources[part] = kept
+            else:
+                setattr(resources, part, kept)
 
 
 def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
@@ -81,11 +88,11 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
     if not containers:
         raise ValueError("the pod has no container to give the GPU slice to")
     for c in [*containers[1:], *(spec.init_containers or [])]:
-        _strip(c.resources, ours)
+        _strip(c, ours)
     notebook = containers[0]
     if notebook.resources is None:
         notebook.resources = V1ResourceRequirements()
-    _strip(notebook.resources, ours)
+    _strip(notebook, ours)
     amounts = want.resources()
     notebook.resources.limits = {**(notebook.resources.limits or {}), **amounts}
     notebook.resources.requests = {**(notebook.resources.requests or {}), **amounts}
