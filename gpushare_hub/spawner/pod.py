@@ -21,8 +21,10 @@ from gpushare_hub.core.annotations import EXCLUDE_MODELS_ANNOTATION, MODELS_ANNO
 from .catalogue import Slice
 
 SLICE_ANNOTATION = f"{PREFIX}/slice"
-USER_ANNOTATION = f"{PREFIX}/hub-user"
-SERVER_ANNOTATION = f"{PREFIX}/hub-server"
+# KubeSpawner's own names for the hub user and server (kubectl inspect gpushare reads them);
+# re-set here because a profile's extra_annotations could have replaced them.
+USER_ANNOTATION = "hub.jupyter.org/username"
+SERVER_ANNOTATION = "hub.jupyter.org/servername"
 SLICE_LABEL = f"{PREFIX}/slice"
 
 
@@ -48,7 +50,9 @@ class SlicePod:
         return out
 
     def annotations(self) -> dict[str, str]:
-        out = {SLICE_ANNOTATION: self.slice.slug, USER_ANNOTATION: self.user, SERVER_ANNOTATION: self.server}
+        out = {SLICE_ANNOTATION: self.slice.slug, USER_ANNOTATION: self.user}
+        if self.server:
+            out[SERVER_ANNOTATION] = self.server
         if self.slice.models:
             out[MODELS_ANNOTATION] = ",".join(self.slice.models)
         return out
@@ -101,7 +105,7 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
     annotations = {
         k: v
         for k, v in (meta.annotations or {}).items()
-        if k not in (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION)
+        if k not in (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION, SERVER_ANNOTATION)
     }
     annotations.update(want.annotations())
     meta.annotations = annotations

@@ -207,7 +207,10 @@ async def test_the_pod_asks_for_the_slice_whatever_the_overrides(make):
                 "extra_containers": [
                     {"name": "side", "image": "x", "resources": {"limits": {"aliyun.com/gpu-mem": "2"}}}
                 ],
-                "extra_annotations": {"gpushare-hub.io/card-models": "A10"},
+                "extra_annotations": {
+                    "gpushare-hub.io/card-models": "A10",
+                    "hub.jupyter.org/username": "someone-else",
+                },
             },
         }
     ]
@@ -226,7 +229,7 @@ async def test_the_pod_asks_for_the_slice_whatever_the_overrides(make):
     assert pod["spec"]["schedulerName"] == "gpushare-scheduler"
     ann = pod["metadata"]["annotations"]
     assert ann["gpushare-hub.io/slice"] == "t4-5g"
-    assert (ann["gpushare-hub.io/hub-user"], ann["gpushare-hub.io/hub-server"]) == ("mock@name", "exp")
+    assert (ann["hub.jupyter.org/username"], ann["hub.jupyter.org/servername"]) == ("mock@name", "exp")
     assert pod["metadata"]["labels"]["gpushare-hub.io/slice"] == "t4-5g"
     assert {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
     assert pod["spec"]["nodeSelector"]["gpushare"] == "true"
