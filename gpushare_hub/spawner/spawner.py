@@ -411,13 +411,16 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         watcher = asyncio.ensure_future(self._watch_never_fits())
         try:
             done, _ = await asyncio.wait({inner, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if inner not in done:
-                inner.cancel()
-                await asyncio.gather(inner, return_exceptions=True)
-                return watcher.result()  # raises the refusal
-            return inner.result()
+        except BaseException:  # cancelled from outside: take KubeSpawner's start down too
+            inner.cancel()
+            raise
         finally:
             watcher.cancel()
+        if inner not in done:
+            inner.cancel()
+            await asyncio.gather(inner, return_exceptions=True)
+            return watcher.result()  # raises the refusal
+        return inner.result()
 
     async def _watch_never_fits(self) -> None:
         """Fail the spawn as soon as the ledger says this pod can never be placed."""

@@ -34,3 +34,10 @@ def test_plugin_bench_reports_allocate_latency_and_a_small_list_and_watch(capsys
     assert isinstance(out["allocate_p99_ms"], float) and out["allocate_p99_ms"] > 0
     assert out["devices"] == 640
     assert out["list_and_watch_bytes"] < out["kubelet_limit_bytes"] < out["list_and_watch_bytes_mib_unit"]
+
+
+def test_form_bench_reports_render_time_with_a_large_ledger(capsys):
+    out = run_json(capsys, "form", "--nodes", "200", "--renders", "20")
+    for key in ("cold_render_ms", "form_render_p50_ms", "form_render_p99_ms"):
+        assert isinstance(out[key], float) and out[key] > 0
+    assert out["nodes"] == 200 and out["slices"] == 4 and out["form_bytes"] > 0

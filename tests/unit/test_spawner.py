@@ -297,3 +297,66 @@ def test_the_core_stays_free_of_jupyterhub_imports():
         "import sys, gpushare_hub, gpushare_hub.core; assert 'kubespawner' not in sys.modules, 'kubespawner'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+async def test_start_fails_early_when_the_pod_can_never_fit(make, monkeypatch):
+    ledger = ledger_with()
+    sp = make(ledger=ledger, never_fits_check_interval=0.01)
+    await start_options(sp, {"profile": "t4-5g"})
+    pod = manifest_dict(await sp.get_pod_manifest())
+    pod["metadata"]["namespace"] = sp.namespace
+    reflector = Reflector(pod)
+    monkeypatch.setattr(GPUShareSpawner, "pod_reflector", property(lambda self: reflector))
+    cancelled = asyncio.Event()
+
+    async def kubespawner_start() -> tuple[str, int]:  # stands in for creating the pod and waiting
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return ("10.0.0.1", 8888)
+
+    monkeypatch.setattr(sp, "_start", kubespawner_start)
+    future = sp.start()
+    await asyncio.sleep(0.05)
+    assert not future.done()  # placeable: it waits
+    ledger.remove_node("gpu-0")
+    with pytest.raises(SpawnRefused, match="can never start here"):
+        await asyncio.wait_for(future, 5)
+    assert cancelled.is_set()
+
+
+async def test_start_returns_kubespawners_result(make, monkeypatch):
+    sp = make(ledger=ledger_with())
+
+    async def kubespawner_start() -> tuple[str, int]:
+        return ("10.0.0.1", 8888)
+
+    monkeypatch.setattr(sp, "_start", kubespawner_start)
+    assert await sp.start() == ("10.0.0.1", 8888)
+
+
+async def test_progress_tells_why_it_waits_then_which_card_it_got(make, monkeypatch):
+    ledger = ledger_with(12, 12)
+    sp = make(ledger=ledger, events_enabled=False)
+    await start_options(sp, {"profile": "t4-5g"})
+    pod = manifest_dict(await sp.get_pod_manifest())
+    pod["metadata"]["namespace"] = sp.namespace
+    reflector = Reflector(pod)
+    monkeypatch.setattr(GPUShareSpawner, "pod_reflector", property(lambda self: reflector))
+    sp._start_future = asyncio.get_running_loop().create_future()
+    events = sp.progress()
+    first = await asyncio.wait_for(events.__anext__(), 5)
+    assert first["message"].startswith("Waiting for a Tesla-T4 with 5 GiB free: every card has less")
+    # Another server stops; the extender places ours and writes the card on the pod.
+    ledger.release("jhub/held-0")
+    placement = Placer(ledger).place_and_commit(demand_from_pod(pod))  # type: ignore[arg-type]
+    pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()  # type: ignore[union-attr]
+    second = await asyncio.wait_for(events.__anext__(), 5)
+    assert (
+        second["message"] == "Your GPU: node gpu-0, card 0 (Tesla-T4, GPU-sim-gpu-0-0): 5 GiB of its 15 GiB"
+    )
+    sp._start_future.set_result(("10.0.0.1", 8888))
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(events.__anext__(), 5)
