@@ -69,7 +69,7 @@ def make(monkeypatch):
 
 
 def manifest_dict(pod: Any) -> dict[str, Any]:
-    return ApiClient().sanitize_for_serialization(pod)  # type: ignore[no-any-return]
+    return ApiClient().sanitize_for_serialization(pod)
 
 
 async def start_options(sp: GPUShareSpawner, options: Any) -> None:
@@ -157,7 +157,7 @@ async def test_quota_counts_the_users_other_servers(make):
     sp = make(quota_gib_per_user=10, quota_gib_per_group={"power": 20}, name="second")
     other = make()
     other.gpushare_slice, other.gpushare_gib = "t4-7g", 7
-    type(other).active = property(lambda self: True)  # type: ignore[assignment]
+    type(other).active = property(lambda self: True)
     try:
         sp.user.spawners = {"": sp, "exp": other}
         with pytest.raises(SpawnRefused) as err:
@@ -351,8 +351,8 @@ async def test_progress_tells_why_it_waits_then_which_card_it_got(make, monkeypa
     assert first["message"].startswith("Waiting for a Tesla-T4 with 5 GiB free: every card has less")
     # Another server stops; the extender places ours and writes the card on the pod.
     ledger.release("jhub/held-0")
-    placement = Placer(ledger).place_and_commit(demand_from_pod(pod))  # type: ignore[arg-type]
-    pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()  # type: ignore[union-attr]
+    placement = Placer(ledger).place_and_commit(demand_from_pod(pod))
+    pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()
     second = await asyncio.wait_for(events.__anext__(), 5)
     assert (
         second["message"] == "Your GPU: node gpu-0, card 0 (Tesla-T4, GPU-sim-gpu-0-0): 5 GiB of its 15 GiB"

@@ -91,7 +91,7 @@ def test_bound_pod_is_told_its_node_and_card():
     ledger = ledger_with()
     pod = pod_obj("jupyter-alice", 5)
     placement = Placer(ledger).place_and_commit(Demand("jhub/jupyter-alice", 5, 1))
-    pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()  # type: ignore[union-attr]
+    pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()
     status = spawn_status(ledger, pod)
     assert isinstance(status, Bound) and (status.node, status.card_index, status.units) == ("gpu-0", 0, 5)
     assert render_status(status) == (
