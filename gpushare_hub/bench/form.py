@@ -55,6 +55,7 @@ async def _measure(nodes: int, renders: int, seed: int) -> dict[str, Any]:
     c = Config()
     c.GPUShareSpawner.slices = CATALOGUE
     c.GPUShareSpawner.ledger_provider = lambda: ledger
+    c.GPUShareSpawner.watch_ledger = False
     with mock.patch("kubespawner.spawner.load_config"):
         spawner = GPUShareSpawner(_mock=True, config=c)
     spawner.user.groups = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import importlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -17,13 +18,14 @@ from jupyterhub.utils import maybe_future  # type: ignore[import-untyped]
 from kubernetes_asyncio.client import V1Pod
 from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from tornado import web
-from traitlets import Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
+from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
 
 from gpushare_hub.core import ResourceNames
 
 from .availability import Availability, availability
 from .availability import render as render_availability
 from .catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
+from .ledger_source import Informer, SharedLedger
 from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
 from .pod import SlicePod, apply_slice
 from .progress import Bound, NeverFits, spawn_status
@@ -173,11 +175,35 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         allow_none=True,
         config=True,
         help="""
-        A callable returning the current ``gpushare_hub.core.Ledger`` (or ``None`` while it has
-        not been read). The form's availability, ``when_unavailable`` and the progress messages
-        read it. ``None``: availability is shown as unknown and spawns are not held back.
+        A callable returning the current ``gpushare_hub.core.Ledger``, or ``None`` while it is
+        not known. The form's availability, ``when_unavailable``, the progress messages and the
+        early failure of pods that never fit read it; while it returns ``None`` availability is
+        shown as unknown and spawns are not held back. Default (``None`` here): the hub
+        process's one shared watch of Nodes and Pods (see ``watch_ledger``).
         """,
     )
+
+    watch_ledger = Bool(
+        True,
+        config=True,
+        help="""
+        Without a ``ledger_provider``, keep one ledger in the hub process from a watch of the
+        API server's Nodes and Pods (the extender's informer), started on first use. The hub's
+        service account then needs ``list`` and ``watch`` on nodes and on pods in all namespaces.
+        """,
+    )
+
+    ledger_max_staleness = Float(
+        30.0,
+        config=True,
+        help="""
+        Seconds a failing watch may go on before its ledger is no longer trusted (availability
+        is then shown as unknown until the watch recovers).
+        """,
+    )
+
+    _shared_ledger: SharedLedger | None = None
+    _no_informer = False
 
     never_fits_check_interval = Float(
         2.0,
@@ -248,7 +274,30 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         return out
 
     def _ledger(self) -> Any:
-        return self.ledger_provider() if self.ledger_provider is not None else None
+        if self.ledger_provider is not None:
+            return self.ledger_provider()
+        shared = type(self)._shared_ledger
+        return shared() if shared is not None and self.watch_ledger else None
+
+    def _make_informer(self) -> Informer:
+        module = importlib.import_module("gpushare_hub.kube.informer")
+        informer: Informer = module.LedgerInformer(self.api.api_client, self.resource_names)
+        return informer
+
+    async def ensure_ledger(self) -> None:
+        """Start the shared watch on first use (when no ``ledger_provider`` is configured)."""
+        cls = type(self)
+        if self.ledger_provider is not None or not self.watch_ledger or cls._no_informer:
+            return
+        if cls._shared_ledger is None:
+            try:
+                importlib.import_module("gpushare_hub.kube.informer")
+            except ImportError as err:
+                self.log.warning("no ledger informer in this installation (%s); availability is unknown", err)
+                cls._no_informer = True
+                return
+            cls._shared_ledger = SharedLedger(self._make_informer, self.ledger_max_staleness)
+        await cls._shared_ledger.ensure_started()
 
     # ---- profiles and the form ----------------------------------------------------------
     async def _profiles(self) -> tuple[list[dict[str, Any]], Catalogue]:
@@ -282,6 +331,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     async def render_form(self, spawner: Any = None) -> str:
         """The spawn form: KubeSpawner's, with each slice's availability; slices the user's
         groups may not use are left out."""
+        await self.ensure_ledger()
         profiles, catalogue = await self._profiles()
         groups = self._group_names()
         shown = []
@@ -315,6 +365,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     # ---- validation, quota, availability ------------------------------------------------
     async def load_user_options(self) -> None:
         """Check ``user_options`` (untrusted) and apply the chosen profile and slice."""
+        await self.ensure_ledger()
         profiles, catalogue = await self._profiles()
         initialised = self._get_initialized_profile_list(profiles)
         outcome = check_options(self.user_options, initialised, catalogue, self._group_names())

@@ -56,6 +56,7 @@ def make(monkeypatch):
     ) -> GPUShareSpawner:
         c = Config()
         c.GPUShareSpawner.slices = SLICES
+        c.GPUShareSpawner.watch_ledger = False  # no API server here: a ledger is given or none
         for k, v in traits.items():
             setattr(c.GPUShareSpawner, k, v)
         if ledger is not None:
