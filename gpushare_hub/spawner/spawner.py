@@ -214,6 +214,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     # The slice of this server (kept in the hub's state; None: no GPU).
     gpushare_slice: str | None = None
     gpushare_gib: int = 0
+    _gpushare_chosen: Slice | None = None
 
     @validate("slices")
     def _validate_slices(self, proposal: Any) -> Any:
@@ -374,7 +375,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         if initialised:
             self._load_profile(outcome.profile, initialised)
         chosen = outcome.slice
-        self.gpushare_slice, self.gpushare_gib = None, 0
+        self.gpushare_slice, self.gpushare_gib, self._gpushare_chosen = None, 0, None
         if chosen is None:
             return
         gib = chosen.quota_gib(self.resource_names)
@@ -406,7 +407,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     async def get_pod_manifest(self) -> V1Pod:
         """KubeSpawner's manifest, then the slice: after every override, so none can undo it."""
         pod: V1Pod = await super().get_pod_manifest()
-        chosen: Slice | None = getattr(self, "_gpushare_chosen", None)
+        chosen = self._gpushare_chosen
         if chosen is None or self.gpushare_slice is None:
             return pod
         return apply_slice(pod, self.slice_pod(chosen))
