@@ -361,6 +361,8 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
 
     @default("options_form")
     def _options_form_default(self) -> Any:
+        if not self.slices and not self.profile_list:
+            return ""  # nothing to choose: JupyterHub starts the server without a form
         return self.render_form
 
     # ---- validation, quota, availability ------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from jupyterhub import orm
+from jupyterhub.utils import format_exception
 from kubernetes_asyncio.client import ApiClient
 from traitlets.config import Config
 
@@ -142,6 +143,8 @@ async def test_refusals_say_what_was_wrong(make, options, status, words):
         await start_options(sp, options)
     assert err.value.status_code == status
     assert words in err.value.jupyterhub_message
+    # What JupyterHub shows on the progress page ("Spawn failed: ...") and in REST errors.
+    assert format_exception(err.value)[0] == err.value.jupyterhub_message
     assert sp.gpushare_slice is None
 
 
@@ -361,3 +364,7 @@ async def test_progress_tells_why_it_waits_then_which_card_it_got(make, monkeypa
     sp._start_future.set_result(("10.0.0.1", 8888))
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(events.__anext__(), 5)
+
+
+async def test_no_catalogue_and_no_profiles_means_no_form(make):
+    assert make(slices=[]).options_form == ""
