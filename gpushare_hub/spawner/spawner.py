@@ -31,6 +31,12 @@ from .pod import SlicePod, apply_slice
 from .progress import Bound, NeverFits, spawn_status
 from .progress import render as render_status
 
+# How the availability note looks beside a slice's name on KubeSpawner's form.
+FORM_STYLE = (
+    "<style>.gpushare-availability{font-size:75%;font-weight:normal}"
+    ".gpushare-free{color:#3c763d}.gpushare-unavailable{color:#a94442}"
+    ".gpushare-unknown{color:#777}</style>\n"
+)
 STATE_SLICE = "gpushare_slice"
 STATE_GIB = "gpushare_gib"
 
@@ -357,7 +363,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                     f'gpushare-{state}" data-gpushare-slice="{escape(s.slug)}">— {escape(note)}</span>',
                 }
             shown.append(p)
-        return str(self._render_options_form(shown))
+        return FORM_STYLE + str(self._render_options_form(shown))
 
     @default("options_form")
     def _options_form_default(self) -> Any:
