@@ -139,6 +139,10 @@ class InspectHandler(_Base):
             {"node": n, "uuid": u, "used": used, "units": units}
             for n, u, used, units in self.service.ledger.overcommitted()
         ]
+        snap["ignored"] = [
+            {"pod": r.key, "node": r.node, "reason": r.reason.value, "message": r.message()}
+            for r in self.service.ledger.ignored()
+        ]
         snap["ready"] = self.service.ready
         self.send_json(snap)
 
