@@ -35,6 +35,7 @@ from gpushare_hub.core import (
 
 from .decisions import Decisions
 from .kube import Kube, sleep_backoff
+from .leader import LeaseElector
 from .wire import BindingArgs
 
 log = logging.getLogger("gpushare.extender")
@@ -74,6 +75,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.binds_refused = Counter(
+            "gpushare_extender_binds_refused",
+            "Binds refused before any decision: no pod UID, or this replica does not hold the Lease",
+            ["reason"],
+            registry=r,
+        )
         self.overcommitted = Gauge(
             "gpushare_ledger_overcommitted_cards",
             "Cards whose pods' annotations add up to more than the card",
@@ -106,6 +113,7 @@ class ExtenderService:
         self.metrics = Metrics()
         self.metrics.watch_ledger(lambda: self.ledger)
         self.ready = False
+        self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
         self._tasks: list[asyncio.Task[None]] = []
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._warned: set[str] = set()
@@ -289,6 +297,19 @@ class ExtenderService:
             self._observe_pod(self.ledger, obj, deleted)
 
     # ---- bind ----------------------------------------------------------------------------
+    def _bind_refusal(self, args: BindingArgs) -> str:
+        """Binds this replica must not do: without the pod's UID, or while another replica leads."""
+        if not args.pod_uid:
+            self.metrics.binds_refused.labels("no-uid").inc()
+            return (
+                f"bind of pod {args.pod_namespace}/{args.pod_name}: PodUID is missing; the extender binds "
+                "only the pod that kube-scheduler scheduled, named by its UID"
+            )
+        if self.elector is not None and not self.elector.leader:
+            self.metrics.binds_refused.labels("not-leader").inc()
+            return f"bind of pod {args.pod_namespace}/{args.pod_name}: {self.elector.refusal()}"
+        return ""
+
     async def bind(self, args: BindingArgs) -> str:
         """Choose the card and bind; returns "" or the error for ExtenderBindingResult.Error.
 
@@ -297,6 +318,9 @@ class ExtenderService:
         the API server applies atomically: either the pod is bound with its card
         written on it, or nothing changed and the ledger entry is dropped again.
         """
+        refusal = self._bind_refusal(args)
+        if refusal:
+            return refusal
         assert self.kube is not None
         key = f"{args.pod_namespace}/{args.pod_name}"
         pod = self._recent.pop(args.pod_uid, None) if args.pod_uid else None
