@@ -31,12 +31,13 @@ import tornado.web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Enum, Float, Integer, Unicode, default
+from traitlets import Bool, Enum, Float, Integer, List, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.policy import POLICIES
 
+from .admission import Identities, admission_yaml
 from .auth import CallerPolicy
 from .kube import Kube, make_api_client
 from .leader import LeaseElector, LeaseSettings
@@ -351,6 +352,33 @@ class GPUShareExtender(Application):
     warn_bypass = Bool(True, help="Emit a Warning event for pods that bypassed the dedicated scheduler.").tag(
         config=True
     )
+    admission_extender_users = List(
+        Unicode(),
+        default_value=list(Identities().extender),
+        help="""For --print-admission-policy: the extender's identities as the API server names
+        them (a service account: system:serviceaccount:<namespace>:<name>). Only these may
+        write gpushare-hub.io/allocation and ALIYUN_COM_GPU_MEM_* on pods.""",
+    ).tag(config=True)
+    admission_plugin_users = List(
+        Unicode(),
+        default_value=list(Identities().plugin),
+        help="""For --print-admission-policy: the device plugin's identities. Each may change
+        only its own Node and the pods bound to it, as named by its service-account token.""",
+    ).tag(config=True)
+    admission_admin_groups = List(
+        Unicode(),
+        default_value=list(Identities().admin_groups),
+        help="For --print-admission-policy: groups that may repair the protected annotations.",
+    ).tag(config=True)
+    allow_user_policy = Bool(
+        False,
+        help="""For --print-admission-policy: let users choose a placement policy with the pod
+        annotation gpushare-hub.io/policy (off: only the extender's identity and admins may set it).""",
+    ).tag(config=True)
+    print_admission_policy = Bool(
+        False,
+        help="Print the ValidatingAdmissionPolicies (and bindings) that refuse forged annotations, and exit.",
+    ).tag(config=True)
     print_scheduler_config = Bool(
         False,
         help="Print a KubeSchedulerConfiguration for a dedicated scheduler using this extender, and exit.",
@@ -378,6 +406,9 @@ class GPUShareExtender(Application):
         "scheduler-client-cert": "GPUShareExtender.scheduler_client_cert",
         "scheduler-client-key": "GPUShareExtender.scheduler_client_key",
         "scheduler-ca": "GPUShareExtender.scheduler_ca",
+        "admission-extender-user": "GPUShareExtender.admission_extender_users",
+        "admission-plugin-user": "GPUShareExtender.admission_plugin_users",
+        "admission-admin-group": "GPUShareExtender.admission_admin_groups",
         "lease-name": "GPUShareExtender.lease_name",
         "lease-namespace": "GPUShareExtender.lease_namespace",
         "lease-duration": "GPUShareExtender.lease_duration",
@@ -392,6 +423,14 @@ class GPUShareExtender(Application):
             "Print the KubeSchedulerConfiguration and exit.",
         ),
         "no-warn-bypass": ({"GPUShareExtender": {"warn_bypass": False}}, "Do not emit bypass warnings."),
+        "print-admission-policy": (
+            {"GPUShareExtender": {"print_admission_policy": True}},
+            "Print the admission policies that refuse forged annotations, and exit.",
+        ),
+        "allow-user-policy": (
+            {"GPUShareExtender": {"allow_user_policy": True}},
+            "In the printed admission policy, let users set gpushare-hub.io/policy.",
+        ),
         "leader-elect": (
             {"GPUShareExtender": {"leader_elect": True}},
             "Bind only while holding the Lease (several replicas answering at once).",
@@ -405,6 +444,15 @@ class GPUShareExtender(Application):
         logging.basicConfig(
             level=cast(int, self.log_level), format="%(asctime)s %(levelname)s %(name)s %(message)s"
         )
+        if self.print_admission_policy:
+            ids = Identities(
+                extender=tuple(self.admission_extender_users),
+                plugin=tuple(self.admission_plugin_users),
+                admin_groups=tuple(self.admission_admin_groups),
+                allow_user_policy=self.allow_user_policy,
+            )
+            print(admission_yaml(ids), end="")
+            return
         if self.print_scheduler_config:
             scheme = "https" if self.tls_cert else "http"
             tls = {
