@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -43,8 +44,13 @@ class LeaseSettings:
     retry_period: float = 2.0
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
+def _now() -> str:
+    """MicroTime as the API server writes it (always six fractional digits)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _micro(value: dt.datetime | None) -> str | None:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if value else None
 
 
 class LeaseElector:
@@ -88,15 +94,23 @@ class LeaseElector:
                 log.warning("lease %s/%s: %s", self.settings.namespace, self.settings.name, err)
             await asyncio.sleep(self.settings.retry_period)
 
-    def _spec(self, acquire: dt.datetime | None, transitions: int) -> client.V1LeaseSpec:
+    def _body(self, acquire: str | None, transitions: int, resource_version: str = "") -> Any:
         s = self.settings
-        return client.V1LeaseSpec(
-            holder_identity=s.identity,
-            lease_duration_seconds=max(1, int(s.lease_duration)),
-            acquire_time=acquire or _now(),
-            renew_time=_now(),
-            lease_transitions=transitions,
-        )
+        meta: dict[str, Any] = {"name": s.name, "namespace": s.namespace}
+        if resource_version:
+            meta["resourceVersion"] = resource_version  # lost races answer 409
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": s.identity,
+                "leaseDurationSeconds": max(1, int(s.lease_duration)),
+                "acquireTime": acquire or _now(),
+                "renewTime": _now(),
+                "leaseTransitions": transitions,
+            },
+        }
 
     async def _try_once(self) -> None:
         s = self.settings
@@ -108,11 +122,8 @@ class LeaseElector:
                 raise
             lease = None
         if lease is None:
-            new = client.V1Lease(
-                metadata=client.V1ObjectMeta(name=s.name, namespace=s.namespace), spec=self._spec(None, 0)
-            )
             try:
-                await self.api.create_namespaced_lease(s.namespace, new)
+                await self.api.create_namespaced_lease(s.namespace, self._body(None, 0))
             except ApiException as err:
                 if err.status == 409:  # another replica created it first
                     return
@@ -130,9 +141,11 @@ class LeaseElector:
             self._elected = False
             return
         transitions = int(spec.lease_transitions or 0) + (0 if ours else 1)
-        lease.spec = self._spec(spec.acquire_time if ours else None, transitions)
+        body = self._body(
+            _micro(spec.acquire_time) if ours else None, transitions, lease.metadata.resource_version
+        )
         try:
-            await self.api.replace_namespaced_lease(s.name, s.namespace, lease)
+            await self.api.replace_namespaced_lease(s.name, s.namespace, body)
         except ApiException as err:
             if err.status == 409:  # someone else updated it in between
                 self._elected = False
