@@ -28,3 +28,27 @@ def test_admission_policy_example_is_what_the_extender_prints():
     assert shipped == admission_yaml(Identities())
     kinds = [d["kind"] for d in yaml.safe_load_all(shipped)]
     assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+
+
+def test_printed_scheduler_config_carries_the_client_certificate_for_mutual_tls(capsys):
+    from extender.app import GPUShareExtender
+
+    app = GPUShareExtender()
+    app.initialize(
+        [
+            "--print-scheduler-config",
+            "--tls-cert=/etc/ext/tls.crt",
+            "--tls-key=/etc/ext/tls.key",
+            "--scheduler-client-cert=/etc/sched/client.crt",
+            "--scheduler-client-key=/etc/sched/client.key",
+            "--scheduler-ca=/etc/sched/extender-ca.crt",
+        ]
+    )
+    app.start()
+    (entry,) = yaml.safe_load(capsys.readouterr().out)["extenders"]
+    assert entry["urlPrefix"].startswith("https://") and entry["enableHTTPS"] is True
+    assert entry["tlsConfig"] == {
+        "certFile": "/etc/sched/client.crt",
+        "keyFile": "/etc/sched/client.key",
+        "caFile": "/etc/sched/extender-ca.crt",
+    }
