@@ -178,8 +178,7 @@ def read_allocation(
                     f"container {c.container} gets {c.units} units of card {c.uuid}, "
                     "which the record does not give the pod",
                 )
-        if containers and sum(c.units for c in containers) != sum(uuids.values()):
-            return ignored(Ignored.WRONG_AMOUNT, "the containers' shares do not add up to the pod's")
+        # (Containers may add up to more than the pod: init containers run before the others.)
     else:
         try:
             indices = [int(i) for i in str(ann.get(GPU_MEM_IDX, "")).split(",") if i.strip()]

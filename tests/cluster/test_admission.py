@@ -111,7 +111,9 @@ class Guarded:
         cfg.ssl_ca_cert = str(Path(self.cluster.workdir) / "pki" / "ca.crt")
         cfg.api_key = {"authorization": f"Bearer {token}"}
         api_client = client.ApiClient(cfg)
-        review = client.AuthenticationV1Api(api_client).create_self_subject_review({})
+        review = client.AuthenticationV1Api(api_client).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
         return client.CoreV1Api(api_client), review.status.user_info.to_dict()
 
 

@@ -265,3 +265,14 @@ def test_snapshot_lists_every_card_with_its_pods():
     card = snap["nodes"][0]["cards"][0]
     assert (card["used"], card["free"], card["pods"][0]["pod"]) == (5, 10, "jhub/alice")
     assert (snap["used"], snap["total"], snap["unit"]) == (5, 30, "GiB")
+
+
+def test_a_pod_with_an_init_container_asking_too_is_read_back_as_placed():
+    init = [{"name": "warmup", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]
+    pod = pod_obj("nb", 4, init=init)
+    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    placed = Placer(ledger).place_and_commit(demand_from_pod(pod))
+    assert isinstance(placed, Placement) and len(placed.containers) == 2
+    ann = placed.record().pod_annotations({c.uuid: 15 for c in placed.cards}, assume_time_ns=1)
+    seen = pod_obj("nb", 4, init=init, node="gpu-1", annotations=ann, phase="Running")
+    assert Ledger.from_objects([node_obj("gpu-1")], [seen]).allocation("jhub/nb") is not None
