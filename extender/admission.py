@@ -113,7 +113,7 @@ def _pod_policy(ids: Identities) -> dict[str, Any]:
     extenders = ", ".join(ids.extender)
     plugins = ", ".join(ids.plugin)
     plugin_keys = _cel_list(PLUGIN_POD_KEYS)
-    is_pod = "request.subResource != 'binding'"
+    is_pod = "request.?subResource.orValue('') != 'binding'"
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
