@@ -100,9 +100,10 @@ class IgnoredRecord:
     node: str = ""
 
     def message(self) -> str:
+        fix = _FIX[self.reason]
         return (
             f"ignoring the GPU allocation written on pod {self.key}: {self.detail}; "
-            f"it holds no card. {_FIX[self.reason].capitalize()}."
+            f"it holds no card. {fix[:1].upper()}{fix[1:]}."
         )
 
 

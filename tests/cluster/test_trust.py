@@ -168,8 +168,8 @@ def test_two_active_replicas_only_the_lease_holder_binds(local_cluster, node_gro
         "--leader-elect",
         f"--lease-name={lease}",
         "--lease-namespace=kube-system",
-        "--lease-duration=6",
-        "--lease-renew-deadline=4",
+        "--lease-duration=15",
+        "--lease-renew-deadline=10",
         "--lease-retry-period=1",
     ]
     exts = []
