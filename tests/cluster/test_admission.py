@@ -20,9 +20,12 @@ from extender.admission import Identities, admission_manifests
 from extender.rbac import cluster_role, cluster_role_binding
 from gpushare_hub.core import ALLOCATION_ANNOTATION, AllocationRecord, CardShare
 from gpushare_hub.core.annotations import CARDS_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX
+from gpushare_hub.core.cards import declared_cards
+from gpushare_hub.core.resources import DEFAULT_NAMES
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from plugin.kube import RBAC_RULES as PLUGIN_RULES
+from plugin.kube import KubePods, publish_node
 from tests.conftest import _CLUSTERS, gpu_pod, wait_for
 
 SCHED = "gpushare-scheduler"
@@ -214,8 +217,13 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
         assert wait_for(lambda i=i: admin.read_namespaced_pod(f"p{i}", "alice").spec.node_name, timeout=60)
         assert admin.read_namespaced_pod(f"p{i}", "alice").spec.node_name == node
     mark = {"metadata": {"annotations": {GPU_MEM_ASSIGNED: "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1"}}}
-    plugin.patch_namespaced_pod("p0", "alice", mark)  # its own node: allowed
+    # The plugin's own calls on its own node pass: marking a pod served, publishing the inventory.
+    uid0 = admin.read_namespaced_pod("p0", "alice").metadata.uid
+    KubePods(plugin.api_client).mark_assigned("alice", "p0", uid0)
     assert admin.read_namespaced_pod("p0", "alice").metadata.annotations[GPU_MEM_ASSIGNED] == "true"
+    publish_node(
+        plugin.api_client, "gpu-1", list(declared_cards("gpu-1", 2, "Tesla T4", 15360)), DEFAULT_NAMES
+    )
     with pytest.raises(ApiException) as err:
         plugin.patch_namespaced_pod("p1", "alice", mark)  # a pod on gpu-2
     assert err.value.status == 403
@@ -223,8 +231,6 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
     with pytest.raises(ApiException) as err:  # its own node's pod, but the extender's record
         plugin.patch_namespaced_pod("p0", "alice", {"metadata": {"annotations": {GPU_MEM_IDX: "1"}}})
     assert err.value.status == 403
-    inventory = {"metadata": {"annotations": {CARDS_ANNOTATION: admin_cards(admin, "gpu-1")}}}
-    plugin.patch_node("gpu-1", inventory)  # its own Node: allowed
     with pytest.raises(ApiException) as err:
         plugin.patch_node("gpu-2", {"metadata": {"annotations": {CARDS_ANNOTATION: "[]"}}})
     assert err.value.status == 403
@@ -232,7 +238,3 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
     with pytest.raises(ApiException) as err:
         plugin.patch_node("gpu-2", {"metadata": {"labels": {"stolen": "yes"}}})
     assert err.value.status == 403 and "runs on node gpu-1, not gpu-2" in denial(err.value)
-
-
-def admin_cards(admin: client.CoreV1Api, node: str) -> str:
-    return str(admin.read_node(node).metadata.annotations[CARDS_ANNOTATION])
