@@ -12,7 +12,8 @@ Who may write what (the trust model in the README and DESIGN.md):
 * ``gpushare-hub.io/cards`` and ``gpushare-hub.io/allocator`` on Nodes: only the
   device plugin of that Node.
 * ``gpushare-hub.io/policy`` on pods: like the allocation, unless the admin lets users
-  choose (``allow_user_policy``; off by default). The card-model annotations stay
+  choose (``allow_user_policy``; off by default) or names identities that may set it
+  (``policy_setters``, e.g. the hub's). The card-model annotations stay
   open to users: they only narrow where their own pod may go.
 * The device plugin's identity, whatever it writes, may change only its own Node and
   the pods bound to it, and on pods only those two annotations: as narrow as the
@@ -57,6 +58,9 @@ class Identities:
     plugin: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-device-plugin",)
     admin_groups: Sequence[str] = ("system:masters",)
     allow_user_policy: bool = False
+    # Identities that may set gpushare-hub.io/policy when users may not (e.g. the hub's, for
+    # an admin's per-profile policy).
+    policy_setters: Sequence[str] = ()
     name: str = "gpushare-hub"
     extra_labels: dict[str, str] = field(default_factory=dict)
 
@@ -113,6 +117,12 @@ def _pod_policy(ids: Identities) -> dict[str, Any]:
     extenders = ", ".join(ids.extender)
     plugins = ", ".join(ids.plugin)
     plugin_keys = _cel_list(PLUGIN_POD_KEYS)
+    setters = (
+        f" || (request.userInfo.username in {_cel_list(ids.policy_setters)} && "
+        f"variables.changed.all(k, k == {_cel_str(POLICY_ANNOTATION)}))"
+        if ids.policy_setters and not ids.allow_user_policy
+        else ""
+    )
     is_pod = "request.?subResource.orValue('') != 'binding'"
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -141,6 +151,7 @@ def _pod_policy(ids: Identities) -> dict[str, Any]:
                     "expression": (
                         "size(variables.changed) == 0 || variables.isAdmin || variables.isExtender || "
                         f"(variables.isPlugin && {is_pod} && variables.changed.all(k, k in {plugin_keys}))"
+                        f"{setters}"
                     ),
                     "messageExpression": (
                         f"'{what} on pods are written only by the gpushare extender ({extenders}); "

@@ -370,6 +370,13 @@ class GPUShareExtender(Application):
         default_value=list(Identities().admin_groups),
         help="For --print-admission-policy: groups that may repair the protected annotations.",
     ).tag(config=True)
+    admission_policy_users = List(
+        Unicode(),
+        default_value=[],
+        help="""For --print-admission-policy: identities that may set the pod annotation
+        gpushare-hub.io/policy while users may not (e.g. the hub's service account, when
+        GPUShareSpawner writes a policy an admin chose for a profile).""",
+    ).tag(config=True)
     allow_user_policy = Bool(
         False,
         help="""For --print-admission-policy: let users choose a placement policy with the pod
@@ -409,6 +416,7 @@ class GPUShareExtender(Application):
         "admission-extender-user": "GPUShareExtender.admission_extender_users",
         "admission-plugin-user": "GPUShareExtender.admission_plugin_users",
         "admission-admin-group": "GPUShareExtender.admission_admin_groups",
+        "admission-policy-user": "GPUShareExtender.admission_policy_users",
         "lease-name": "GPUShareExtender.lease_name",
         "lease-namespace": "GPUShareExtender.lease_namespace",
         "lease-duration": "GPUShareExtender.lease_duration",
@@ -450,6 +458,7 @@ class GPUShareExtender(Application):
                 plugin=tuple(self.admission_plugin_users),
                 admin_groups=tuple(self.admission_admin_groups),
                 allow_user_policy=self.allow_user_policy,
+                policy_setters=tuple(self.admission_policy_users),
             )
             print(admission_yaml(ids), end="")
             return

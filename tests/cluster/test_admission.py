@@ -63,7 +63,9 @@ class Guarded:
         )
         cluster.grant("alice", USER_RULES)  # a notebook user who may write pods, and (say) patch nodes
         self.alice = cluster.core_api(cluster.credential("alice", "alice"))
-        ids = Identities(extender=("gpushare-extender",), plugin=(PLUGIN_USER,))
+        ids = Identities(extender=("gpushare-extender",), plugin=(PLUGIN_USER,), policy_setters=("the-hub",))
+        cluster.grant("the-hub", USER_RULES)
+        self.hub = cluster.core_api(cluster.credential("the-hub", "the-hub"))
         admission = client.AdmissionregistrationV1Api(cluster.api_client())
         for doc in admission_manifests(ids):
             if doc["kind"] == "ValidatingAdmissionPolicy":
@@ -160,6 +162,11 @@ def test_a_users_forged_annotations_are_refused_on_create_and_patch_and_the_exte
         message = denial(err.value)
         assert "written only by the gpushare extender (gpushare-extender)" in message, message
         assert "alice may not set" in message and next(iter(ann)) in message
+    # The hub may write an admin's policy choice, and only that.
+    guarded.hub.create_namespaced_pod("alice", plain("profiled", {"gpushare-hub.io/policy": "spread"}))
+    with pytest.raises(ApiException) as err:
+        guarded.hub.create_namespaced_pod("alice", plain("hubforged", {GPU_MEM_IDX: "0"}))
+    assert err.value.status == 403 and "the-hub may not set" in denial(err.value)
     # Card-model annotations are the user's to set; the extender's bind writes its record.
     body = gpu_pod("nb", 5, SCHED)
     body["metadata"]["annotations"] = {"gpushare-hub.io/card-models": "T4"}
