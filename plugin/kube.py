@@ -59,6 +59,25 @@ class KubePods(PodSource):
         self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
 
 
+MPS_LABEL = "gpushare-hub.io/mps"
+MPS_MULTI_USER_LABEL = "gpushare-hub.io/mps-multi-user"
+
+
+def publish_isolation(api: Any, node: str, mps: bool, multi_user: bool) -> None:
+    """Label the node ``gpushare-hub.io/mps=true`` for the MPS control-daemon DaemonSet (and
+    ``gpushare-hub.io/mps-multi-user=true`` where its daemons run ``-M``); the labels come off
+    when MPS is switched off."""
+    from kubernetes import client
+
+    labels = {
+        MPS_LABEL: "true" if mps else None,
+        MPS_MULTI_USER_LABEL: "true" if mps and multi_user else None,
+    }
+    client.CoreV1Api(api).patch_node(
+        node, {"metadata": {"labels": labels}}, _content_type="application/merge-patch+json"
+    )
+
+
 def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -> None:
     """The node's card inventory and our allocator mark (metadata), and the card count (status).
 
