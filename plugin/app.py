@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from traitlets import Bool, Enum, Float, Unicode, default
+from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core.errors import GPUShareError
@@ -107,6 +107,22 @@ class GPUShareDevicePlugin(Application):
         Per node: 'tensorflowMemoryLimit' in --node-config.""",
     ).tag(config=True)
 
+    usage_interval = Float(
+        15.0,
+        help="""Seconds between readings of each card's processes (NVML; the plugin needs hostPID
+        to map them to pods through their cgroups). Published on the Node as
+        gpushare-hub.io/usage, as Prometheus metrics on --metrics-port, and as one Warning
+        event per pod over its slice. 0: off.""",
+    ).tag(config=True)
+    usage_file = Unicode(
+        "",
+        help="""Simulated backend: JSON list of processes on the cards, e.g.
+        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963}], read at every usage reading.""",
+    ).tag(config=True)
+    metrics_port = Int(
+        0, help="Port of the Prometheus /metrics endpoint (per-pod GPU memory used, slices); 0: none."
+    ).tag(config=True)
+
     @default("log_level")
     def _log_level_default(self) -> int:
         return logging.INFO
@@ -129,6 +145,9 @@ class GPUShareDevicePlugin(Application):
         "mps-root": "GPUShareDevicePlugin.mps_root",
         "cdi": "GPUShareDevicePlugin.cdi",
         "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
+        "usage-interval": "GPUShareDevicePlugin.usage_interval",
+        "usage-file": "GPUShareDevicePlugin.usage_file",
+        "metrics-port": "GPUShareDevicePlugin.metrics_port",
         "log-level": "Application.log_level",
     }
 
@@ -137,7 +156,10 @@ class GPUShareDevicePlugin(Application):
             if not self.simulate:
                 raise BackendUnavailable("--backend simulated needs --simulate, e.g. '2x Tesla T4:15360'")
             return SimulatedBackend(
-                self.simulate, self.node_name, Path(self.health_file) if self.health_file else None
+                self.simulate,
+                self.node_name,
+                Path(self.health_file) if self.health_file else None,
+                Path(self.usage_file) if self.usage_file else None,
             )
         return NVMLBackend()
 
@@ -188,6 +210,27 @@ class GPUShareDevicePlugin(Application):
                 "that host folder into the plugin's container, or pass --hook-host-path='' to run "
                 "without the PyTorch cap"
             ) from err
+
+    def start_usage(self, api: Any, state: PluginState, runner: Runner) -> None:
+        """The usage loop (a daemon thread) and its metrics endpoint."""
+        import threading
+
+        from prometheus_client import start_http_server
+        from prometheus_client.registry import CollectorRegistry
+
+        from .kube import KubeUsageSink
+        from .usage import UsageCollector, UsageReporter
+
+        if self.usage_interval <= 0:
+            return
+        reporter = UsageReporter(state, KubeUsageSink(api, self.node_name), mps=self.mps)
+        threading.Thread(
+            target=reporter.run, args=(runner.stop, self.usage_interval), name="usage", daemon=True
+        ).start()
+        if self.metrics_port:
+            registry = CollectorRegistry()
+            registry.register(UsageCollector(reporter))
+            start_http_server(self.metrics_port, registry=registry)
 
     def start(self) -> None:
         logging.basicConfig(
@@ -245,6 +288,7 @@ class GPUShareDevicePlugin(Application):
                 log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
 
         runner = Runner(state, on_registered=publish)
+        self.start_usage(api, state, runner)
 
         def stop(*_: Any) -> None:
             runner.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from gpushare_hub.core.annotations import (
     GPU_MEM_ASSUME_TIME,
 )
 from gpushare_hub.core.cards import Card, cards_to_annotation
+from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.core.resources import ResourceNames
 
 from .server import PodSource
@@ -22,6 +24,7 @@ RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 
 
@@ -57,10 +60,6 @@ class KubePods(PodSource):
             }
         }
         self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
-
-
-MPS_LABEL = "gpushare-hub.io/mps"
-MPS_MULTI_USER_LABEL = "gpushare-hub.io/mps-multi-user"
 
 
 def publish_isolation(api: Any, node: str, mps: bool, multi_user: bool) -> None:
@@ -104,3 +103,41 @@ def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -
         {"status": {"capacity": {names.count: count}, "allocatable": {names.count: count}}},
         _content_type="application/merge-patch+json",
     )
+
+
+class KubeUsageSink:
+    """The usage loop's writes: its own Node's annotations, and Warning events on pods."""
+
+    def __init__(self, api: Any, node: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api)
+        self.node = node
+
+    def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None:
+        self.core.patch_node(
+            node, {"metadata": {"annotations": annotations}}, _content_type="application/merge-patch+json"
+        )
+
+    def warn_pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "gpushare-device-plugin", "host": self.node},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.core.create_namespaced_event(namespace, event)

@@ -8,7 +8,8 @@
 //
 //	{"op":"capacity"}                         -> {"capacity":{...},"allocatable":{...}}
 //	{"op":"allocate","pod":{...v1.Pod...},"container":"c"}
-//	                                          -> {"envs":{...},"devices":[...]} or {"error":"..."}
+//	                                          -> {"envs":{...},"mounts":[...],"cdi_devices":[...],
+//	                                              "devices":[...]} or {"error":"..."}
 //	{"op":"restart"}                          -> {"ok":true}   (a kubelet restart: the folder is wiped)
 //	{"op":"quit"}
 package main
@@ -93,9 +94,19 @@ func (h *harness) handle(c command) map[string]any {
 			return map[string]any{"error": err.Error()}
 		}
 		envs := map[string]string{}
+		mounts := []map[string]any{}
+		cdi := []string{}
 		if opts != nil {
 			for _, e := range opts.Envs {
 				envs[e.Name] = e.Value
+			}
+			for _, m := range opts.Mounts {
+				mounts = append(mounts, map[string]any{
+					"container_path": m.ContainerPath, "host_path": m.HostPath, "read_only": m.ReadOnly,
+				})
+			}
+			for _, d := range opts.CDIDevices {
+				cdi = append(cdi, d.Name)
 			}
 		}
 		devices := h.manager.GetDevices(string(c.Pod.UID), c.Container)
@@ -105,7 +116,7 @@ func (h *harness) handle(c command) map[string]any {
 				ids = append(ids, id)
 			}
 		}
-		return map[string]any{"envs": envs, "devices": ids}
+		return map[string]any{"envs": envs, "mounts": mounts, "cdi_devices": cdi, "devices": ids}
 	case "restart":
 		if err := h.manager.Stop(); err != nil {
 			return map[string]any{"error": err.Error()}
