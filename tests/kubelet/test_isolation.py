@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import urllib.request
 
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from tests.conftest import gpu_pod, wait_for
@@ -103,3 +105,60 @@ def test_mps_and_cdi_nodes_from_the_per_node_config_map(local_cluster, device_ma
         plugin.start()
         assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
     assert wait_for(lambda: mps_label(api) is None, timeout=20)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned_once(
+    local_cluster, device_manager, plugin, namespace, tmp_path
+):
+    api = local_cluster.core_api()
+    clear_node(api)
+    pod, _ = allocate_slice(local_cluster, device_manager, namespace, "heavy", 5)
+    uid, card = pod["metadata"]["uid"], chosen_card(pod)
+    usage = tmp_path / "usage.json"
+    usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 6963}]))
+    port = free_port()
+    plugin.kill()
+    plugin.start(f"--usage-file={usage}", "--usage-interval=0.5", f"--metrics-port={port}")
+    try:
+
+        def published(mib: int):
+            raw = (api.read_node(NODE).metadata.annotations or {}).get("gpushare-hub.io/usage")
+            rows = [r for r in json.loads(raw or '{"pods": []}')["pods"] if r["uid"] == uid]
+            return rows if rows and rows[0]["usedMiB"] == mib else None
+
+        rows = wait_for(lambda: published(6963), timeout=30)
+        assert rows == [
+            {"pod": f"{namespace}/heavy", "uid": uid, "card": card, "usedMiB": 6963, "sliceMiB": 5120}
+        ]
+
+        def warnings():
+            evs = api.list_namespaced_event(namespace, field_selector="involvedObject.name=heavy").items
+            return [e for e in evs if e.reason == "GPUShareOverSlice"]
+
+        assert wait_for(warnings, timeout=20), "no Warning for a pod over its slice"
+        usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 7000}]))
+        assert wait_for(lambda: published(7000), timeout=30)  # a later reading, still over the slice ...
+        [event] = warnings()  # ... and still one event
+        assert event.type == "Warning" and "6.8 GiB" in event.message and "5 GiB slice" in event.message
+
+        def scrape() -> str:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    return str(r.read().decode())
+            except OSError:
+                return ""
+
+        text = wait_for(scrape, timeout=20)
+        labels = f'card="{card}",namespace="{namespace}",pod="heavy"'
+        assert f"gpushare_pod_gpu_memory_used_bytes{{{labels}}} 7.301234688e+09" in text
+        assert "gpushare_pods_over_slice 1.0" in text
+    finally:
+        plugin.kill()
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
