@@ -110,6 +110,18 @@ def test_the_cap_is_queued_at_import_and_set_when_cuda_starts_before_the_first_a
     ]
 
 
+def test_a_find_spec_probe_before_the_import_does_not_use_up_the_hook(tmp_path):
+    """transformers and others ask ``importlib.util.find_spec("torch")`` before importing it."""
+    probe = "import importlib.util; assert importlib.util.find_spec('torch'); " + USE_TORCH
+    for version in ("2.4.0", "2.10.0"):
+        proc, events = run(tmp_path, probe, fake_site(tmp_path / version, version), env=SLICE)
+        assert proc.returncode == 0, proc.stderr
+        capped = ["set_fraction", 0.3333, 0] in events or events[0][
+            1
+        ] == "per_process_memory_fraction:0.333333"
+        assert capped, (version, events)
+
+
 def test_without_the_hook_nothing_caps_pytorch(tmp_path):
     """The measured problem: the plugin's environment alone never reaches PyTorch."""
     proc, events = run(tmp_path, USE_TORCH, fake_site(tmp_path), env=SLICE, hook=False)

@@ -188,11 +188,11 @@ def _safely(what: str, fn: Callable[[Any], None], arg: Any) -> None:
 class _WrappedLoader:
     """The real loader, plus a call once the module has executed."""
 
-    def __init__(self, loader: Any, spec: Any, name: str, after: Callable[[Any], None]) -> None:
+    def __init__(self, watcher: ImportWatcher, loader: Any, spec: Any, name: str) -> None:
+        self._watcher = watcher
         self._loader = loader
         self._spec = spec
         self._name = name
-        self._after = after
 
     def create_module(self, spec: Any) -> Any:
         create = getattr(self._loader, "create_module", None)
@@ -204,7 +204,9 @@ class _WrappedLoader:
         with contextlib.suppress(Exception):
             module.__loader__ = self._loader
         self._loader.exec_module(module)
-        _safely(self._name + " cap", self._after, module)
+        after = self._watcher.imported(self._name)
+        if after is not None:
+            _safely(self._name + " cap", after, module)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -219,6 +221,7 @@ class ImportWatcher:
     def __init__(self) -> None:
         self.hooks: dict[str, tuple[Callable[[Any], None], Callable[[Any], None]]] = {}
         self._busy: set[str] = set()
+        self._prepared: set[str] = set()
 
     def watch(self, name: str, before: Callable[[Any], None], after: Callable[[Any], None]) -> None:
         self.hooks[name] = (before, after)
@@ -241,14 +244,19 @@ class ImportWatcher:
             self._busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return None
-        del self.hooks[fullname]
+        if fullname not in self._prepared:  # find_spec alone (is_torch_available()) may come first
+            self._prepared.add(fullname)
+            _safely(fullname + " setting", hooks[0], spec)
+        spec.loader = _WrappedLoader(self, spec.loader, spec, fullname)
+        return spec
+
+    def imported(self, name: str) -> Callable[[Any], None] | None:
+        """The module ran: hand back its after-hook, once, and stop watching when all are done."""
+        hooks = self.hooks.pop(name, None)
         if not self.hooks:
             with contextlib.suppress(ValueError):
                 sys.meta_path.remove(self)
-        before, after = hooks
-        _safely(fullname + " setting", before, spec)
-        spec.loader = _WrappedLoader(spec.loader, spec, fullname, after)
-        return spec
+        return hooks[1] if hooks is not None else None
 
 
 def install() -> ImportWatcher | None:
