@@ -194,6 +194,20 @@ def test_it_chains_to_the_sitecustomize_it_shadows(tmp_path):
     assert events[0] == ["image sitecustomize"] and ["set_fraction", 0.3333, 0] in events
 
 
+def test_two_copies_of_the_hook_on_the_path_chain_past_each_other_to_the_images_own(tmp_path):
+    image = tmp_path / "image-site"
+    image.mkdir()
+    (image / "sitecustomize.py").write_text(
+        "import os\nopen(os.environ['FAKE_LOG'], 'a').write('[\"image sitecustomize\"]\\n')\n"
+    )
+    copy = tmp_path / "another-copy"
+    copy.mkdir()
+    (copy / "sitecustomize.py").write_bytes((HOOK_DIR / "sitecustomize.py").read_bytes())
+    proc, events = run(tmp_path, USE_TORCH, copy, image, fake_site(tmp_path), env=SLICE)
+    assert proc.returncode == 0, proc.stderr
+    assert events.count(["image sitecustomize"]) == 1 and ["set_fraction", 0.3333, 0] in events
+
+
 def test_a_broken_chained_sitecustomize_is_reported_as_site_does_and_python_starts(tmp_path):
     image = tmp_path / "image-site"
     image.mkdir()

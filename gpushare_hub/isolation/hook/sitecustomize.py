@@ -283,14 +283,29 @@ def install() -> ImportWatcher | None:
 chained: Any = None  # the image's own sitecustomize, once imported
 
 
+def _is_hook(path: str | None) -> bool:
+    """This file, or another copy of it (the folder twice on PYTHONPATH): chaining to it would loop."""
+    try:
+        with open(path or "", "rb") as f:
+            return _MARK in f.read(512)
+    except OSError:
+        return False
+
+
+_MARK = b"gpushare-hub's Python start-up hook"
+
+
 def _chain() -> None:
     """Import the ``sitecustomize`` that this one shadows, as site would have, errors included."""
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    spec = None
+    for entry in sys.path:
+        found = importlib.machinery.PathFinder.find_spec("sitecustomize", [entry])
+        if found is not None and found.loader is not None and not _is_hook(found.origin):
+            spec = found
+            break
     if spec is None or spec.loader is None:
         return
     ours = sys.modules.get("sitecustomize")
