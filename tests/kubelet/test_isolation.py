@@ -9,6 +9,8 @@ import subprocess
 import sys
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from tests.conftest import gpu_pod, wait_for
 from tests.unit.test_isolation_hook import fake_site
@@ -154,10 +156,15 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
             except OSError:
                 return ""
 
-        text = wait_for(scrape, timeout=20)
-        labels = f'card="{card}",namespace="{namespace}",pod="heavy"'
-        assert f"gpushare_pod_gpu_memory_used_bytes{{{labels}}} 7.301234688e+09" in text
-        assert "gpushare_pods_over_slice 1.0" in text
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(wait_for(scrape, timeout=20))
+            for s in family.samples
+        }
+        labels = tuple(sorted({"namespace": namespace, "pod": "heavy", "card": card}.items()))
+        assert samples[("gpushare_pod_gpu_memory_used_bytes", labels)] == 7000 * 2**20
+        assert samples[("gpushare_pod_gpu_memory_slice_bytes", labels)] == 5 * 2**30
+        assert samples[("gpushare_pods_over_slice", ())] == 1
     finally:
         plugin.kill()
         plugin.start()
