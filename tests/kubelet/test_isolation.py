@@ -21,10 +21,13 @@ from .test_device_plugin import SCHED, SELECTOR, bound_pod, chosen_card
 HOOK_IN_CONTAINER = "/opt/gpushare-hub/pyhook"
 
 
-def clear_node(api) -> None:
+def clear_node(api, device_manager) -> None:
+    """Delete every pod on the node, and tell the device manager that none is active any more
+    (as the kubelet would know), so that it frees their devices."""
     for p in api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
         api.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
     assert wait_for(lambda: not api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items)
+    assert device_manager.call("forget") == {"ok": True}  # the node has no pod left
 
 
 def mps_label(api) -> str | None:
@@ -43,7 +46,7 @@ def allocate_slice(local_cluster, device_manager, namespace, name: str, gib: int
 def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch(
     local_cluster, device_manager, plugin, namespace, tmp_path
 ):
-    clear_node(local_cluster.core_api())
+    clear_node(local_cluster.core_api(), device_manager)
     pod, out = allocate_slice(local_cluster, device_manager, namespace, "hooked", 5)
     env = out["envs"]
     assert env["NVIDIA_VISIBLE_DEVICES"] == chosen_card(pod)
@@ -73,7 +76,7 @@ def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch
 
 def test_mps_and_cdi_nodes_from_the_per_node_config_map(local_cluster, device_manager, plugin, namespace):
     api = local_cluster.core_api()
-    clear_node(api)
+    clear_node(api, device_manager)
     api.create_namespaced_config_map(
         "default",
         {
@@ -119,7 +122,7 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
     local_cluster, device_manager, plugin, namespace, tmp_path
 ):
     api = local_cluster.core_api()
-    clear_node(api)
+    clear_node(api, device_manager)
     pod, _ = allocate_slice(local_cluster, device_manager, namespace, "heavy", 5)
     uid, card = pod["metadata"]["uid"], chosen_card(pod)
     usage = tmp_path / "usage.json"

@@ -10,6 +10,7 @@
 //	{"op":"allocate","pod":{...v1.Pod...},"container":"c"}
 //	                                          -> {"envs":{...},"mounts":[...],"cdi_devices":[...],
 //	                                              "devices":[...]} or {"error":"..."}
+//	{"op":"forget","uids":["..."]}            -> {"ok":true}   (those pods, or all without uids, are gone)
 //	{"op":"restart"}                          -> {"ok":true}   (a kubelet restart: the folder is wiped)
 //	{"op":"quit"}
 package main
@@ -30,9 +31,10 @@ import (
 )
 
 type command struct {
-	Op        string  `json:"op"`
-	Pod       *v1.Pod `json:"pod"`
-	Container string  `json:"container"`
+	Op        string   `json:"op"`
+	Pod       *v1.Pod  `json:"pod"`
+	Container string   `json:"container"`
+	UIDs      []string `json:"uids"`
 }
 
 type harness struct {
@@ -117,6 +119,20 @@ func (h *harness) handle(c command) map[string]any {
 			}
 		}
 		return map[string]any{"envs": envs, "mounts": mounts, "cdi_devices": cdi, "devices": ids}
+	case "forget":
+		// Pods deleted from the API server stop being active, as in the kubelet; the device
+		// manager frees their devices at its next Allocate.
+		gone := sets.New[string](c.UIDs...)
+		h.mu.Lock()
+		kept := h.pods[:0]
+		for _, p := range h.pods {
+			if c.UIDs != nil && !gone.Has(string(p.UID)) {
+				kept = append(kept, p)
+			}
+		}
+		h.pods = kept
+		h.mu.Unlock()
+		return map[string]any{"ok": true}
 	case "restart":
 		if err := h.manager.Stop(); err != nil {
 			return map[string]any{"error": err.Error()}
