@@ -63,3 +63,20 @@ def test_node_config_reads_isolation_switches_and_refuses_non_booleans():
     assert options_for("gpu-1", data, "cm") == {"mps": False, "cdi": True}
     with pytest.raises(NodeConfigError, match=r"cm: mps must be true or false \(JSON\), got 'yes'"):
         options_for("gpu-1", {"gpu-1": '{"mps": "yes"}'}, "cm")
+
+
+def test_plugin_flags_become_the_nodes_isolation_and_a_hook_folder_it_cannot_write_stops_it(tmp_path):
+    from gpushare_hub.core.errors import GPUShareError
+    from plugin.app import GPUShareDevicePlugin
+
+    app = GPUShareDevicePlugin()
+    flags = ["--mps=true", "--mps-root=/run/m", "--cdi=true", f"--hook-host-path={tmp_path}/h"]
+    app.parse_command_line(flags)
+    assert app.isolation() == Isolation(hook_host_path=f"{tmp_path}/h", mps=True, mps_root="/run/m", cdi=True)
+    app.install_hook()
+    assert (tmp_path / "h" / "sitecustomize.py").is_file()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    app.hook_host_path = str(blocker / "pyhook")  # a folder under a file: cannot be made
+    with pytest.raises(GPUShareError, match=r"cannot install the Python start-up hook .*--hook-host-path=''"):
+        app.install_hook()
