@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
-from typing import Any, Callable  # noqa: UP035 - collections.abc's is not subscriptable on 3.8
+
+TYPE_CHECKING = False  # typing itself costs ~3 ms at every start-up: only for the type checker
+if TYPE_CHECKING:
+    from typing import Any, Callable  # noqa: UP035 - collections.abc's is not subscriptable on 3.8
 
 LIMIT_VAR = "GPUSHARE_MEMORY_LIMIT_MIB"
 CARD_VAR = "GPUSHARE_CARD_MEMORY_MIB"
@@ -75,6 +77,8 @@ def _positive_int(name: str) -> int | None:
 
 def _torch_version(spec: Any) -> tuple[int, int] | None:
     """The (major, minor) of the torch about to be imported, read from its metadata, not its code."""
+    import re
+
     try:
         from importlib import metadata
     except ImportError:  # pragma: no cover - Python < 3.8
