@@ -50,7 +50,7 @@ def _lazy_call(fn):
 def device_count():
     return 1
 class _Props:
-    total_memory = 15360 * 1024 * 1024
+    total_memory = int(float(os.environ.get("FAKE_TOTAL_MIB", "15360")) * 1024 * 1024)
 def get_device_properties(device):
     _lazy_init()
     return _Props()
@@ -137,16 +137,22 @@ def test_importing_torch_alone_starts_no_cuda_and_the_hook_never_imports_torch(t
     assert events == [["import", None]]  # fork-based multiprocessing stays safe
 
 
-def test_a_torch_with_the_allocator_option_gets_it_before_it_runs(tmp_path):
+def test_a_torch_with_the_allocator_option_gets_it_before_it_runs_and_the_exact_fraction_at_cuda_start(
+    tmp_path,
+):
     site = fake_site(tmp_path, "2.10.0")
-    proc, events = run(tmp_path, USE_TORCH, site, env=SLICE)
+    env = {**SLICE, "FAKE_TOTAL_MIB": "15110"}  # a T4: NVML says 15360 MiB, CUDA 15110
+    proc, events = run(tmp_path, USE_TORCH, site, env=env)
     assert proc.returncode == 0, proc.stderr
     token = "per_process_memory_fraction:0.333333"
-    assert events[0] == ["import", token]
-    assert not [e for e in events if e[0] == "set_fraction"]
-    proc, events = run(
-        tmp_path, USE_TORCH, site, env={**SLICE, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
-    )
+    assert events == [
+        ["import", token],
+        ["cuda-init", token],
+        ["set_fraction", round(5120 / 15110, 4), 0],
+        ["alloc", 4096],
+    ]
+    env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    proc, events = run(tmp_path, USE_TORCH, site, env=env)
     assert events[0] == ["import", f"expandable_segments:True,{token}"]
 
 

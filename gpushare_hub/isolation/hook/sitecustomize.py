@@ -15,9 +15,10 @@ through :mod:`site`. It reads the slice from the container's environment:
 
 When ``torch`` is first imported (never by this module), it caps PyTorch's caching
 allocator: through ``per_process_memory_fraction`` in ``PYTORCH_CUDA_ALLOC_CONF``
-where the installed torch has that option (2.10 and later), otherwise by queueing
+where the installed torch has that option (2.10 and later), and by queueing
 ``torch.cuda.set_per_process_memory_fraction`` to run when CUDA initialises, before the
-first allocation (so importing torch does not start CUDA, and fork keeps working).
+first allocation (so importing torch does not start CUDA, and fork keeps working). A
+fraction the user put in ``PYTORCH_CUDA_ALLOC_CONF`` is left alone.
 
 Rules this file keeps: it never makes Python fail to start (every error is swallowed;
 ``GPUSHARE_HOOK_DEBUG=1`` prints them), it imports only the standard library, it runs on
@@ -110,12 +111,15 @@ def _without(conf: str, token: str) -> str:
 
 
 class _Torch:
-    """Caps PyTorch: the allocator setting before torch runs, or a queued call after."""
+    """Caps PyTorch: the allocator setting before torch runs (where torch has it), and a call
+    queued for CUDA's start that sets the exact fraction of the card's size as CUDA reports it
+    (NVML's size, which the setting must use, is larger on some cards: 15360 MiB on a T4
+    against 15110 MiB seen by CUDA)."""
 
     def __init__(self, limit_mib: int, card_mib: int | None) -> None:
         self.limit_mib = limit_mib
         self.card_mib = card_mib
-        self.by_setting = False
+        self.users_own = False
 
     def before(self, spec: Any) -> None:
         added = os.environ.get(ADDED_VAR, "")
@@ -127,25 +131,26 @@ class _Torch:
                 # A parent Python with a newer torch added it; this torch would refuse it.
                 os.environ[name] = _without(conf, added)
                 applied.append(f"torch: removed {added} inherited from a newer torch")
-        if any(FRACTION_KEY in os.environ.get(name, "") for name in ALLOC_CONF_VARS):
-            self.by_setting = True  # the user's (or a parent's) own choice stands
-            applied.append("torch: allocator setting already has " + FRACTION_KEY)
+        confs = [os.environ.get(name, "") for name in ALLOC_CONF_VARS]
+        if any(FRACTION_KEY in conf for conf in confs):
+            if not (added and any(added in conf.split(",") for conf in confs)):
+                self.users_own = True  # the user's own choice stands
+                applied.append("torch: the allocator setting already has the user's " + FRACTION_KEY)
             return
         if not has_key or self.card_mib is None:
             return
         conf_name = _alloc_conf_var()
         conf = os.environ.get(conf_name, "")
         if "cudaMallocAsync" in conf:
-            return  # the async backend ignores native-allocator options; use the call instead
+            return  # the async backend ignores native-allocator options; the call still applies
         fraction = min(1.0, self.limit_mib / self.card_mib)
         token = f"{FRACTION_KEY}:{fraction:.6f}"
         os.environ[conf_name] = f"{conf},{token}" if conf else token
         os.environ[ADDED_VAR] = token
-        self.by_setting = True
         applied.append(f"torch: {conf_name} gains {token}")
 
     def after(self, torch: Any) -> None:
-        if self.by_setting:
+        if self.users_own:
             return
         cuda = torch.cuda
         limit = self.limit_mib * MIB
