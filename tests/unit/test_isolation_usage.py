@@ -200,3 +200,37 @@ def test_a_pod_of_another_uid_on_a_cards_mps_server_is_named_with_the_way_out():
     assert uid_mismatches(mps, "gpu-1", pod_as(1001), ["GPU-1"]) == []  # no server on that card yet
     assert uid_mismatches(mps, "gpu-1", pod_as(None), ["GPU-0"]) == []  # unknown UID: nothing to say
     assert uid_mismatches(NodeMPS(True, True, {"GPU-0": 0}), "gpu-1", pod_as(1001), ["GPU-0"]) == []
+
+
+def test_nvml_processes_are_read_once_per_pid_with_their_proc_details():
+    """NVML's two process lists (compute, MPS clients) overlap; memory may be unknown (None)."""
+    import os
+    from types import SimpleNamespace
+
+    from plugin.backends import NVMLBackend
+
+    me = os.getpid()
+    gone = int(open("/proc/sys/kernel/pid_max").read()) + 1  # no process can have it
+
+    class FakeNVML:
+        class NVMLError(Exception):
+            pass
+
+        @staticmethod
+        def nvmlDeviceGetComputeRunningProcesses(handle):
+            return [
+                SimpleNamespace(pid=me, usedGpuMemory=6963 * 2**20),
+                SimpleNamespace(pid=gone, usedGpuMemory=None),
+            ]
+
+        @staticmethod
+        def nvmlDeviceGetMPSComputeRunningProcesses(handle):
+            return [SimpleNamespace(pid=me, usedGpuMemory=6963 * 2**20)]
+
+    backend = NVMLBackend.__new__(NVMLBackend)
+    backend.nvml = FakeNVML
+    backend._handles = {"GPU-0": object()}
+    procs = backend.processes()
+    assert [(p.card, p.pid, p.used_mib) for p in procs] == [("GPU-0", me, 6963), ("GPU-0", gone, 0)]
+    assert procs[0].uid == os.getuid() and procs[0].command.startswith("python")
+    assert procs[1].cgroup == "" and procs[1].uid is None  # gone, or hidden without hostPID
