@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -210,7 +211,7 @@ def test_nvml_processes_are_read_once_per_pid_with_their_proc_details():
     from plugin.backends import NVMLBackend
 
     me = os.getpid()
-    gone = int(open("/proc/sys/kernel/pid_max").read()) + 1  # no process can have it
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
 
     class FakeNVML:
         class NVMLError(Exception):
