@@ -195,9 +195,12 @@ def build_report(
         if only_node and node_name != only_node:
             continue
         try:
-            ledger.observe_pod(pod)
+            ignored = ledger.observe_pod(pod)
         except GPUShareError as err:
             warnings.append(str(err))
+        else:
+            if ignored is not None:  # a forged or unreadable record: it holds no card, say why
+                warnings.append(ignored.message())
         if not node_name:
             pending.append(replace(row, reason=_scheduling_reason(pod)))
         elif ledger.allocation(key) is None and node_name in node_objs:
