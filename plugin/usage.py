@@ -17,6 +17,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpushare_hub.core.cards import Node
 from gpushare_hub.core.mps import MPS_SERVERS_ANNOTATION
 from gpushare_hub.isolation.usage import OVER_SLICE_REASON, USAGE_ANNOTATION, UsageReport, usage_report
 
@@ -48,8 +49,8 @@ class UsageReporter:
         report = usage_report(
             self.state.backend.processes(),
             self.state.pods.pods_on_node(node),
-            node,
-            self.state.settings.names.mib_per_unit,
+            Node(node, tuple(self.state.inventory())),
+            self.state.settings.names,
         )
         self.latest = report
         annotations = {

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, PREFIX, AllocationRecord
-from gpushare_hub.core.demand import pod_key
-from gpushare_hub.core.errors import InvalidObject
-from gpushare_hub.core.ledger import TERMINAL_PHASES
+from gpushare_hub.core.annotations import PREFIX
+from gpushare_hub.core.cards import Node
+from gpushare_hub.core.ledger import Ledger
+from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 USAGE_ANNOTATION = f"{PREFIX}/usage"
 OVER_SLICE_REASON = "GPUShareOverSlice"
@@ -118,32 +118,36 @@ class UsageReport:
 
 
 def slices_on_node(
-    pods: Iterable[Mapping[str, Any]], node: str, mib_per_unit: int
+    pods: Iterable[Mapping[str, Any]], node: Node, names: ResourceNames = DEFAULT_NAMES
 ) -> dict[str, tuple[str, dict[str, int]]]:
-    """Pod UID -> (namespace/name, {card UUID: slice MiB}) for live pods placed on ``node``."""
-    out: dict[str, tuple[str, dict[str, int]]] = {}
+    """Pod UID -> (namespace/name, {card UUID: slice MiB}) for pods holding cards of ``node``.
+
+    Records are read under the core's one rule (:mod:`gpushare_hub.core.records`), through
+    the same ledger the extender and the plugin's matching use: a forged record counts for
+    nothing here either.
+    """
+    ledger = Ledger(names)
+    ledger.set_node(node)
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        raw = (meta.get("annotations") or {}).get(ALLOCATION_ANNOTATION)
-        if not raw or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
-            continue
-        try:
-            rec = AllocationRecord.from_json(raw, where=f"pod {pod_key(pod)}")
-        except InvalidObject:
-            continue
-        if rec.node != node:
+        ledger.observe_pod(pod)
+    out: dict[str, tuple[str, dict[str, int]]] = {}
+    for alloc in ledger.allocations():
+        if alloc.node != node.name:
             continue
         cards: dict[str, int] = {}
-        for share in rec.cards:
-            cards[share.uuid] = cards.get(share.uuid, 0) + share.units * mib_per_unit
-        out[str(meta.get("uid", ""))] = (pod_key(pod), cards)
+        for share in alloc.cards:
+            cards[share.uuid] = cards.get(share.uuid, 0) + share.units * names.mib_per_unit
+        out[alloc.uid] = (alloc.key, cards)
     return out
 
 
 def usage_report(
-    processes: Iterable[GPUProcess], pods: Iterable[Mapping[str, Any]], node: str, mib_per_unit: int
+    processes: Iterable[GPUProcess],
+    pods: Iterable[Mapping[str, Any]],
+    node: Node,
+    names: ResourceNames = DEFAULT_NAMES,
 ) -> UsageReport:
-    slices = slices_on_node(pods, node, mib_per_unit)
+    slices = slices_on_node(pods, node, names)
     card_used: dict[str, int] = {}
     used: dict[tuple[str, str], int] = {}
     mps: dict[str, int] = {}

@@ -25,7 +25,7 @@ from plugin.backends import SimulatedBackend, read_proc
 from plugin.server import PluginState, Settings
 from plugin.usage import UsageCollector, UsageReporter
 
-from .test_plugin import MemoryPods, placed
+from .test_plugin import NODE, MemoryPods, placed
 
 POD_UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 
@@ -64,7 +64,7 @@ def test_usage_is_summed_per_pod_and_card_beside_the_slice():
         GPUProcess("GPU-0", 13, 30, "0::/system.slice/x\n", uid=1000, command="nvidia-cuda-mps-server"),
         GPUProcess("GPU-1", 14, 500, "0::/user.slice\n"),  # not a pod: counts for the card only
     ]
-    r = usage_report(procs, pods, "gpu-1", 1024)
+    r = usage_report(procs, pods, NODE)
     assert [(p.pod, p.card, p.used_mib, p.slice_mib, p.over) for p in r.pods] == [
         ("jhub/a", "GPU-0", 6963, 5120, True),
         ("jhub/b", "GPU-0", 1000, 3072, False),
@@ -85,10 +85,18 @@ def test_usage_is_summed_per_pod_and_card_beside_the_slice():
     assert ann["cards"] == {"GPU-0": {"usedMiB": 7993}, "GPU-1": {"usedMiB": 500}}
 
 
+def test_a_forged_record_holds_no_slice_here_either():
+    """The records are read under the core's one rule: a card the node lacks counts for nothing."""
+    uid = "cccccccc-0000-0000-0000-000000000003"
+    forged = placed("forged", "GPU-7", 2, uid=uid)
+    r = usage_report([GPUProcess("GPU-0", 1, 900, cgroup(uid))], [forged], NODE)
+    assert r.pods == () and r.card_used_mib == {"GPU-0": 900}
+
+
 def test_a_pod_on_a_card_it_holds_no_slice_of_is_over_and_pods_elsewhere_are_ignored():
     pods = [placed("a", "GPU-0", 2, uid=UID_A), placed("far", "GPU-9", 2, node="gpu-2", uid=UID_B)]
     procs = [GPUProcess("GPU-1", 1, 100, cgroup(UID_A)), GPUProcess("GPU-0", 2, 100, cgroup(UID_B))]
-    r = usage_report(procs, pods, "gpu-1", 1024)
+    r = usage_report(procs, pods, NODE)
     assert [(p.card, p.used_mib, p.slice_mib, p.over) for p in r.pods] == [
         ("GPU-0", 0, 2048, False),
         ("GPU-1", 100, 0, True),
