@@ -3,7 +3,7 @@
 Every ``--usage-interval`` seconds: the backend's processes and the node's pods become a
 :class:`~gpushare_hub.isolation.usage.UsageReport`, which goes to the Node
 (``gpushare-hub.io/usage``, and ``gpushare-hub.io/mps-servers`` on MPS nodes; written only
-when it changed), to Prometheus (read at scrape time), and, for a pod over its slice on a
+when it changed by more than jitter), to Prometheus (read at scrape time), and, for a pod over its slice on a
 card, to one Warning event (``GPUShareOverSlice``) per pod and card.
 """
 
@@ -25,6 +25,9 @@ from .server import PluginState
 
 log = logging.getLogger("gpushare.plugin")
 MIB = 1024 * 1024
+# Memory in use jitters: the Node is rewritten (and every watcher of Nodes woken) only when a
+# figure moved by this much, or pods, slices, over-slice states or MPS servers changed.
+WRITE_TOLERANCE_MIB = 64
 
 
 class UsageSink(Protocol):
@@ -41,7 +44,7 @@ class UsageReporter:
         self.sink = sink
         self.mps = mps
         self.latest: UsageReport | None = None
-        self._published: dict[str, str | None] | None = None
+        self._published: UsageReport | None = None  # what the Node shows
         self._warned: set[tuple[str, str]] = set()  # (pod UID, card)
 
     def poll(self) -> UsageReport:
@@ -53,13 +56,13 @@ class UsageReporter:
             self.state.settings.names,
         )
         self.latest = report
-        annotations = {
-            USAGE_ANNOTATION: report.annotation(),
-            MPS_SERVERS_ANNOTATION: report.mps_annotation() if self.mps else None,
-        }
-        if annotations != self._published:
+        if report.differs(self._published, WRITE_TOLERANCE_MIB):
+            annotations = {
+                USAGE_ANNOTATION: report.annotation(),
+                MPS_SERVERS_ANNOTATION: report.mps_annotation() if self.mps else None,
+            }
             self.sink.annotate_node(node, annotations)
-            self._published = annotations
+            self._published = report
         for p in report.over():
             if (p.uid, p.card) in self._warned:
                 continue

@@ -94,6 +94,27 @@ class UsageReport:
     def over(self) -> list[PodUsage]:
         return [p for p in self.pods if p.over]
 
+    def differs(self, other: UsageReport | None, tolerance_mib: int) -> bool:
+        """Worth a new write to the Node: pods, slices, over-slice states or MPS servers changed,
+        or some figure moved by ``tolerance_mib`` or more (memory in use jitters all the time)."""
+        if other is None or self.mps_servers != other.mps_servers:
+            return True
+        mine = {(p.uid, p.card): p for p in self.pods}
+        theirs = {(p.uid, p.card): p for p in other.pods}
+        if mine.keys() != theirs.keys() or set(self.card_used_mib) != set(other.card_used_mib):
+            return True
+        for k, p in mine.items():
+            q = theirs[k]
+            if (
+                p.slice_mib != q.slice_mib
+                or p.over != q.over
+                or abs(p.used_mib - q.used_mib) >= tolerance_mib
+            ):
+                return True
+        return any(
+            abs(mib - other.card_used_mib[c]) >= tolerance_mib for c, mib in self.card_used_mib.items()
+        )
+
     def annotation(self) -> str:
         return json.dumps(
             {

@@ -147,8 +147,8 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
             return [e for e in evs if e.reason == "GPUShareOverSlice"]
 
         assert wait_for(warnings, timeout=20), "no Warning for a pod over its slice"
-        usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 7000}]))
-        assert wait_for(lambda: published(7000), timeout=30)  # a later reading, still over the slice ...
+        usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 7100}]))
+        assert wait_for(lambda: published(7100), timeout=30)  # a later reading, still over the slice ...
         [event] = warnings()  # ... and still one event
         assert event.type == "Warning" and "6.8 GiB" in event.message and "5 GiB slice" in event.message
 
@@ -165,7 +165,7 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
             for s in family.samples
         }
         labels = tuple(sorted({"namespace": namespace, "pod": "heavy", "card": card}.items()))
-        assert samples[("gpushare_pod_gpu_memory_used_bytes", labels)] == 7000 * 2**20
+        assert samples[("gpushare_pod_gpu_memory_used_bytes", labels)] == 7100 * 2**20
         assert samples[("gpushare_pod_gpu_memory_slice_bytes", labels)] == 5 * 2**30
         assert samples[("gpushare_pods_over_slice", ())] == 1
     finally:

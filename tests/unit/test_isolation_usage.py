@@ -136,7 +136,10 @@ def test_the_simulated_backend_is_told_usage_and_the_reporter_warns_once_and_pub
     usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 4000}]))
     reporter.poll()
     reporter.poll()  # unchanged: no second write
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 4040}]))
+    reporter.poll()  # jitter below 64 MiB: no write either
     assert len(sink.annotations) == 1 and sink.events == []
+    assert reporter.latest is not None and reporter.latest.pods[0].used_mib == 4040  # metrics stay exact
     assert json.loads(sink.annotations[0][USAGE_ANNOTATION])["pods"][0]["usedMiB"] == 4000
     assert sink.annotations[0][MPS_SERVERS_ANNOTATION] == "{}"
     usage.write_text(
