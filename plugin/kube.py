@@ -24,7 +24,7 @@ RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
 ]
 
 
@@ -105,6 +105,9 @@ def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -
     )
 
 
+EVENT_CARD_ANNOTATION = "gpushare-hub.io/card"
+
+
 class KubeUsageSink:
     """The usage loop's writes: its own Node's annotations, and Warning events on pods."""
 
@@ -119,12 +122,22 @@ class KubeUsageSink:
             node, {"metadata": {"annotations": annotations}}, _content_type="application/merge-patch+json"
         )
 
-    def warn_pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+    def warn_pod(self, namespace: str, name: str, uid: str, card: str, reason: str, message: str) -> None:
+        """The card is written on the Event, so that a restarted plugin finds its earlier warning."""
+        earlier = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.uid={uid},reason={reason}"
+        )
+        if any((e.metadata.annotations or {}).get(EVENT_CARD_ANNOTATION) == card for e in earlier.items):
+            return
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event: Any = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "metadata": {
+                "generateName": f"{name}.",
+                "namespace": namespace,
+                "annotations": {EVENT_CARD_ANNOTATION: card},
+            },
             "involvedObject": {
                 "kind": "Pod",
                 "apiVersion": "v1",

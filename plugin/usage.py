@@ -35,7 +35,8 @@ class UsageSink(Protocol):
 
     def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None: ...
 
-    def warn_pod(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None: ...
+    def warn_pod(self, namespace: str, name: str, uid: str, card: str, reason: str, message: str) -> None:
+        """One Warning per pod, card and reason: a no-op where an earlier plugin run wrote it."""
 
 
 class UsageReporter:
@@ -69,7 +70,7 @@ class UsageReporter:
             namespace, name = p.pod.split("/", 1)
             message = p.warning(node)
             log.warning(message)
-            self.sink.warn_pod(namespace, name, p.uid, OVER_SLICE_REASON, message)
+            self.sink.warn_pod(namespace, name, p.uid, p.card, OVER_SLICE_REASON, message)
             self._warned.add((p.uid, p.card))
         self._warned &= {(p.uid, p.card) for p in report.pods}  # forget pods that are gone
         return report

@@ -238,7 +238,7 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
     sink.annotate_node(
         "gpu-1", {"gpushare-hub.io/usage": '{"pods":[],"cards":{}}', "gpushare-hub.io/mps-servers": "{}"}
     )
-    sink.warn_pod("alice", "p0", uid0, "GPUShareOverSlice", "test")
+    sink.warn_pod("alice", "p0", uid0, "GPU-test", "GPUShareOverSlice", "test")
     publish_isolation(plugin.api_client, "gpu-1", mps=False, multi_user=False)
     with pytest.raises(ApiException) as err:
         plugin.patch_namespaced_pod("p1", "alice", mark)  # a pod on gpu-2

@@ -12,6 +12,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from tests.cluster.test_extender import inspect
 from tests.conftest import gpu_pod, wait_for
 from tests.unit.test_isolation_hook import fake_site
 
@@ -21,13 +22,23 @@ from .test_device_plugin import SCHED, SELECTOR, bound_pod, chosen_card
 HOOK_IN_CONTAINER = "/opt/gpushare-hub/pyhook"
 
 
-def clear_node(api, device_manager) -> None:
+def clear_node(api, device_manager, gpushare) -> None:
     """Delete every pod on the node, and tell the device manager that none is active any more
     (as the kubelet would know), so that it frees their devices."""
     for p in api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
         api.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
     assert wait_for(lambda: not api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items)
     assert device_manager.call("forget") == {"ok": True}  # the node has no pod left
+    # The extender has read the inventory the plugin published, so it chooses among real cards.
+    assert wait_for(lambda: extender_knows_the_plugins_cards(gpushare.url))
+
+
+def extender_knows_the_plugins_cards(url: str) -> bool:
+    try:
+        cards = inspect(url, NODE)["nodes"][0]["cards"]
+    except (OSError, LookupError):
+        return False
+    return bool(cards) and all(c["uuid"].startswith("GPU-") for c in cards)
 
 
 def mps_label(api) -> str | None:
@@ -44,9 +55,9 @@ def allocate_slice(local_cluster, device_manager, namespace, name: str, gib: int
 
 
 def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch(
-    local_cluster, device_manager, plugin, namespace, tmp_path
+    local_cluster, device_manager, plugin, gpushare, namespace, tmp_path
 ):
-    clear_node(local_cluster.core_api(), device_manager)
+    clear_node(local_cluster.core_api(), device_manager, gpushare)
     pod, out = allocate_slice(local_cluster, device_manager, namespace, "hooked", 5)
     env = out["envs"]
     assert env["NVIDIA_VISIBLE_DEVICES"] == chosen_card(pod)
@@ -74,9 +85,11 @@ def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch
     assert events[-2:] == [["set_fraction", 0.3333, 0], ["alloc", 4096]]
 
 
-def test_mps_and_cdi_nodes_from_the_per_node_config_map(local_cluster, device_manager, plugin, namespace):
+def test_mps_and_cdi_nodes_from_the_per_node_config_map(
+    local_cluster, device_manager, plugin, gpushare, namespace
+):
     api = local_cluster.core_api()
-    clear_node(api, device_manager)
+    clear_node(api, device_manager, gpushare)
     api.create_namespaced_config_map(
         "default",
         {
@@ -119,10 +132,10 @@ def free_port() -> int:
 
 
 def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned_once(
-    local_cluster, device_manager, plugin, namespace, tmp_path
+    local_cluster, device_manager, plugin, gpushare, namespace, tmp_path
 ):
     api = local_cluster.core_api()
-    clear_node(api, device_manager)
+    clear_node(api, device_manager, gpushare)
     pod, _ = allocate_slice(local_cluster, device_manager, namespace, "heavy", 5)
     uid, card = pod["metadata"]["uid"], chosen_card(pod)
     usage = tmp_path / "usage.json"
@@ -151,6 +164,12 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
         assert wait_for(lambda: published(7100), timeout=30)  # a later reading, still over the slice ...
         [event] = warnings()  # ... and still one event
         assert event.type == "Warning" and "6.8 GiB" in event.message and "5 GiB slice" in event.message
+        # A restarted plugin finds its earlier warning and does not repeat it.
+        usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 7300}]))
+        plugin.kill()
+        plugin.start(f"--usage-file={usage}", "--usage-interval=0.5", f"--metrics-port={port}")
+        assert wait_for(lambda: published(7300), timeout=30)
+        assert len(warnings()) == 1
 
         def scrape() -> str:
             try:
@@ -165,7 +184,7 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
             for s in family.samples
         }
         labels = tuple(sorted({"namespace": namespace, "pod": "heavy", "card": card}.items()))
-        assert samples[("gpushare_pod_gpu_memory_used_bytes", labels)] == 7100 * 2**20
+        assert samples[("gpushare_pod_gpu_memory_used_bytes", labels)] == 7300 * 2**20
         assert samples[("gpushare_pod_gpu_memory_slice_bytes", labels)] == 5 * 2**30
         assert samples[("gpushare_pods_over_slice", ())] == 1
     finally:

@@ -121,7 +121,7 @@ class MemorySink:
     def annotate_node(self, node, annotations):
         self.annotations.append(annotations)
 
-    def warn_pod(self, namespace, name, uid, reason, message):
+    def warn_pod(self, namespace, name, uid, card, reason, message):
         self.events.append((namespace, name, uid, reason, message))
 
 
