@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
-from types import ModuleType
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
