@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries lint bench proto chart clean
+.PHONY: setup replay test test-unit test-chart k8s-binaries lint bench proto chart wheelhouse clean
 
 setup: $(STAMP)
 
@@ -61,6 +61,17 @@ proto: setup
 ## Regenerate the chart's generated files (values.schema.json, RBAC rules, admission policy template).
 chart: setup
 	$(BIN)/python helm/generate.py
+
+## Wheels of the package and its dependencies for the images (images/*/Dockerfile), built on the
+## host for the image's Python (IMAGE_PYTHON; the hub image: its own Python, e.g. 3.14).
+IMAGE_PYTHON   ?= 3.12
+IMAGE_PLATFORM ?= x86_64
+wheelhouse: setup
+	rm -rf wheelhouse
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir wheelhouse .
+	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
+	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
+	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any wheelhouse/gpushare_hub-*.whl
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis
