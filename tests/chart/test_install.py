@@ -9,6 +9,7 @@ chart's scheduler account, calling an extender that acts as the chart's extender
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import urllib.request
@@ -299,8 +300,6 @@ def test_the_rendered_scheduler_config_runs_in_kube_scheduler_as_the_charts_acco
         lambda: (admin.read_namespaced_secret("gpushare-extender-token", NS).data or {}).get("token")
     )
     assert secret, "the token controller did not fill the extender's token Secret"
-    import base64
-
     ext_kc = installed.kubeconfig_with_token("chart-extender", base64.b64decode(secret).decode())
     port, metrics = free_port(), free_port()
     extender = Component(

@@ -187,3 +187,16 @@ def test_node_options_reach_the_plugins_configmap_as_json(helm: Helm):
     docs = helm.template("--set-json", 'devicePlugin.nodeOptions={"default": {"reserveFraction": 0.05}}')
     cm = one(docs, "ConfigMap", "gpushare-node-options")
     assert yaml.safe_load(cm["data"]["default"]) == {"reserveFraction": 0.05}
+
+
+def test_openshift_can_leave_the_schedulers_uid_to_the_platform(helm: Helm):
+    default = one(helm.template(), "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+    assert default["securityContext"]["runAsUser"] == 65532
+    docs = helm.template(
+        "--set",
+        "scheduler.podSecurityContext.runAsUser=null",
+        "--set",
+        "scheduler.podSecurityContext.runAsGroup=null",
+    )
+    pod = one(docs, "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
