@@ -200,3 +200,13 @@ def test_openshift_can_leave_the_schedulers_uid_to_the_platform(helm: Helm):
     )
     pod = one(docs, "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
     assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_a_service_monitor_only_where_the_prometheus_operator_is(helm: Helm):
+    assert not by_kind(helm.template(), "ServiceMonitor")
+    docs = helm.template("--api-versions=monitoring.coreos.com/v1/ServiceMonitor")
+    monitor = one(docs, "ServiceMonitor", "gpushare-extender")
+    service = one(docs, "Service", "gpushare-extender-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler"
