@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU_MEM_IDX
 from gpushare_hub.localcluster.cluster import LocalCluster
+from gpushare_hub.localcluster.pki import PKI
 from gpushare_hub.localcluster.processes import Component, free_port
 from tests.conftest import gpu_pod, wait_for
 
@@ -292,9 +293,46 @@ def test_a_users_forged_annotation_is_refused_by_the_installed_policy(installed:
     assert "alice may not set ALIYUN_COM_GPU_MEM_IDX" in messages[-1]
 
 
-def test_the_rendered_scheduler_config_runs_in_kube_scheduler_as_the_charts_accounts_and_places_a_pod(
-    installed: Installed,
-):
+class Pod:
+    """Where the chart's scheduler pod would mount things, mapped onto folders of this machine."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, in_pod: str) -> str:
+        return str(self.root / in_pod.lstrip("/"))
+
+    def secret(self, mount: str, files: dict[str, Path]) -> None:
+        folder = Path(self.path(mount))
+        folder.mkdir(parents=True, exist_ok=True)
+        for key, source in files.items():
+            (folder / key).write_bytes(source.read_bytes())
+
+
+def sidecar_args(deployment: dict[str, Any], pod: Pod, port: int, metrics: int) -> list[str]:
+    """The extender container's rendered args, with this machine's ports and mount folders."""
+    (container,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    out = []
+    for arg in container["args"]:
+        flag, _, value = arg.partition("=")
+        if flag == "--port":
+            value = str(port)
+        elif flag == "--metrics-port":
+            value = str(metrics)
+        elif flag == "--metrics-ip":
+            value = "127.0.0.1"
+        elif value.startswith("/etc/"):
+            value = pod.path(value)
+        out.append(f"{flag}={value}")
+    return out
+
+
+def run_rendered_pair(installed: Installed, docs: list[dict[str, Any]], pod: Pod, leader_elect: bool) -> Any:
+    """The extender with the rendered sidecar args as the chart's extender account, then the real
+    kube-scheduler with the rendered configuration as the chart's scheduler account.
+    Returns the scheduler's process, to stop it."""
     cluster, admin = installed.cluster, installed.admin
     secret = wait_for(
         lambda: (admin.read_namespaced_secret("gpushare-extender-token", NS).data or {}).get("token")
@@ -302,20 +340,17 @@ def test_the_rendered_scheduler_config_runs_in_kube_scheduler_as_the_charts_acco
     assert secret, "the token controller did not fill the extender's token Secret"
     ext_kc = installed.kubeconfig_with_token("chart-extender", base64.b64decode(secret).decode())
     port, metrics = free_port(), free_port()
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     extender = Component(
-        "chart-extender",
+        f"chart-extender-{port}",
         [
             sys.executable,
             "-m",
             "extender.app",
             f"--kubeconfig={ext_kc}",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            f"--metrics-port={metrics}",
-            "--policy=binpack",
-            "--scheduler-name=gpushare-scheduler",
+            *sidecar_args(deployment, pod, port, metrics),
         ],
-        cluster.logs / "chart-extender.log",
+        cluster.logs / f"chart-extender-{port}.log",
     ).start()
     cluster.on_stop(extender.stop)
 
@@ -324,20 +359,24 @@ def test_the_rendered_scheduler_config_runs_in_kube_scheduler_as_the_charts_acco
             return bool(resp.status == 200)
 
     extender.wait_until(ready, 60, "ready (/readyz)")
-
-    rendered = yaml.safe_load(
-        admin.read_namespaced_config_map("gpushare-scheduler-config", NS).data["config.yaml"]
-    )
+    (cm,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpushare-scheduler-config"
+    ]
+    rendered = yaml.safe_load(cm["data"]["config.yaml"])
     (entry,) = rendered["extenders"]
-    assert (
-        entry["urlPrefix"] == "http://127.0.0.1:32766/gpushare-scheduler"
-    )  # the sidecar's; ours runs elsewhere
-    entry["urlPrefix"] = f"http://127.0.0.1:{port}/gpushare-scheduler"
+    assert entry["urlPrefix"].startswith(
+        ("http://127.0.0.1:32766/", "https://127.0.0.1:32766/")
+    )  # the sidecar
+    entry["urlPrefix"] = entry["urlPrefix"].replace(":32766/", f":{port}/")
+    for key in ("certFile", "keyFile", "caFile"):
+        if key in entry.get("tlsConfig", {}):
+            entry["tlsConfig"][key] = pod.path(entry["tlsConfig"][key])
     token = admin.create_namespaced_service_account_token(
         "gpushare-scheduler", NS, {"spec": {"expirationSeconds": 3600}}
     ).status.token
     (profile,) = rendered["profiles"]
-    cluster.start_scheduler(
+    election = rendered["leaderElection"] if leader_elect else {"leaderElect": False}
+    return cluster.start_scheduler(
         profile["schedulerName"],
         extenders=[entry],
         profile=profile,
@@ -345,21 +384,74 @@ def test_the_rendered_scheduler_config_runs_in_kube_scheduler_as_the_charts_acco
             "clientConnection": {
                 "kubeconfig": str(installed.kubeconfig_with_token("chart-scheduler", token))
             },
-            "leaderElection": rendered["leaderElection"],
+            "leaderElection": election,
         },
+        replica=str(port),
     )
-    admin.create_namespaced_pod("alice", gpu_pod("notebook", 5, "gpushare-scheduler"))
+
+
+def place(installed: Installed, name: str) -> Any:
+    admin = installed.admin
+    admin.create_namespaced_pod("alice", gpu_pod(name, 5, "gpushare-scheduler"))
 
     def placed() -> Any:
-        pod = admin.read_namespaced_pod("notebook", "alice")
+        pod = admin.read_namespaced_pod(name, "alice")
         ann = pod.metadata.annotations or {}
         return pod if pod.spec.node_name and ALLOCATION_ANNOTATION in ann else None
 
     pod = wait_for(placed, timeout=120)
-    assert pod, f"not placed; see {cluster.logs}"
+    assert pod, f"{name} not placed; see {installed.cluster.logs}"
     assert pod.spec.node_name in ("gpu-1", "gpu-2")
-    lease = client.CoordinationV1Api(installed.api).read_namespaced_lease("gpushare-scheduler", NS)
-    assert lease.spec.holder_identity  # leader election ran on the chart's Lease, with the chart's Role
+    return pod
+
+
+def test_the_installed_scheduler_config_runs_in_kube_scheduler_as_the_charts_accounts_and_places_a_pod(
+    installed: Installed, tmp_path: Path
+):
+    cm = installed.admin.read_namespaced_config_map("gpushare-scheduler-config", NS)
+    docs = [d for d in installed.docs if d["kind"] == "Deployment"]
+    docs.append({"kind": "ConfigMap", "metadata": {"name": cm.metadata.name}, "data": cm.data})
+    scheduler = run_rendered_pair(installed, docs, Pod(tmp_path), leader_elect=True)
+    try:
+        place(installed, "notebook")
+        lease = client.CoordinationV1Api(installed.api).read_namespaced_lease("gpushare-scheduler", NS)
+        assert lease.spec.holder_identity  # leader election ran on the chart's Lease, with the chart's Role
+    finally:
+        scheduler.stop()
+
+
+def test_with_mutual_tls_the_rendered_scheduler_and_sidecar_agree_on_one_secret(
+    installed: Installed, helm: Helm, tmp_path: Path
+):
+    """The chart's TLS Secret layout, mounted where each container expects it, as kube-scheduler uses it."""
+    ca = PKI(tmp_path / "secret")
+    serving = ca.issue("tls", "gpushare-extender", server=True, hosts=("localhost",))
+    caller = ca.issue("client", "gpushare-scheduler")
+    secret = {
+        "ca.crt": ca.ca,
+        "tls.crt": serving.cert,
+        "tls.key": serving.key,
+        "client.crt": caller.cert,
+        "client.key": caller.key,
+    }
+    docs = helm.template(
+        *INSTALL_VALUES,
+        "--set=extender.tls.enabled=true",
+        "--set=extender.tls.existingSecret=ext-tls",
+        namespace=NS,
+        release=RELEASE,
+    )
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = Pod(tmp_path / "pod")
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        for mount in container["volumeMounts"]:
+            if mount["name"] == "tls":
+                pod.secret(mount["mountPath"], secret)
+    scheduler = run_rendered_pair(installed, docs, pod, leader_elect=False)
+    try:
+        place(installed, "notebook-tls")
+    finally:
+        scheduler.stop()
 
 
 def test_uninstall_leaves_nothing_of_ours(installed: Installed):
