@@ -53,7 +53,7 @@ class Installed:
         self.docs = helm.template(*INSTALL_VALUES, namespace=NS, release=RELEASE)
         for ns in (NS, HUB_NS, "alice"):
             cluster.create_namespace(ns)
-        helm.run(
+        self.install_output = helm.run(
             "install",
             RELEASE,
             str(CHART),
@@ -112,6 +112,26 @@ def test_workloads_get_their_pods_on_the_right_nodes(installed: Installed):
     assert len(schedulers) == 2 and all(p.spec.node_name for p in schedulers)
     assert sorted(p.spec.node_name for p in plugins) == ["gpu-1", "gpu-2"]  # not cpu-1: no gpushare=true
     assert all(p.status.phase == "Running" for p in schedulers + plugins)
+
+
+def test_the_sidecar_sees_only_the_extenders_token_and_the_scheduler_only_its_own(installed: Installed):
+    """The API server's ServiceAccount admission leaves a container's own mount at the token path alone."""
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    pod = installed.pods("scheduler")[0]
+    volumes = {v.name: v for v in pod.spec.volumes}
+    for container in pod.spec.containers:
+        (mount,) = [m for m in container.volume_mounts if m.mount_path == token_path]
+        volume = volumes[mount.name]
+        if container.name == "extender":
+            assert volume.secret.secret_name == "gpushare-extender-token"
+        else:
+            assert volume.projected is not None and pod.spec.service_account_name == "gpushare-scheduler"
+
+
+def test_install_prints_the_next_steps(installed: Installed):
+    notes = installed.install_output.stdout
+    assert "kubectl label node <node> gpushare=true" in notes
+    assert "examples/z2jh-values.yaml" in notes
 
 
 def review(
