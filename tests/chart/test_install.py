@@ -196,6 +196,7 @@ RIGHTS: dict[str, tuple[list[tuple[str, ...]], list[tuple[str, ...]]]] = {
             ("list", "pods"),
             ("patch", "pods", "alice"),
             ("get", "configmaps", NS, "", "", "gpushare-node-options"),
+            ("create", "events", "alice"),
         ],
         [
             ("list", "nodes"),

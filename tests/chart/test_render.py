@@ -210,3 +210,32 @@ def test_a_service_monitor_only_where_the_prometheus_operator_is(helm: Helm):
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"] == "metrics"
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler"
+
+
+def test_node_options_in_the_schema_are_the_ones_the_plugin_reads():
+    from plugin.nodeconfig import KNOWN
+
+    schema = yaml.safe_load((CHART / "values.schema.yaml").read_text())
+    options = schema["properties"]["devicePlugin"]["properties"]["nodeOptions"]["additionalProperties"]
+    assert set(options["properties"]) == KNOWN
+
+
+def test_the_plugin_fills_the_hook_folder_at_the_host_path_and_reads_processes_with_host_pid(helm: Helm):
+    pod = one(helm.template(), "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert "--hook-host-path=/var/lib/gpushare-hub/pyhook" in container["args"]
+    assert (
+        mounts["pyhook"]["mountPath"]
+        == volumes["pyhook"]["hostPath"]["path"]
+        == "/var/lib/gpushare-hub/pyhook"
+    )
+    assert mounts["mps"]["mountPath"] == volumes["mps"]["hostPath"]["path"] == "/run/gpushare-hub/mps"
+    assert pod["hostPID"] is True
+    quiet = one(
+        helm.template("--set", "devicePlugin.usageInterval=0", "--set", "devicePlugin.hookHostPath="),
+        "DaemonSet",
+        "gpushare-device-plugin",
+    )["spec"]["template"]["spec"]
+    assert "hostPID" not in quiet and "pyhook" not in {v["name"] for v in quiet["volumes"]}
