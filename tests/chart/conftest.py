@@ -29,6 +29,19 @@ CHART_EXAMPLES = sorted(EXAMPLES.glob("gpushare-hub-values*.yaml"))
 KUBE_VERSION = build.Versions.load().kubernetes
 
 
+class StrictLoader(yaml.SafeLoader):
+    """YAML that refuses a key twice in one mapping (the API server would warn or refuse)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise AssertionError(f"key {key!r} twice in one mapping, {key_node.start_mark}")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def generator() -> ModuleType:
     """helm/generate.py, which writes the chart's generated files (not an installed package)."""
     spec = importlib.util.spec_from_file_location("chart_generate", ROOT / "helm" / "generate.py")
@@ -68,7 +81,7 @@ class Helm:
             f"--kube-version={KUBE_VERSION}",
             *args,
         )
-        return [d for d in yaml.safe_load_all(out.stdout) if d]
+        return [d for d in yaml.load_all(out.stdout, Loader=StrictLoader) if d]
 
 
 @pytest.fixture(scope="session")
