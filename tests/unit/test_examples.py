@@ -97,3 +97,19 @@ def test_cull_arbiter_hook_culls_idle_gpu_servers_sooner():
     assert hook(inactive=timedelta(hours=2), inactive_limit=3600, server=cpu) is True
     assert hook(inactive=timedelta(minutes=1), inactive_limit=3600, server=gpu) is False
     assert hook(inactive=idle, inactive_limit=3600, server={"name": "x"}) is False  # no state scope
+
+
+def test_z2jh_values_name_only_traits_the_spawner_has_and_pass_its_check():
+    from traitlets.config import Config
+
+    from gpushare_hub import GPUShareSpawner
+
+    hub = yaml.safe_load((EXAMPLES / "z2jh-values.yaml").read_text())["hub"]
+    settings = hub["config"]["GPUShareSpawner"]
+    traits = GPUShareSpawner.class_traits(config=True)
+    assert sorted(k for k in settings if k not in traits) == []
+    c = Config()
+    for key, value in settings.items():
+        setattr(c.GPUShareSpawner, key, value)
+    for code in hub["extraConfig"].values():
+        exec(code, {"c": c})  # runs GPUShareSpawner.check_config(c)
