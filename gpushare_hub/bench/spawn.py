@@ -26,16 +26,19 @@ def _watch(cluster: Any, namespace: str, seen: dict[str, dict[str, float]], stop
     api = cluster.core_api()
     while not stop.is_set():
         w: Any = watch.Watch()  # type: ignore[no-untyped-call]
-        for ev in w.stream(api.list_namespaced_pod, namespace, timeout_seconds=30):
-            name = ev["object"].metadata.name
-            now = time.monotonic()
-            stamps = seen.setdefault(name, {})
-            stamps.setdefault("created", now)
-            if ev["object"].spec.node_name:
-                stamps.setdefault("bound", now)
-            if stop.is_set():
-                w.stop()
-                break
+        try:
+            for ev in w.stream(api.list_namespaced_pod, namespace, timeout_seconds=30):
+                name = ev["object"].metadata.name
+                now = time.monotonic()
+                stamps = seen.setdefault(name, {})
+                stamps.setdefault("created", now)
+                if ev["object"].spec.node_name:
+                    stamps.setdefault("bound", now)
+                if stop.is_set():
+                    w.stop()
+                    break
+        except Exception:  # the cluster stopping under the watch, or a dropped connection
+            time.sleep(0.2)
 
 
 def measure(spawns: int) -> dict[str, Any]:
