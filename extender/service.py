@@ -24,6 +24,8 @@ from gpushare_hub.core import (
     ALLOCATION_ANNOTATION,
     DEFAULT_NAMES,
     GPUShareError,
+    Ignored,
+    IgnoredRecord,
     Ledger,
     Placement,
     ResourceNames,
@@ -33,11 +35,13 @@ from gpushare_hub.core import (
 
 from .decisions import Decisions
 from .kube import Kube, sleep_backoff
+from .leader import LeaseElector
 from .wire import BindingArgs
 
 log = logging.getLogger("gpushare.extender")
 
 BYPASS_REASON = "GPUShareNotScheduled"
+IGNORED_REASON = "GPUShareAllocationIgnored"
 
 
 class Metrics:
@@ -64,6 +68,18 @@ class Metrics:
         self.units_total = Gauge("gpushare_ledger_units_total", "GPU-memory units on all cards", registry=r)
         self.cards_in_use = Gauge(
             "gpushare_ledger_cards_in_use", "Cards holding at least one slice", registry=r
+        )
+        self.ignored = Counter(
+            "gpushare_ledger_ignored_records",
+            "Pod allocation records the ledger refused to count (forged, unbound, over a card), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.binds_refused = Counter(
+            "gpushare_extender_binds_refused",
+            "Binds refused before any decision: no pod UID, or this replica does not hold the Lease",
+            ["reason"],
+            registry=r,
         )
         self.overcommitted = Gauge(
             "gpushare_ledger_overcommitted_cards",
@@ -97,9 +113,11 @@ class ExtenderService:
         self.metrics = Metrics()
         self.metrics.watch_ledger(lambda: self.ledger)
         self.ready = False
+        self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
         self._tasks: list[asyncio.Task[None]] = []
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._warned: set[str] = set()
+        self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported
         self._node_rv = self._pod_rv = ""
         # Pods as the scheduler sent them to filter, by UID, so that bind (which gets
         # names only) need not read them again. Bounded; a miss just reads the pod.
@@ -163,19 +181,41 @@ class ExtenderService:
             if deleted:
                 ledger.remove_node(name)
             else:
-                ledger.observe_node(obj)
+                for ignored in ledger.observe_node(obj):
+                    self._report_ignored(ignored)
         except GPUShareError as err:
             log.warning("ignoring node %s: %s", name, err)
 
     def _observe_pod(self, ledger: Ledger, obj: dict[str, Any], deleted: bool = False) -> None:
         try:
-            ledger.observe_pod(obj, deleted=deleted)
+            ignored = ledger.observe_pod(obj, deleted=deleted)
         except GPUShareError as err:
             log.warning("ignoring pod %s: %s", pod_key(obj), err)
+        else:
+            if ignored is not None:
+                self._report_ignored(ignored)
         if deleted:
-            self._warned.discard(str((obj.get("metadata") or {}).get("uid", "")))
+            uid = str((obj.get("metadata") or {}).get("uid", ""))
+            self._warned.discard(uid)
+            self._reported = {r for r in self._reported if r[0] != uid}
         elif self.warn_bypass:
             self._check_bypass(ledger, obj)
+
+    def _report_ignored(self, ignored: IgnoredRecord) -> None:
+        """A record the ledger refused: a metric, a log line and a Warning event on the pod, once."""
+        if (ignored.uid, ignored.reason) in self._reported:
+            return
+        self._reported.add((ignored.uid, ignored.reason))
+        self.metrics.ignored.labels(ignored.reason.value).inc()
+        message = ignored.message()
+        log.warning("%s", message)
+        if self.kube is None:
+            return
+        namespace, name = ignored.key.split("/", 1)
+        pod = {"metadata": {"name": name, "namespace": namespace, "uid": ignored.uid}}
+        task = asyncio.get_running_loop().create_task(self.kube.warn(pod, IGNORED_REASON, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
 
     def _check_bypass(self, ledger: Ledger, pod: dict[str, Any]) -> None:
         """A pod that asks for our resource but got a node without our choice of card."""
@@ -257,6 +297,19 @@ class ExtenderService:
             self._observe_pod(self.ledger, obj, deleted)
 
     # ---- bind ----------------------------------------------------------------------------
+    def _bind_refusal(self, args: BindingArgs) -> str:
+        """Binds this replica must not do: without the pod's UID, or while another replica leads."""
+        if not args.pod_uid:
+            self.metrics.binds_refused.labels("no-uid").inc()
+            return (
+                f"bind of pod {args.pod_namespace}/{args.pod_name}: PodUID is missing; the extender binds "
+                "only the pod that kube-scheduler scheduled, named by its UID"
+            )
+        if self.elector is not None and not self.elector.leader:
+            self.metrics.binds_refused.labels("not-leader").inc()
+            return f"bind of pod {args.pod_namespace}/{args.pod_name}: {self.elector.refusal()}"
+        return ""
+
     async def bind(self, args: BindingArgs) -> str:
         """Choose the card and bind; returns "" or the error for ExtenderBindingResult.Error.
 
@@ -265,6 +318,9 @@ class ExtenderService:
         the API server applies atomically: either the pod is bound with its card
         written on it, or nothing changed and the ledger entry is dropped again.
         """
+        refusal = self._bind_refusal(args)
+        if refusal:
+            return refusal
         assert self.kube is not None
         key = f"{args.pod_namespace}/{args.pod_name}"
         pod = self._recent.pop(args.pod_uid, None) if args.pod_uid else None

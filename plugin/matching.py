@@ -11,6 +11,10 @@ What makes the answer unambiguous:
 * the plugin marks each pod ``ALIYUN_COM_GPU_MEM_ASSIGNED=true`` once all its
   containers are served, and remembers containers it served in between.
 
+Annotations are untrusted: records are read under the core's one rule (the pod
+asks the resource, is bound to this node, the cards are this node's, no card
+over-committed), the same reader the extender's ledger uses.
+
 So the candidates for an Allocate of ``n`` units are the unserved containers
 of ``n`` units on this node; if they disagree about the card, the call fails
 with the pods named rather than guessing (gpushare's plugin matched on the
@@ -24,16 +28,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core.annotations import (
-    ALLOCATION_ANNOTATION,
-    GPU_MEM_ASSIGNED,
-    GPU_MEM_ASSUME_TIME,
-    AllocationRecord,
-)
-from gpushare_hub.core.cards import Card
+from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME
+from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.demand import pod_key
-from gpushare_hub.core.errors import GPUShareError, InvalidObject
-from gpushare_hub.core.ledger import TERMINAL_PHASES
+from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.ledger import Ledger
+from gpushare_hub.core.records import IgnoredRecord
+from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 from .devices import by_card
 
@@ -56,36 +57,43 @@ class Waiting:
 
 
 def waiting_containers(
-    pods: Iterable[Mapping[str, Any]], node: str, served: set[tuple[str, str]]
+    pods: Iterable[Mapping[str, Any]],
+    node: Node,
+    served: set[tuple[str, str]],
+    names: ResourceNames = DEFAULT_NAMES,
+    ignored: list[IgnoredRecord] | None = None,
 ) -> list[Waiting]:
     """Unserved containers of pods placed on ``node`` and not yet marked assigned.
 
-    ``served``: (pod UID, container) pairs this plugin already allocated.
+    ``served``: (pod UID, container) pairs this plugin already allocated. Records are
+    read under the core's one rule (:mod:`gpushare_hub.core.records`), checked against
+    this node's own cards: a forged or over-committing record is left out, and
+    appended to ``ignored`` when given.
     """
+    pods = list(pods)
+    ledger = Ledger(names)
+    ledger.set_node(node)
+    for pod in pods:
+        refused = ledger.observe_pod(pod)
+        if refused is not None and ignored is not None:
+            ignored.append(refused)
     out = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         ann = meta.get("annotations") or {}
-        raw = ann.get(ALLOCATION_ANNOTATION)
-        if not raw or ann.get(GPU_MEM_ASSIGNED) == "true":
-            continue
-        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or meta.get("deletionTimestamp"):
-            continue
-        try:
-            rec = AllocationRecord.from_json(raw, where=f"pod {pod_key(pod)}")
-        except InvalidObject:
-            continue
-        if rec.node != node:
+        if meta.get("deletionTimestamp"):
             continue
         uid = str(meta.get("uid", ""))
+        alloc = ledger.allocation(pod_key(pod))
+        if alloc is None or alloc.assigned or alloc.uid != uid or alloc.node != node.name:
+            continue
         try:
             assumed = int(ann.get(GPU_MEM_ASSUME_TIME, "0"))
         except ValueError:
             assumed = 0
-        total = sum(c.units for c in rec.cards)
-        for c in rec.containers:
+        for c in alloc.containers:
             if (uid, c.container) not in served:
-                out.append(Waiting(pod_key(pod), uid, c.container, c.uuid, c.units, total, assumed))
+                out.append(Waiting(alloc.key, uid, c.container, c.uuid, c.units, alloc.units, assumed))
     return out
 
 

@@ -380,8 +380,12 @@ class LocalCluster:
         port: int | None = None,
         extra_args: Iterable[str] = (),
         log_level: str = "DEBUG",
+        https: bool = False,
     ) -> Component:
-        """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole."""
+        """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole.
+
+        ``comp.url``: the verbs and /inspect; ``comp.metrics_url``: /metrics, /healthz, /readyz.
+        """
         import sys
 
         from extender.rbac import RULES
@@ -389,6 +393,7 @@ class LocalCluster:
         self.grant("gpushare-extender", RULES)
         kubeconfig = self.credential(f"user-{name}", "gpushare-extender")
         port = port or free_port()
+        metrics_port = free_port()
         comp = self._run(
             name,
             [
@@ -398,16 +403,18 @@ class LocalCluster:
                 f"--kubeconfig={kubeconfig}",
                 "--ip=127.0.0.1",
                 f"--port={port}",
+                f"--metrics-port={metrics_port}",
                 f"--policy={policy}",
                 f"--log-level={log_level}",
                 *extra_args,
             ],
         )
         comp.port = port
-        comp.url = f"http://127.0.0.1:{port}"
+        comp.url = f"{'https' if https else 'http'}://127.0.0.1:{port}"
+        comp.metrics_url = f"http://127.0.0.1:{metrics_port}"
 
         def ready() -> bool:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            with urllib.request.urlopen(f"{comp.metrics_url}/readyz", timeout=2) as resp:
                 return bool(resp.status == 200)
 
         comp.wait_until(ready, 60, "ready (/readyz)")
