@@ -481,7 +481,8 @@ class NodeAgent:
         with contextlib.suppress(OSError, ValueError):
             code = int(Path(rec.exit_file).read_text().strip())
         pod = self.pods.get(rec.uid)
-        ended = Exit(rec.container, rec.image, code, tail(Path(rec.log), 10), rec.started_at, now_iso())
+        output = [line for line in tail(Path(rec.log), 11).splitlines() if not line.startswith("==== ")]
+        ended = Exit(rec.container, rec.image, code, "\n".join(output[-10:]), rec.started_at, now_iso())
         log.info("pod %s container %s ended (exit code %s)", rec.pod, rec.container, code)
         self.finished.add(rec.holder)
         if pod is not None:

@@ -33,7 +33,7 @@ def notebook_nodes(local_cluster: LocalCluster, gpushare: Any) -> NotebookNodes:
 
 
 def hub_spawner_config() -> dict[str, Any]:
-    """A plain KubeSpawner asking 5 GiB by default, 10 GiB with the ``slice-10`` profile."""
+    """A plain KubeSpawner asking 5 GiB by default, 10 GiB with ``slice-10``; ``broken`` exits at once."""
     return {
         **spawner_config(slice_gib=5, scheduler=SCHEDULER),
         "profile_list": [
@@ -42,6 +42,18 @@ def hub_spawner_config() -> dict[str, Any]:
                 "display_name": "Tesla T4 · 10 GiB slice",
                 "slug": "slice-10",
                 "kubespawner_override": {"extra_resource_limits": {"aliyun.com/gpu-mem": "10"}},
+            },
+            {
+                "display_name": "A notebook command that fails at once",
+                "slug": "broken",
+                "kubespawner_override": {
+                    "cmd": [
+                        "python",
+                        "-c",
+                        "import sys; print('cannot read /etc/notebook.conf'); sys.exit(3)",
+                    ],
+                    "http_timeout": 30,  # the hub gives up on it soon
+                },
             },
         ],
     }

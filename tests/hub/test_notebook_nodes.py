@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import urllib.request
 
@@ -151,3 +152,31 @@ def test_a_command_that_exits_at_once_fails_the_pod_with_its_code_and_last_outpu
 
 
 pytestmark = pytest.mark.timeout(600)
+
+
+def test_a_notebook_command_that_exits_at_once_shows_in_the_spawn_progress(local_cluster, hub):
+    """KubeSpawner's progress (the spawn page's messages) carries the agent's event: code and output."""
+    token = hub.user_token("frank")
+    spawn = threading.Thread(target=hub.api, args=("POST", "/users/frank/server", {"profile": "broken"}))
+    spawn.start()
+    try:
+        assert wait_for(lambda: hub.api("GET", "/users/frank")[1].get("pending") == "spawn", timeout=30)
+        req = urllib.request.Request(
+            f"{hub.url}/hub/api/users/frank/server/progress", headers={"Authorization": f"token {token}"}
+        )
+        messages = []
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            for raw in resp:
+                line = raw.decode().strip()
+                if line.startswith("data:"):
+                    messages.append(json.loads(line[5:])["message"])
+                    if "exited with code 3" in messages[-1]:
+                        break
+        assert any("exited with code 3" in m and "cannot read /etc/notebook.conf" in m for m in messages), (
+            messages
+        )
+    finally:
+        spawn.join(timeout=120)
+        # The hub gives up (http_timeout 30 s) and KubeSpawner deletes the pod.
+        assert wait_for(lambda: not hub.api("GET", "/users/frank")[1].get("pending"), timeout=120)
+        assert wait_for(lambda: pod_of(local_cluster, "frank") is None, timeout=120)
