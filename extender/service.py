@@ -32,6 +32,7 @@ from gpushare_hub.core import (
     demand_from_pod,
     pod_key,
 )
+from gpushare_hub.core.mps import MISMATCH_REASON, NodeMPS, node_mps, uid_mismatches
 
 from .decisions import Decisions
 from .kube import Kube, sleep_backoff
@@ -117,6 +118,7 @@ class ExtenderService:
         self._tasks: list[asyncio.Task[None]] = []
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._warned: set[str] = set()
+        self._mps: dict[str, NodeMPS] = {}  # nodes whose plugin runs MPS: each card's server UID
         self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported
         self._node_rv = self._pod_rv = ""
         # Pods as the scheduler sent them to filter, by UID, so that bind (which gets
@@ -177,6 +179,11 @@ class ExtenderService:
 
     def _observe_node(self, ledger: Ledger, obj: dict[str, Any], deleted: bool = False) -> None:
         name = (obj.get("metadata") or {}).get("name", "?")
+        mps = NodeMPS() if deleted else node_mps(obj)
+        if mps.enabled:
+            self._mps[name] = mps
+        else:
+            self._mps.pop(name, None)
         try:
             if deleted:
                 ledger.remove_node(name)
@@ -361,4 +368,18 @@ class ExtenderService:
             self.metrics.placements.labels(decision.policy).inc()
             cards = ", ".join(f"card {c.index} ({c.uuid}) {self.names.fmt(c.units)}" for c in decision.cards)
             log.info("placed pod %s on node %s, %s, policy %s", key, args.node, cards, decision.policy)
+            self._warn_mps_users(pod, decision)
         return ""
+
+    def _warn_mps_users(self, pod: dict[str, Any], placement: Placement) -> None:
+        """A pod of another UID than a card's MPS server would hang silently: say so on the pod."""
+        mps = self._mps.get(placement.node)
+        if mps is None or self.kube is None:
+            return
+        for clash in uid_mismatches(mps, placement.node, pod, [c.uuid for c in placement.cards]):
+            log.warning(clash.message())
+            task = asyncio.get_running_loop().create_task(
+                self.kube.warn(pod, MISMATCH_REASON, clash.message())
+            )
+            self._events.add(task)
+            task.add_done_callback(self._events.discard)
