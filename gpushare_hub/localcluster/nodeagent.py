@@ -231,6 +231,9 @@ class NodeAgent:
                     f"--node-name={name}",
                     f"--kubeconfig={self.plugin_kubeconfig}",
                     f"--plugin-dir={dm.folder}",
+                    # The start-up hook goes in a folder of this node's, not the host-wide
+                    # default (which needs root); Allocate's mount of it becomes PYTHONPATH.
+                    f"--hook-host-path={self.state_dir / 'nodes' / name / 'pyhook'}",
                 ],
                 self.log_dir / f"device-plugin-{name}.log",
             ).start()

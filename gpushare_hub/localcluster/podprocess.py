@@ -8,9 +8,12 @@ A container runtime is emulated only as far as the demo's notebook image needs:
 * **command**: ``command`` + ``args`` as Kubernetes defines them (``$(VAR)`` expands from the
   container's environment, ``$$`` is a literal ``$``); a known image has no entrypoint.
 * **environment**: the image's, then the device plugin's Allocate envs, then the container's
-  ``env`` (last wins, as the kubelet hands them to a runtime). Mounts that Allocate returns
-  cannot be bind-mounted without root; each one is named in ``GPUSHARE_BIND_MOUNTS``
-  (``host_path:container_path`` joined by commas) instead.
+  ``env`` (last wins, as the kubelet hands them to a runtime).
+* **mounts**: Allocate's mounts cannot be bind-mounted without root. Instead, a path in an
+  Allocate env value that lies under a mount's container path is rewritten to the host path
+  (``PYTHONPATH=/opt/gpushare-hub/pyhook`` becomes the host folder of the start-up hook, so
+  the hook loads in every Python process), and every mount is named in
+  ``GPUSHARE_BIND_MOUNTS`` (``host_path:container_path`` joined by commas).
 * **network namespace**: a pod has its own IP and the process binds to it. Every local
   process shares the host's network, so a bind to all addresses (``0.0.0.0``) in the
   command or the environment, which KubeSpawner's ``--ip`` and ``JUPYTERHUB_SERVICE_URL``
@@ -126,6 +129,18 @@ def container_env(
     return out, skipped
 
 
+def _to_host_paths(value: str, mounts: list[Mount]) -> str:
+    """Each ``:``-separated path of ``value`` under a mount's container path, on the host."""
+    parts = value.split(":")
+    for i, part in enumerate(parts):
+        for m in sorted(mounts, key=lambda m: -len(m.container_path)):
+            root = m.container_path.rstrip("/")
+            if part == root or part.startswith(root + "/"):
+                parts[i] = m.host_path.rstrip("/") + part[len(root) :]
+                break
+    return ":".join(parts)
+
+
 def _bind_to_pod(text: str, pod_ip: str) -> str:
     return text.replace(ALL_ADDRESSES, pod_ip)
 
@@ -155,11 +170,11 @@ def process_spec(
         "HOME": home,
         "HOSTNAME": str((pod.get("metadata") or {}).get("name", "")),
         **image.env,
-        **(device_env or {}),
     }
-    mount_list = [f"{m.host_path}:{m.container_path}" for m in mounts]
-    if mount_list:
-        env["GPUSHARE_BIND_MOUNTS"] = ",".join(mount_list)
+    mounts = list(mounts)
+    env.update({k: _to_host_paths(v, mounts) for k, v in (device_env or {}).items()})
+    if mounts:
+        env["GPUSHARE_BIND_MOUNTS"] = ",".join(f"{m.host_path}:{m.container_path}" for m in mounts)
     own, _skipped = container_env(pod, container, pod_ip)
     env.update(own)
     env = {k: _bind_to_pod(v, pod_ip) for k, v in env.items()}

@@ -42,18 +42,25 @@ def test_a_spawned_server_is_placed_by_the_extender_run_reached_through_the_prox
     assert wait_for(lambda: not alive(rec.pid), timeout=60), "the notebook's process outlived its pod"
 
 
-def test_a_5_gib_notebook_sees_the_card_the_extender_chose_and_its_limit(local_cluster, hub):
+def test_a_5_gib_notebook_sees_the_card_the_extender_chose_its_limit_and_the_hook(
+    local_cluster, hub, notebook_nodes
+):
     token, _ = start_server(hub, "bob", "slice-5")
     try:
         pod = pod_of(local_cluster, "bob")
         code = (
-            "import os, json; print(json.dumps({k: os.environ.get(k) for k in "
-            "['NVIDIA_VISIBLE_DEVICES', 'CUDA_DEVICE_MEMORY_LIMIT_0', 'ALIYUN_COM_GPU_MEM_CONTAINER']}))"
+            "import os, sys, json; env = {k: os.environ.get(k) for k in "
+            "['NVIDIA_VISIBLE_DEVICES', 'CUDA_DEVICE_MEMORY_LIMIT_0', 'ALIYUN_COM_GPU_MEM_CONTAINER']}; "
+            "env['hook'] = getattr(sys.modules.get('sitecustomize'), '__file__', None); "
+            "print(json.dumps(env))"
         )
         env = json.loads(run_in_kernel(hub, "bob", token, code))
         assert env["NVIDIA_VISIBLE_DEVICES"] == chosen_card(pod)
         assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
         assert env["ALIYUN_COM_GPU_MEM_CONTAINER"] == "5"
+        # Allocate's start-up hook mount, as a host path: the kernel loaded the hook.
+        node = pod["spec"]["nodeName"]
+        assert env["hook"] == str(notebook_nodes.state_dir / "nodes" / node / "pyhook" / "sitecustomize.py")
         assert (
             local_cluster.get_json(f"/api/v1/namespaces/{NAMESPACE}/pods/jupyter-bob")["metadata"][
                 "annotations"

@@ -69,11 +69,19 @@ def test_the_containers_own_env_wins_over_the_plugins_as_a_runtime_takes_them():
     assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "all"
 
 
-def test_mounts_from_allocate_are_named_in_the_environment():
+def test_allocate_env_paths_inside_a_mount_point_at_its_host_folder_and_mounts_are_named():
     pod = kubespawner_pod()
     spec = process_spec(
-        pod, pod["spec"]["containers"][0], IMAGE, "127.0.0.9", "/h", mounts=[Mount("/host/hook", "/opt/hook")]
+        pod,
+        pod["spec"]["containers"][0],
+        IMAGE,
+        "127.0.0.9",
+        "/h",
+        device_env={"PYTHONPATH": "/opt/hook:/opt/hook/sub:/elsewhere", "PIPE": "/opt/hooked"},
+        mounts=[Mount("/host/hook", "/opt/hook")],
     )
+    assert spec.env["PYTHONPATH"] == "/host/hook:/host/hook/sub:/elsewhere"
+    assert spec.env["PIPE"] == "/opt/hooked"  # a sibling path, not under the mount
     assert spec.env["GPUSHARE_BIND_MOUNTS"] == "/host/hook:/opt/hook"
 
 
