@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from gpushare_hub.core import ALLOCATION_ANNOTATION
+from tests.conftest import wait_for
 
 from .conftest import QUOTA_GIB, SCHEDULER, pod_of, start_server, stop_server
 
@@ -37,10 +38,11 @@ def test_two_5_gib_users_share_a_card_a_7_gib_user_gets_the_other_and_refusals_c
             assert resources["requests"]["aliyun.com/gpu-mem"] == gib
         assert card_of(pods["ann"]) == card_of(pods["ben"])
         assert card_of(pods["cat"]) != card_of(pods["ann"])
-        status, _ = hub.proxy_get("/user/cat/api/status", token)
-        assert status == 200
+        # The server answers through the proxy (the hub may call it ready a moment before).
+        assert wait_for(lambda: hub.proxy_get("/user/cat/api/status", token)[0] == 200, timeout=120)
 
         # A tampered request: a size the profile does not offer.
+        hub.user_token("dan")  # creates the user
         status, body = hub.api("POST", "/users/dan/server", {"profile": "t4-5g", "gib": "15"})
         assert status == 400, (status, body)
         assert "option 'gib' is not offered by profile 't4-5g'" in body["message"]
