@@ -25,7 +25,7 @@ import tornado.web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Enum, Integer, Unicode, default
+from traitlets import Bool, Enum, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core import ResourceNames
@@ -120,8 +120,14 @@ class HealthHandler(_Base):
 
 class ReadyHandler(_Base):
     def get(self) -> None:
+        informer = self.service.informer
         if self.service.ready:
             self.send_json({"status": "ready", "nodes": len(self.service.ledger.node_names)})
+        elif informer.synced:
+            stale = round(informer.stale_for(), 1)
+            self.send_json(
+                {"status": "stale", "stale_for": stale, "stale_after": self.service.stale_after}, 503
+            )
         else:
             self.send_json({"status": "syncing"}, 503)
 
@@ -226,6 +232,18 @@ class GPUShareExtender(Application):
     kubeconfig = Unicode("", help="Kubeconfig file; empty means in-cluster (service account).").tag(
         config=True
     )
+    stale_after = Float(
+        30.0,
+        help="""Seconds a watch on the API server may fail before /readyz answers 503 (the
+        ledger may be out of date); it answers 200 again once the watches recover.""",
+    ).tag(config=True)
+    bind_timeout = Float(
+        4.0,
+        help="""Seconds the extender waits for the API server to answer a Binding (and a pod
+        read at bind). Keep it below kube-scheduler's httpTimeout for the extender (5s in the
+        generated configuration). An unanswered Binding keeps its card reserved until the
+        pod is read back.""",
+    ).tag(config=True)
     warn_bypass = Bool(True, help="Emit a Warning event for pods that bypassed the dedicated scheduler.").tag(
         config=True
     )
@@ -250,6 +268,8 @@ class GPUShareExtender(Application):
         "tls-cert": "GPUShareExtender.tls_cert",
         "tls-key": "GPUShareExtender.tls_key",
         "kubeconfig": "GPUShareExtender.kubeconfig",
+        "stale-after": "GPUShareExtender.stale_after",
+        "bind-timeout": "GPUShareExtender.bind_timeout",
         "log-level": "Application.log_level",
     }
     flags = {  # noqa: RUF012
@@ -285,8 +305,13 @@ class GPUShareExtender(Application):
         asyncio.run(self._serve())
 
     async def _serve(self) -> None:
-        kube = Kube(await make_api_client(self.kubeconfig or None, in_cluster=not self.kubeconfig))
-        service = ExtenderService(kube, self.policy, self.names(), self.scheduler_name, self.warn_bypass)
+        kube = Kube(
+            await make_api_client(self.kubeconfig or None, in_cluster=not self.kubeconfig),
+            bind_timeout=self.bind_timeout,
+        )
+        service = ExtenderService(
+            kube, self.policy, self.names(), self.scheduler_name, self.warn_bypass, self.stale_after
+        )
         server = make_server(service, self.url_prefix, self.tls_cert, self.tls_key)
         server.listen(self.port, self.ip)
         self.log.info(

@@ -50,7 +50,7 @@ def server() -> Iterator[tuple[int, ExtenderService]]:
     service = ExtenderService(kube=None)
     for name in ("gpu-1", "gpu-2"):
         service.ledger.observe_node(node_obj(name))
-    service.ready = True
+    service.informer.synced = True
     with serving(service) as port:
         yield port, service
 
@@ -129,14 +129,14 @@ def test_inspect_health_and_metrics(server):
 
 def test_not_ready_answers_503_not_an_empty_ledger(server):
     port, service = server
-    service.ready = False
+    service.informer.synced = False
     try:
         body = json.dumps({"Pod": pod_obj("nb", 1), "NodeNames": ["gpu-1"]}).encode()
         status, out = call(port, "POST", f"{PREFIX}/filter", body)
         assert status == 503 and "still reading the cluster" in out["Error"]
         assert call(port, "GET", "/readyz")[0] == 503
     finally:
-        service.ready = True
+        service.informer.synced = True
 
 
 json_values = st.recursive(
@@ -188,7 +188,7 @@ def test_tls_serves_https_with_the_given_certificate(tmp_path):
     pki = PKI(tmp_path)
     cred = pki.issue("extender", "gpushare-extender", server=True, hosts=("127.0.0.1",))
     service = ExtenderService(kube=None)
-    service.ready = True
+    service.informer.synced = True
     with serving(service, str(cred.cert), str(cred.key)) as port:
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
