@@ -17,6 +17,10 @@ from gpushare_hub.core.resources import ResourceNames
 
 from .server import PodSource
 
+# Seconds per API call. Allocate makes up to two (list the node's pods, mark one assigned)
+# and the kubelet calls it without a deadline: a slow API server must not stall admission.
+API_TIMEOUT = 5.0
+
 RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
@@ -44,7 +48,7 @@ class KubePods(PodSource):
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         resp: Any = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", _preload_content=False
+            field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=API_TIMEOUT
         )
         items: list[dict[str, Any]] = json.loads(resp.data)["items"]
         return items
@@ -56,7 +60,13 @@ class KubePods(PodSource):
                 "annotations": {GPU_MEM_ASSIGNED: "true", GPU_MEM_ASSUME_TIME: str(time.time_ns())},
             }
         }
-        self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
+        self.core.patch_namespaced_pod(
+            name,
+            namespace,
+            body,
+            _content_type="application/merge-patch+json",
+            _request_timeout=API_TIMEOUT,
+        )
 
 
 def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -> None:

@@ -10,6 +10,8 @@
 //	{"op":"allocate","pod":{...v1.Pod...},"container":"c"}
 //	                                          -> {"envs":{...},"devices":[...]} or {"error":"..."}
 //	{"op":"restart"}                          -> {"ok":true}   (a kubelet restart: the folder is wiped)
+//	{"op":"forget"}                           -> {"ok":true}   (every pod ended: their devices are free
+//	                                             at the next allocate; with "pod", that pod only)
 //	{"op":"quit"}
 package main
 
@@ -106,6 +108,17 @@ func (h *harness) handle(c command) map[string]any {
 			}
 		}
 		return map[string]any{"envs": envs, "devices": ids}
+	case "forget":
+		h.mu.Lock()
+		kept := h.pods[:0]
+		for _, p := range h.pods {
+			if c.Pod != nil && p.UID != c.Pod.UID {
+				kept = append(kept, p)
+			}
+		}
+		h.pods = kept
+		h.mu.Unlock()
+		return map[string]any{"ok": true}
 	case "restart":
 		if err := h.manager.Stop(); err != nil {
 			return map[string]any{"error": err.Error()}
