@@ -118,7 +118,7 @@ def readyz(url: str) -> int:
 
 def test_api_server_killed_mid_burst_overcommits_no_card(local_cluster, pair, node_group, namespace):
     for r in range(ROUNDS):
-        nodes, sel = node_group(6, cards=2)  # 180 GiB for about 160 GiB of pods
+        nodes, sel = node_group(7, cards=2)  # 210 GiB for about 170 GiB of pods
         sizes = burst(local_cluster, namespace, sel, 100, seed=r)
         assert wait_for(lambda r=r: count_bound(local_cluster, namespace) >= 100 * r + 15, 120, 0.05)
         local_cluster.kill_apiserver()
@@ -130,7 +130,7 @@ def test_api_server_killed_mid_burst_overcommits_no_card(local_cluster, pair, no
 
 def test_api_server_frozen_mid_burst_overcommits_no_card(local_cluster, pair, node_group, namespace):
     for r in range(ROUNDS):
-        nodes, sel = node_group(6, cards=2)
+        nodes, sel = node_group(7, cards=2)
         burst(local_cluster, namespace, sel, 100, seed=100 + r)
         assert wait_for(lambda r=r: count_bound(local_cluster, namespace) >= 100 * r + 15, 120, 0.05)
         local_cluster.freeze("kube-apiserver")
@@ -145,7 +145,7 @@ def test_api_server_frozen_mid_burst_overcommits_no_card(local_cluster, pair, no
 def test_api_server_down_30s_every_pod_bound_once_and_readyz_recovers(
     local_cluster, pair, node_group, namespace
 ):
-    nodes, sel = node_group(6, cards=2)
+    nodes, sel = node_group(7, cards=2)
     seen: list[int] = []
     done = threading.Event()
 

@@ -288,3 +288,19 @@ def test_nvml_card_that_turned_unhealthy_is_reported_healthy_again_once_quiet_an
     now[0] = 122.0
     [event] = backend.health_events(0)
     assert event.uuid == "GPU-0" and event.healthy and "answers" in event.reason
+
+
+def test_a_plugin_restart_before_the_assigned_mark_does_not_serve_a_container_twice(tmp_path):
+    backend = SimulatedBackend("1x Tesla T4:15360", "gpu-1")
+    uuid = backend.discover()[0].uuid
+
+    class Unreachable(MemoryPods):
+        def mark_assigned(self, namespace, name, uid):
+            raise RuntimeError("API server unreachable")
+
+    pods = Unreachable([placed("a", uuid, 2, assume=1), placed("b", uuid, 2, assume=2)])
+    settings = Settings(node="gpu-1", served_file=str(tmp_path / "served.json"))
+    ids = [f"{uuid}-_-{i}" for i in range(2)]
+    PluginState(backend, pods, settings).allocate(ids)  # serves a; its mark cannot be written
+    restarted = PluginState(backend, pods, settings)
+    assert [w.pod for w in restarted._waiting()] == ["jhub/b"]  # a is remembered as served
