@@ -1,9 +1,11 @@
 """``gpushare-extender``: the HTTP service kube-scheduler calls.
 
-Endpoints (all JSON): ``POST /filter``, ``POST /prioritize``, ``POST /bind``,
-``GET /healthz``, ``GET /readyz``, ``GET /inspect`` (the ledger; ``/inspect/<node>``
-for one node), ``GET /metrics`` (Prometheus). ``--print-scheduler-config``
-writes the KubeSchedulerConfiguration of a dedicated scheduler that uses it.
+Endpoints (all JSON) on ``--port``, for callers that prove themselves (mutual TLS
+or a bearer token, see :mod:`extender.auth`): ``POST /filter``, ``POST /prioritize``,
+``POST /bind``, ``GET /inspect`` (the ledger; ``/inspect/<node>`` for one node).
+On ``--metrics-port``, open: ``GET /healthz``, ``GET /readyz``, ``GET /metrics``
+(Prometheus). ``--print-scheduler-config`` writes the KubeSchedulerConfiguration of
+a dedicated scheduler that uses it, with its ``tlsConfig`` when given.
 
 Run it as a sidecar of the dedicated scheduler and point the scheduler at
 ``http://127.0.0.1:<port>``: kube-scheduler's own leader election then decides
@@ -15,23 +17,30 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import secrets
 import signal
+import socket
 import ssl
 import sys
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import tornado.web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from tornado.httpserver import HTTPServer
-from traitlets import Bool, Enum, Float, Integer, Unicode, default
+from traitlets import Bool, Enum, Float, Integer, List, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.policy import POLICIES
 
+from .admission import Identities, admission_yaml
+from .auth import CallerPolicy
 from .kube import Kube, make_api_client
+from .leader import LeaseElector, LeaseSettings
 from .schedconfig import scheduler_config_yaml
 from .service import ExtenderService
 from .wire import BadRequest, BindingArgs, ExtenderArgs, filter_result, priority_list
@@ -42,9 +51,21 @@ log = logging.getLogger("gpushare.extender")
 class _Base(tornado.web.RequestHandler):
     verb = ""
 
-    def initialize(self, service: ExtenderService) -> None:
+    def initialize(self, service: ExtenderService, callers: CallerPolicy | None = None) -> None:
         self.service = service
+        self.callers = callers
         self._t0 = time.perf_counter()
+
+    def prepare(self) -> None:
+        """Callers of the verbs and /inspect must prove themselves (mutual TLS or a bearer token)."""
+        if self.callers is None:
+            return
+        denial = self.callers.check(
+            bool(self.request.get_ssl_certificate()), self.request.headers.get("Authorization")
+        )
+        if denial is not None:
+            self.set_header("WWW-Authenticate", "Bearer")
+            self.send_json({"Error": self.callers.explain(denial)}, 401)
 
     def send_json(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -145,6 +166,10 @@ class InspectHandler(_Base):
             {"node": n, "uuid": u, "used": used, "units": units}
             for n, u, used, units in self.service.ledger.overcommitted()
         ]
+        snap["ignored"] = [
+            {"pod": r.key, "node": r.node, "reason": r.reason.value, "message": r.message()}
+            for r in self.service.ledger.ignored()
+        ]
         snap["ready"] = self.service.ready
         self.send_json(snap)
 
@@ -156,43 +181,85 @@ class MetricsHandler(_Base):
 
 
 class NotFoundHandler(_Base):
+    where = ""
+
     def prepare(self) -> None:
         self.send_json(
-            {
-                "Error": f"no such endpoint {self.request.method} {self.request.path}; "
-                "see /healthz, /readyz, /inspect, /metrics and the filter, "
-                "prioritize and bind verbs"
-            },
-            404,
+            {"Error": f"no such endpoint {self.request.method} {self.request.path}; {self.where}"}, 404
         )
 
 
-def make_app(service: ExtenderService, prefix: str = "") -> tornado.web.Application:
+class VerbsNotFound(NotFoundHandler):
+    where = "this port serves /inspect and the filter, prioritize and bind verbs; /metrics, /healthz "
+    where += "and /readyz are on the metrics port"
+
+
+class OpsNotFound(NotFoundHandler):
+    where = "this port serves /metrics, /healthz and /readyz; the verbs and /inspect are on the other port"
+
+
+def make_app(
+    service: ExtenderService, prefix: str = "", callers: CallerPolicy | None = None
+) -> tornado.web.Application:
+    """The verbs and /inspect. ``callers``: who may call them (``None``: anyone)."""
     p = prefix.rstrip("/")
-    kw = {"service": service}
+    kw = {"service": service, "callers": callers}
     return tornado.web.Application(
         [
             (rf"{p}/filter", FilterHandler, kw),
             (rf"{p}/prioritize", PrioritizeHandler, kw),
             (rf"{p}/bind", BindHandler, kw),
-            (r"/healthz", HealthHandler, kw),
-            (r"/readyz", ReadyHandler, kw),
             (r"/inspect", InspectHandler, kw),
             (r"/inspect/([^/]+)", InspectHandler, kw),
-            (r"/metrics", MetricsHandler, kw),
         ],
-        default_handler_class=NotFoundHandler,
+        default_handler_class=VerbsNotFound,
         default_handler_args=kw,
     )
 
 
-def make_server(service: ExtenderService, prefix: str, tls_cert: str = "", tls_key: str = "") -> HTTPServer:
-    """The extender's HTTP server; HTTPS when a certificate and key are given."""
+def make_ops_app(service: ExtenderService) -> tornado.web.Application:
+    """/metrics, /healthz and /readyz, open to probes and Prometheus; nothing that binds."""
+    kw = {"service": service}
+    return tornado.web.Application(
+        [
+            (r"/healthz", HealthHandler, kw),
+            (r"/readyz", ReadyHandler, kw),
+            (r"/metrics", MetricsHandler, kw),
+        ],
+        default_handler_class=OpsNotFound,
+        default_handler_args=kw,
+    )
+
+
+def make_server(
+    service: ExtenderService,
+    prefix: str,
+    tls_cert: str = "",
+    tls_key: str = "",
+    client_ca: str = "",
+    token: str = "",
+) -> HTTPServer:
+    """The verbs' server; HTTPS when a certificate and key are given.
+
+    ``client_ca``: callers may present a client certificate signed by it (required
+    when there is no ``token``; the handshake refuses anyone else). ``token``:
+    callers may send ``Authorization: Bearer <token>``. Neither: open.
+    """
     ssl_ctx = None
     if tls_cert:
         ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ssl_ctx.load_cert_chain(tls_cert, tls_key)
-    return HTTPServer(make_app(service, prefix), ssl_options=ssl_ctx)
+        if client_ca:
+            ssl_ctx.load_verify_locations(cafile=client_ca)
+            ssl_ctx.verify_mode = ssl.CERT_OPTIONAL if token else ssl.CERT_REQUIRED
+    elif client_ca:
+        raise ValueError("a client CA needs HTTPS: give the serving certificate and key too")
+    callers = CallerPolicy(token=token, client_certs=bool(client_ca))
+    return HTTPServer(make_app(service, prefix, None if callers.open else callers), ssl_options=ssl_ctx)
+
+
+def make_ops_server(service: ExtenderService) -> HTTPServer:
+    return HTTPServer(make_ops_app(service))
 
 
 class GPUShareExtender(Application):
@@ -202,7 +269,63 @@ class GPUShareExtender(Application):
     ip = Unicode("127.0.0.1", help="Address to listen on. The default suits a sidecar of the scheduler.").tag(
         config=True
     )
-    port = Integer(32766, help="Port to listen on.").tag(config=True)
+    port = Integer(32766, help="Port of the verbs (filter, prioritize, bind) and /inspect.").tag(config=True)
+    metrics_ip = Unicode(
+        "",
+        help="""Address of the metrics port (/metrics, /healthz, /readyz); empty: the same as ip.
+        Use 0.0.0.0 in a pod so that Prometheus and the kubelet's probes reach it.""",
+    ).tag(config=True)
+    metrics_port = Integer(
+        32767,
+        help="""Port of /metrics, /healthz and /readyz, which ask for no credential, so that
+        Prometheus and probes need no access to /bind.""",
+    ).tag(config=True)
+    tls_client_ca = Unicode(
+        "",
+        help="""CA file: callers of the verbs and /inspect must present a client certificate
+        it signed (mutual TLS; needs tls_cert and tls_key). Use a CA that signs only these
+        client certificates, e.g. the one for kube-scheduler's extender tlsConfig.""",
+    ).tag(config=True)
+    token_file = Unicode(
+        "",
+        help="""File holding a bearer token: callers of the verbs and /inspect may send
+        'Authorization: Bearer <token>' instead of a client certificate. With neither this
+        nor tls_client_ca, anyone who reaches the port may bind pods: only for a sidecar
+        listening on 127.0.0.1 of a scheduler that is not on the host network.""",
+    ).tag(config=True)
+    scheduler_client_cert = Unicode(
+        "",
+        help="""For --print-scheduler-config: the client certificate file kube-scheduler
+        presents (its extender tlsConfig.certFile), signed by tls_client_ca.""",
+    ).tag(config=True)
+    scheduler_client_key = Unicode(
+        "", help="For --print-scheduler-config: the key of scheduler_client_cert (tlsConfig.keyFile)."
+    ).tag(config=True)
+    scheduler_ca = Unicode(
+        "",
+        help="""For --print-scheduler-config: the CA file with which kube-scheduler checks
+        the extender's serving certificate (tlsConfig.caFile).""",
+    ).tag(config=True)
+    leader_elect = Bool(
+        False,
+        help="""Hold a coordination.k8s.io Lease and bind only while holding it; other
+        replicas refuse bind with an error naming the leader. Needed when several replicas
+        answer at once (a Deployment behind a Service); not for sidecars of a scheduler
+        that runs its own leader election.""",
+    ).tag(config=True)
+    lease_name = Unicode("gpushare-extender", help="Name of the Lease (with leader_elect).").tag(config=True)
+    lease_namespace = Unicode("kube-system", help="Namespace of the Lease (with leader_elect).").tag(
+        config=True
+    )
+    lease_duration = Float(
+        15.0, help="Seconds without renewal after which another replica may take the Lease."
+    ).tag(config=True)
+    lease_renew_deadline = Float(
+        10.0, help="Seconds without a successful renewal after which the holder stops binding."
+    ).tag(config=True)
+    lease_retry_period = Float(2.0, help="Seconds between attempts to take or renew the Lease.").tag(
+        config=True
+    )
     url_prefix = Unicode(
         "/gpushare-scheduler",
         help="""Path prefix of the filter, prioritize and bind
@@ -247,6 +370,40 @@ class GPUShareExtender(Application):
     warn_bypass = Bool(True, help="Emit a Warning event for pods that bypassed the dedicated scheduler.").tag(
         config=True
     )
+    admission_extender_users = List(
+        Unicode(),
+        default_value=list(Identities().extender),
+        help="""For --print-admission-policy: the extender's identities as the API server names
+        them (a service account: system:serviceaccount:<namespace>:<name>). Only these may
+        write gpushare-hub.io/allocation and ALIYUN_COM_GPU_MEM_* on pods.""",
+    ).tag(config=True)
+    admission_plugin_users = List(
+        Unicode(),
+        default_value=list(Identities().plugin),
+        help="""For --print-admission-policy: the device plugin's identities. Each may change
+        only its own Node and the pods bound to it, as named by its service-account token.""",
+    ).tag(config=True)
+    admission_admin_groups = List(
+        Unicode(),
+        default_value=list(Identities().admin_groups),
+        help="For --print-admission-policy: groups that may repair the protected annotations.",
+    ).tag(config=True)
+    admission_policy_users = List(
+        Unicode(),
+        default_value=[],
+        help="""For --print-admission-policy: identities that may set the pod annotation
+        gpushare-hub.io/policy while users may not (e.g. the hub's service account, when
+        GPUShareSpawner writes a policy an admin chose for a profile).""",
+    ).tag(config=True)
+    allow_user_policy = Bool(
+        False,
+        help="""For --print-admission-policy: let users choose a placement policy with the pod
+        annotation gpushare-hub.io/policy (off: only the extender's identity and admins may set it).""",
+    ).tag(config=True)
+    print_admission_policy = Bool(
+        False,
+        help="Print the ValidatingAdmissionPolicies (and bindings) that refuse forged annotations, and exit.",
+    ).tag(config=True)
     print_scheduler_config = Bool(
         False,
         help="Print a KubeSchedulerConfiguration for a dedicated scheduler using this extender, and exit.",
@@ -267,6 +424,22 @@ class GPUShareExtender(Application):
         "scheduler-name": "GPUShareExtender.scheduler_name",
         "tls-cert": "GPUShareExtender.tls_cert",
         "tls-key": "GPUShareExtender.tls_key",
+        "tls-client-ca": "GPUShareExtender.tls_client_ca",
+        "token-file": "GPUShareExtender.token_file",
+        "metrics-ip": "GPUShareExtender.metrics_ip",
+        "metrics-port": "GPUShareExtender.metrics_port",
+        "scheduler-client-cert": "GPUShareExtender.scheduler_client_cert",
+        "scheduler-client-key": "GPUShareExtender.scheduler_client_key",
+        "scheduler-ca": "GPUShareExtender.scheduler_ca",
+        "admission-extender-user": "GPUShareExtender.admission_extender_users",
+        "admission-plugin-user": "GPUShareExtender.admission_plugin_users",
+        "admission-admin-group": "GPUShareExtender.admission_admin_groups",
+        "admission-policy-user": "GPUShareExtender.admission_policy_users",
+        "lease-name": "GPUShareExtender.lease_name",
+        "lease-namespace": "GPUShareExtender.lease_namespace",
+        "lease-duration": "GPUShareExtender.lease_duration",
+        "lease-renew-deadline": "GPUShareExtender.lease_renew_deadline",
+        "lease-retry-period": "GPUShareExtender.lease_retry_period",
         "kubeconfig": "GPUShareExtender.kubeconfig",
         "stale-after": "GPUShareExtender.stale_after",
         "bind-timeout": "GPUShareExtender.bind_timeout",
@@ -278,6 +451,18 @@ class GPUShareExtender(Application):
             "Print the KubeSchedulerConfiguration and exit.",
         ),
         "no-warn-bypass": ({"GPUShareExtender": {"warn_bypass": False}}, "Do not emit bypass warnings."),
+        "print-admission-policy": (
+            {"GPUShareExtender": {"print_admission_policy": True}},
+            "Print the admission policies that refuse forged annotations, and exit.",
+        ),
+        "allow-user-policy": (
+            {"GPUShareExtender": {"allow_user_policy": True}},
+            "In the printed admission policy, let users set gpushare-hub.io/policy.",
+        ),
+        "leader-elect": (
+            {"GPUShareExtender": {"leader_elect": True}},
+            "Bind only while holding the Lease (several replicas answering at once).",
+        ),
     }
 
     def names(self) -> ResourceNames:
@@ -287,8 +472,27 @@ class GPUShareExtender(Application):
         logging.basicConfig(
             level=cast(int, self.log_level), format="%(asctime)s %(levelname)s %(name)s %(message)s"
         )
+        if self.print_admission_policy:
+            ids = Identities(
+                extender=tuple(self.admission_extender_users),
+                plugin=tuple(self.admission_plugin_users),
+                admin_groups=tuple(self.admission_admin_groups),
+                allow_user_policy=self.allow_user_policy,
+                policy_setters=tuple(self.admission_policy_users),
+            )
+            print(admission_yaml(ids), end="")
+            return
         if self.print_scheduler_config:
             scheme = "https" if self.tls_cert else "http"
+            tls = {
+                key: value
+                for key, value in (
+                    ("certFile", self.scheduler_client_cert),
+                    ("keyFile", self.scheduler_client_key),
+                    ("caFile", self.scheduler_ca),
+                )
+                if value
+            }
             print(
                 scheduler_config_yaml(
                     f"{scheme}://{self.ip}:{self.port}{self.url_prefix}",
@@ -296,47 +500,96 @@ class GPUShareExtender(Application):
                     self.resource_name,
                     https=bool(self.tls_cert),
                     policy=self.policy,
+                    tls_config=tls or None,
                 )
             )
             return
-        if bool(self.tls_cert) != bool(self.tls_key):
-            self.log.error("--tls-cert and --tls-key go together; give both or neither")
+        problem = self._config_problem()
+        if problem:
+            self.log.error("%s", problem)
             sys.exit(2)
         asyncio.run(self._serve())
 
+    def _config_problem(self) -> str:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            return "--tls-cert and --tls-key go together; give both or neither"
+        if self.tls_client_ca and not self.tls_cert:
+            return "--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too"
+        if self.token_file:
+            try:
+                token = Path(self.token_file).read_text().strip()
+            except OSError as err:
+                return f"--token-file {self.token_file}: cannot read it ({err.strerror})"
+            if len(token) < 16:
+                return (
+                    f"--token-file {self.token_file}: the token is shorter than 16 characters; "
+                    "use a long random one"
+                )
+        return ""
+
     async def _serve(self) -> None:
-        kube = Kube(
-            await make_api_client(self.kubeconfig or None, in_cluster=not self.kubeconfig),
-            bind_timeout=self.bind_timeout,
-        )
+        api = await make_api_client(self.kubeconfig or None, in_cluster=not self.kubeconfig)
+        kube = Kube(api, bind_timeout=self.bind_timeout)
         service = ExtenderService(
             kube, self.policy, self.names(), self.scheduler_name, self.warn_bypass, self.stale_after
         )
-        server = make_server(service, self.url_prefix, self.tls_cert, self.tls_key)
+        token = Path(self.token_file).read_text().strip() if self.token_file else ""
+        server = make_server(service, self.url_prefix, self.tls_cert, self.tls_key, self.tls_client_ca, token)
         server.listen(self.port, self.ip)
+        ops = make_ops_server(service)
+        ops.listen(self.metrics_port, self.metrics_ip or self.ip)
         self.log.info(
-            "gpushare-extender listening on %s:%d%s (policy %s); reading the cluster",
+            "gpushare-extender listening on %s:%d%s (policy %s), metrics and health on %s:%d; "
+            "reading the cluster",
             self.ip,
             self.port,
             self.url_prefix,
             self.policy,
+            self.metrics_ip or self.ip,
+            self.metrics_port,
         )
+        if not self.tls_client_ca and not token:
+            self.log.warning(
+                "the verbs on %s:%d are open to anyone who reaches the port, bind included; "
+                "give --tls-client-ca (mutual TLS) or --token-file unless only this pod can reach it",
+                self.ip,
+                self.port,
+            )
+        elector: LeaseElector | None = None
+        if self.leader_elect:
+            identity = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+            elector = LeaseElector(
+                api,
+                LeaseSettings(
+                    self.lease_name,
+                    self.lease_namespace,
+                    identity,
+                    self.lease_duration,
+                    self.lease_renew_deadline,
+                    self.lease_retry_period,
+                ),
+                on_elected=service.resync,
+            )
+            service.elector = elector
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        sync = asyncio.create_task(self._start_service(service))
+        sync = asyncio.create_task(self._start_service(service, elector))
         await stop.wait()
         sync.cancel()
         server.stop()
+        ops.stop()
         await service.stop()
 
-    async def _start_service(self, service: ExtenderService) -> None:
+    async def _start_service(self, service: ExtenderService, elector: LeaseElector | None) -> None:
         attempt = 0
         while True:
             try:
                 await service.start()
                 self.log.info("ready: ledger holds %d GPU nodes", len(service.ledger.node_names))
+                if elector is not None:
+                    await elector.run()
                 return
             except Exception as err:
                 self.log.warning("cannot read the cluster yet (%s); retrying", err)

@@ -9,6 +9,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    # --leader-elect: the Lease that lets one replica bind.
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
 ]
 
 

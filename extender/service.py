@@ -8,24 +8,28 @@ been failing for longer than ``stale_after`` seconds (and back once it recovers)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpushare_hub.core import DEFAULT_NAMES, Ledger, ResourceNames
+from gpushare_hub.core import DEFAULT_NAMES, Ignored, IgnoredRecord, Ledger, ResourceNames
 from gpushare_hub.kube import LedgerInformer
 
 from .binding import Binder, BindResult
 from .bypass import BYPASS_REASON, BypassWarner
 from .decisions import Decisions
 from .kube import Kube
+from .leader import LeaseElector
 from .wire import BindingArgs
 
 log = logging.getLogger("gpushare.extender")
 
-__all__ = ["BYPASS_REASON", "ExtenderService", "Metrics"]
+__all__ = ["BYPASS_REASON", "IGNORED_REASON", "ExtenderService", "Metrics"]
+
+IGNORED_REASON = "GPUShareAllocationIgnored"
 
 
 class Metrics:
@@ -52,6 +56,18 @@ class Metrics:
         self.units_total = Gauge("gpushare_ledger_units_total", "GPU-memory units on all cards", registry=r)
         self.cards_in_use = Gauge(
             "gpushare_ledger_cards_in_use", "Cards holding at least one slice", registry=r
+        )
+        self.ignored = Counter(
+            "gpushare_ledger_ignored_records",
+            "Pod allocation records the ledger refused to count (forged, unbound, over a card), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.binds_refused = Counter(
+            "gpushare_extender_binds_refused",
+            "Binds refused before any decision: no pod UID, or this replica does not hold the Lease",
+            ["reason"],
+            registry=r,
         )
         self.overcommitted = Gauge(
             "gpushare_ledger_overcommitted_cards",
@@ -87,6 +103,11 @@ class ExtenderService:
         self.decisions = Decisions(self.informer.ledger, policy, names)
         self.metrics = Metrics()
         self.metrics.watch_ledger(lambda: self.ledger)
+        self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
+        self._events: set[asyncio.Task[None]] = set()  # Warning events being written
+        self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported
+        self.informer.on_ignored(self._report_ignored)
+        self.informer.on_pod(self._forget_reported)
         self.binder: Binder | None = None
         if kube is not None:
             self.binder = Binder(kube, lambda: self.decisions, names)
@@ -104,12 +125,21 @@ class ExtenderService:
         """Synced once, and no watch failing for longer than ``stale_after`` seconds."""
         return self.informer.synced and self.informer.stale_for() <= self.stale_after
 
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        """Tests and benchmarks without an API server mark the ledger as read."""
+        self.informer.synced = value
+
     def remember(self, pod: dict[str, Any]) -> None:
         if self.binder is not None:
             self.binder.remember(pod)
 
     async def start(self) -> None:
         await self.informer.start()
+
+    async def resync(self) -> None:
+        """Read the cluster again (on winning the Lease: the previous leader's last binds)."""
+        await self.informer.resync()
 
     async def stop(self) -> None:
         await self.informer.stop()
@@ -118,8 +148,45 @@ class ExtenderService:
         if self.kube is not None:
             await self.kube.close()
 
+    def _report_ignored(self, ignored: IgnoredRecord) -> None:
+        """A record the ledger refused: a metric, a log line and a Warning event on the pod, once."""
+        if (ignored.uid, ignored.reason) in self._reported:
+            return
+        self._reported.add((ignored.uid, ignored.reason))
+        self.metrics.ignored.labels(ignored.reason.value).inc()
+        message = ignored.message()
+        log.warning("%s", message)
+        if self.kube is None:
+            return
+        namespace, name = ignored.key.split("/", 1)
+        pod = {"metadata": {"name": name, "namespace": namespace, "uid": ignored.uid}}
+        task = asyncio.get_running_loop().create_task(self.kube.warn(pod, IGNORED_REASON, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    def _forget_reported(self, etype: str, pod: dict[str, Any]) -> None:
+        if etype == "DELETED":
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            self._reported = {r for r in self._reported if r[0] != uid}
+
+    def _bind_refusal(self, args: BindingArgs) -> str:
+        """Binds this replica must not do: without the pod's UID, or while another replica leads."""
+        if not args.pod_uid:
+            self.metrics.binds_refused.labels("no-uid").inc()
+            return (
+                f"bind of pod {args.pod_namespace}/{args.pod_name}: PodUID is missing; the extender binds "
+                "only the pod that kube-scheduler scheduled, named by its UID"
+            )
+        if self.elector is not None and not self.elector.leader:
+            self.metrics.binds_refused.labels("not-leader").inc()
+            return f"bind of pod {args.pod_namespace}/{args.pod_name}: {self.elector.refusal()}"
+        return ""
+
     async def bind(self, args: BindingArgs) -> str:
         """Bind for kube-scheduler; returns "" or the error for ExtenderBindingResult.Error."""
+        refusal = self._bind_refusal(args)
+        if refusal:
+            return refusal
         if self.binder is None:
             return "the extender runs without an API server; it cannot bind"
         result: BindResult = await self.binder.bind(

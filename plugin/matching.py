@@ -11,6 +11,10 @@ What makes the answer unambiguous:
 * the plugin marks each pod ``ALIYUN_COM_GPU_MEM_ASSIGNED=true`` once all its
   containers are served, and remembers containers it served in between.
 
+Annotations are untrusted: records are read under the core's one rule (the pod
+asks the resource, is bound to this node, the cards are this node's, no card
+over-committed), the same reader the extender's ledger uses.
+
 So the candidates for an Allocate of ``n`` units are the unserved containers
 of ``n`` units on this node (their handouts of size ``n``); if they disagree
 about the card, the call fails with the pods named rather than guessing, even
@@ -25,17 +29,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core.annotations import (
-    ALLOCATION_ANNOTATION,
-    GPU_MEM_ASSIGNED,
-    GPU_MEM_ASSUME_TIME,
-    AllocationRecord,
-)
-from gpushare_hub.core.cards import Card
+from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME
+from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.demand import pod_key
-from gpushare_hub.core.errors import GPUShareError, InvalidObject
+from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.handout import handouts
-from gpushare_hub.core.ledger import TERMINAL_PHASES
+from gpushare_hub.core.ledger import Ledger
+from gpushare_hub.core.records import IgnoredRecord
+from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 
 class NoMatch(GPUShareError):
@@ -60,37 +61,44 @@ class Waiting:
 
 
 def waiting_containers(
-    pods: Iterable[Mapping[str, Any]], node: str, served: set[tuple[str, str]]
+    pods: Iterable[Mapping[str, Any]],
+    node: Node,
+    served: set[tuple[str, str]],
+    names: ResourceNames = DEFAULT_NAMES,
+    ignored: list[IgnoredRecord] | None = None,
 ) -> list[Waiting]:
     """Unserved containers of pods placed on ``node`` and not yet marked assigned.
 
-    ``served``: (pod UID, container) pairs this plugin already allocated.
+    ``served``: (pod UID, container) pairs this plugin already allocated. Records are
+    read under the core's one rule (:mod:`gpushare_hub.core.records`), checked against
+    this node's own cards: a forged or over-committing record is left out, and
+    appended to ``ignored`` when given.
     """
+    pods = list(pods)
+    ledger = Ledger(names)
+    ledger.set_node(node)
+    for pod in pods:
+        refused = ledger.observe_pod(pod)
+        if refused is not None and ignored is not None:
+            ignored.append(refused)
     out = []
     for pod in pods:
         meta = pod.get("metadata") or {}
         ann = meta.get("annotations") or {}
-        raw = ann.get(ALLOCATION_ANNOTATION)
-        if not raw or ann.get(GPU_MEM_ASSIGNED) == "true":
-            continue
-        if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES or meta.get("deletionTimestamp"):
-            continue
-        try:
-            rec = AllocationRecord.from_json(raw, where=f"pod {pod_key(pod)}")
-        except InvalidObject:
-            continue
-        if rec.node != node:
+        if meta.get("deletionTimestamp"):
             continue
         uid = str(meta.get("uid", ""))
+        alloc = ledger.allocation(pod_key(pod))
+        if alloc is None or alloc.assigned or alloc.uid != uid or alloc.node != node.name:
+            continue
         try:
             assumed = int(ann.get(GPU_MEM_ASSUME_TIME, "0"))
         except ValueError:
             assumed = 0
-        total = sum(c.units for c in rec.cards)
-        for h in handouts(rec.containers):
+        for h in handouts(alloc.containers):
             if (uid, h.container) not in served:
                 out.append(
-                    Waiting(pod_key(pod), uid, h.container, h.cards[0], h.size, total, assumed, h.cards)
+                    Waiting(alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards)
                 )
     return out
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import grpc
 
-from gpushare_hub.core.cards import Card
+from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.records import Ignored, IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 from .api import deviceplugin_v1beta1_pb2 as pb
@@ -85,6 +86,7 @@ class PluginState:
         self._served: set[tuple[str, str]] = set()
         self._unmarked: dict[str, str] = {}  # pod UID -> key: every container served, mark not yet written
         self._lock = threading.Lock()
+        self._warned: set[tuple[str, Ignored]] = set()  # ignored records already logged
         self._load_served()
 
     # ---- what has been served, on disk until the API server has it ---------------------------
@@ -166,9 +168,16 @@ class PluginState:
         return False
 
     def _waiting(self) -> list[Waiting]:
-        return waiting_containers(
-            self.pods.pods_on_node(self.settings.node), self.settings.node, self._served
+        ignored: list[IgnoredRecord] = []
+        node = Node(self.settings.node, tuple(self.inventory()))
+        out = waiting_containers(
+            self.pods.pods_on_node(self.settings.node), node, self._served, self.settings.names, ignored
         )
+        for rec in ignored:
+            if (rec.uid, rec.reason) not in self._warned:
+                self._warned.add((rec.uid, rec.reason))
+                log.warning("%s", rec.message())
+        return out
 
     def preferred(self, available: list[str], must: list[str], size: int) -> list[str]:
         """Keep a container's units on the card the extender chose for a container of that size.

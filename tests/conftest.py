@@ -118,7 +118,7 @@ def node_group(local_cluster: LocalCluster):
 def namespace(local_cluster: LocalCluster) -> str:
     """A fresh namespace per test, so tests never see each other's pods."""
     name = f"t-{uuid.uuid4().hex[:8]}"
-    local_cluster.core_api().create_namespace({"metadata": {"name": name}})
+    local_cluster.create_namespace(name)
     return name
 
 

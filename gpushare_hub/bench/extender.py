@@ -112,7 +112,7 @@ def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
         deadline = time.monotonic() + 120
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/inspect/node-00000", timeout=5):
                     break
             except OSError:
                 if time.monotonic() > deadline or proc.poll() is not None:

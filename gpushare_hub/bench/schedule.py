@@ -80,7 +80,7 @@ def _watch_bindings(cluster: Any, namespace: str, count: int, timeout: float) ->
 
 
 def _run(cluster: Any, namespace: str, pods: int, start: Any, timeout: float) -> dict[str, Any]:
-    cluster.core_api().create_namespace({"metadata": {"name": namespace}})
+    cluster.create_namespace(namespace)
     scheduler = f"sched-{namespace}"
     _pods(cluster, namespace, pods, scheduler)
     times: list[float] = []

@@ -1,7 +1,7 @@
 """The placement core: pure code, no I/O. Every component uses this one copy.
 
 Layers import downwards only: ``resources`` < ``cards`` / ``annotations`` <
-``demand`` < ``ledger`` < ``policy`` / ``fragmentation``; nothing here imports
+``demand`` < ``records`` < ``ledger`` < ``policy`` / ``fragmentation``; nothing here imports
 from the extender, the plugin, the hub side or any Kubernetes client beyond the
 quantity parser.
 """
@@ -20,6 +20,7 @@ from .errors import GPUShareError, InvalidObject, InvalidQuantity
 from .fragmentation import FragmentationGradient, Shape, Workload
 from .ledger import Allocation, Ledger, OverCommit, Placement
 from .policy import POLICIES, Binpack, Placer, Policy, Refusal, Spread, make_policy
+from .records import Ignored, IgnoredRecord, read_allocation
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "Demand",
     "FragmentationGradient",
     "GPUShareError",
+    "Ignored",
+    "IgnoredRecord",
     "InvalidObject",
     "InvalidQuantity",
     "Ledger",
@@ -59,4 +62,5 @@ __all__ = [
     "normalize_model",
     "parse_units",
     "pod_key",
+    "read_allocation",
 ]

@@ -7,9 +7,15 @@ a component has just made and not yet seen come back from the API server are
 recorded as *assumed* (:meth:`Ledger.commit`) and are not dropped by a stale
 watch event that predates them.
 
-The ledger never over-commits a card through :meth:`commit`. An over-commitment
-read from annotations (a tampered pod, a card that shrank) is kept as the truth
-it is and reported by :meth:`overcommitted`; such a card simply has no free units.
+Annotations are untrusted input: a pod's record counts only under the rule of
+:mod:`.records` (the pod asks the resource, is bound to the record's node, the
+cards exist there, and no card ends up holding more than it has). A record that
+breaks it is ignored and reported as an :class:`~.records.IgnoredRecord`, which
+the I/O layer turns into a Warning event and a metric. A record ignored only
+because its card was full is tried again when units on that node are released.
+The ledger never over-commits a card through :meth:`commit` or an annotation;
+only a card that shrank under its pods can hold more than it has, and
+:meth:`overcommitted` reports it; such a card simply has no free units.
 """
 
 from __future__ import annotations
@@ -19,21 +25,22 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .annotations import (
-    ALLOCATION_ANNOTATION,
-    GPU_MEM_ASSIGNED,
-    GPU_MEM_IDX,
-    GPU_MEM_POD,
-    AllocationRecord,
-    CardShare,
-    ContainerShare,
-)
+from .annotations import AllocationRecord, CardShare, ContainerShare
 from .cards import Card, Node, node_from_k8s
 from .demand import pod_key
-from .errors import GPUShareError, InvalidObject
+from .errors import GPUShareError
+from .records import (
+    TERMINAL_PHASES,
+    Allocation,
+    Ignored,
+    IgnoredRecord,
+    Reading,
+    check_on_node,
+    read_allocation,
+)
 from .resources import DEFAULT_NAMES, ResourceNames
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+__all__ = ["TERMINAL_PHASES", "Allocation", "Ledger", "OverCommit", "Placement", "allocation_from_pod"]
 
 
 class OverCommit(GPUShareError):
@@ -57,25 +64,6 @@ class Placement:
         return AllocationRecord(node=self.node, cards=self.cards, containers=self.containers)
 
 
-@dataclass(frozen=True)
-class Allocation:
-    """A pod's hold on cards. ``assumed``: placed by us, not yet seen on the API server."""
-
-    key: str
-    uid: str
-    node: str
-    cards: tuple[CardShare, ...]
-    containers: tuple[ContainerShare, ...] = ()
-    assigned: bool = False
-    assumed: bool = False
-    cpu_milli: int = 0
-    memory_mib: int = 0
-
-    @property
-    def units(self) -> int:
-        return sum(c.units for c in self.cards)
-
-
 @dataclass
 class _NodeState:
     node: Node
@@ -94,44 +82,9 @@ def allocation_from_pod(
     node_cards: Callable[[str], Node | None] | None = None,
     names: ResourceNames = DEFAULT_NAMES,
 ) -> Allocation | None:
-    """The allocation a pod's annotations describe, or ``None`` if it holds nothing.
-
-    Our UUID annotation wins. A pod with only gpushare annotations (placed by the
-    old Aliyun extender) is read through its node's card indices.
-    """
-    meta = obj.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    status = obj.get("status") or {}
-    if status.get("phase") in TERMINAL_PHASES:
-        return None
-    key = pod_key(obj)
-    uid = str(meta.get("uid") or "")
-    assigned = ann.get(GPU_MEM_ASSIGNED) == "true"
-    raw = ann.get(ALLOCATION_ANNOTATION)
-    if raw:
-        rec = AllocationRecord.from_json(raw, where=f"pod {key}")
-        return Allocation(
-            key=key, uid=uid, node=rec.node, cards=rec.cards, containers=rec.containers, assigned=assigned
-        )
-    node_name = (obj.get("spec") or {}).get("nodeName")
-    if GPU_MEM_IDX in ann and GPU_MEM_POD in ann and node_name:
-        try:
-            indices = [int(i) for i in str(ann[GPU_MEM_IDX]).split(",") if i.strip()]
-            total = int(ann[GPU_MEM_POD])
-        except ValueError as err:
-            raise InvalidObject(
-                f"pod {key}: gpushare annotations {GPU_MEM_IDX}/{GPU_MEM_POD} unreadable"
-            ) from err
-        if not indices or total <= 0 or total % len(indices):
-            return None
-        node = node_cards(node_name) if node_cards else None
-        shares = []
-        for idx in indices:
-            card = node.card_by_index(idx) if node else None
-            uuid = card.uuid if card else f"{node_name}/gpu{idx}"
-            shares.append(CardShare(uuid=uuid, index=idx, units=total // len(indices)))
-        return Allocation(key=key, uid=uid, node=node_name, cards=tuple(shares), assigned=assigned)
-    return None
+    """The allocation a pod's annotations describe if it may count, else ``None`` (see :mod:`.records`)."""
+    got = read_allocation(obj, node_cards, names)
+    return got if isinstance(got, Allocation) else None
 
 
 class Ledger:
@@ -143,6 +96,8 @@ class Ledger:
         self._allocs: dict[str, Allocation] = {}
         self._pending: dict[str, Allocation] = {}  # on nodes we do not know (yet)
         self._unreadable: dict[str, str] = {}  # node -> why its card inventory cannot be read
+        self._ignored: dict[str, IgnoredRecord] = {}  # records that do not count, and why
+        self._blocked: dict[str, Allocation] = {}  # of those, the ones refused only for a full card
         # Bounded log of (sequence, node) changes, so that caches can catch up cheaply.
         self.seq = 0
         self.changes: deque[tuple[int, str]] = deque(maxlen=4096)
@@ -168,27 +123,33 @@ class Ledger:
             ledger.observe_pod(pod)
         return ledger
 
-    def set_node(self, node: Node) -> None:
+    def set_node(self, node: Node) -> list[IgnoredRecord]:
+        """Add or update a node; returns the records of its pods that cannot count on it."""
         self._unreadable.pop(node.name, None)
         state = self._nodes.get(node.name)
+        ignored: list[IgnoredRecord] = []
         if state is None:
             state = self._nodes[node.name] = _NodeState(node=node)
             self._touch(state)
-            for key, alloc in list(self._pending.items()):
+            for key, alloc in sorted(self._pending.items()):
                 if alloc.node == node.name:
                     del self._pending[key]
-                    self._add(alloc)
+                    refused = self._add(alloc)
+                    if refused is not None:
+                        ignored.append(refused)
         else:
             state.node = node
             self._touch(state)
+            self._retry_blocked(node.name)
+        return ignored
 
-    def observe_node(self, obj: Mapping[str, Any]) -> None:
-        """A Node object was added or changed."""
+    def observe_node(self, obj: Mapping[str, Any]) -> list[IgnoredRecord]:
+        """A Node object was added or changed; returns pods' records that cannot count on it."""
         node = node_from_k8s(obj, self.names)
         if node is None:
             self.remove_node(str((obj.get("metadata") or {}).get("name")))
-        else:
-            self.set_node(node)
+            return []
+        return self.set_node(node)
 
     def mark_unreadable(self, name: str, reason: str) -> None:
         """The node's card inventory cannot be read: nothing is placed on it (its old cards
@@ -213,33 +174,52 @@ class Ledger:
         self.changes.append((self.seq, name))
         for key in list(state.pods):
             self._pending[key] = self._allocs.pop(key)
+        for key, alloc in list(self._blocked.items()):
+            if alloc.node == name:
+                self._pending[key] = self._blocked.pop(key)
+                self._ignored.pop(key, None)
 
     # ---- pods -------------------------------------------------------------------------
-    def observe_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> None:
-        """Bring the ledger in line with a Pod object from a list or watch event."""
+    def observe_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> IgnoredRecord | None:
+        """Bring the ledger in line with a Pod object from a list or watch event.
+
+        Returns the decision to ignore the pod's allocation record, if it breaks the
+        rule of :mod:`.records` (the caller reports it), else ``None``.
+        """
         key = pod_key(obj)
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         current = self._allocs.get(key) or self._pending.get(key)
         if deleted:
             if current is not None and (not uid or not current.uid or current.uid == uid):
                 self.release(key)
-            return
-        alloc = allocation_from_pod(obj, self.node, self.names)
-        if alloc is None:
+            self._forget_ignored(key, uid)
+            return None
+        got: Reading = read_allocation(obj, self.node, self.names)
+        if not isinstance(got, Allocation):
+            self._forget_ignored(key, "")
             terminal = (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
             # A watch event older than our own bind carries no annotation yet: keep
             # what we assumed unless the pod is finished or is another pod of that name.
             if current is not None and (
-                not current.assumed or terminal or (uid and current.uid and uid != current.uid)
+                got is not None
+                or not current.assumed
+                or terminal
+                or (uid and current.uid and uid != current.uid)
             ):
                 self.release(key)
-            return
+            if got is not None:
+                self._ignored[key] = got
+            return got
         if current is not None:
-            same = (current.node, current.cards) == (alloc.node, alloc.cards)
-            if same and current.assigned == alloc.assigned and not current.assumed:
-                return
-            self.release(key)
-        self._add(alloc)
+            same = (current.node, current.cards) == (got.node, got.cards)
+            if same and current.assigned == got.assigned and not current.assumed:
+                return None
+            self._drop(key)  # no retry of blocked records in between: this pod's own units come back
+        self._forget_ignored(key, "")
+        refused = self._add(got)
+        if current is not None and refused is not None:
+            self._retry_blocked(current.node)
+        return refused
 
     def commit(self, placement: Placement) -> Allocation:
         """Record a placement we just decided (assumed until the pod is seen with it)."""
@@ -272,6 +252,12 @@ class Ledger:
 
     def release(self, key: str) -> Allocation | None:
         """Drop a pod's allocation (deleted, finished, or a failed bind rolled back)."""
+        alloc = self._drop(key)
+        if alloc is not None:
+            self._retry_blocked(alloc.node)
+        return alloc
+
+    def _drop(self, key: str) -> Allocation | None:
         alloc = self._pending.pop(key, None)
         if alloc is not None:
             return alloc
@@ -292,11 +278,20 @@ class Ledger:
             self._touch(state)
         return alloc
 
-    def _add(self, alloc: Allocation) -> None:
+    def _add(self, alloc: Allocation) -> IgnoredRecord | None:
+        """Count ``alloc`` if it fits beside what its node's cards already hold, else say why not."""
         state = self._nodes.get(alloc.node)
         if state is None:
             self._pending[alloc.key] = alloc
-            return
+            return None
+        if not alloc.assumed:  # commit() checked our own placements already
+            checked = check_on_node(alloc, state.node, state.used)
+            if isinstance(checked, IgnoredRecord):
+                self._ignored[alloc.key] = checked
+                if checked.reason is Ignored.CARD_FULL:
+                    self._blocked[alloc.key] = alloc
+                return checked
+            alloc = checked
         self._allocs[alloc.key] = alloc
         state.pods[alloc.key] = alloc
         for share in alloc.cards:
@@ -304,6 +299,25 @@ class Ledger:
         state.cpu_used += alloc.cpu_milli
         state.memory_used += alloc.memory_mib
         self._touch(state)
+        return None
+
+    def _retry_blocked(self, node: str) -> None:
+        """Records ignored because their card was full may count once units on ``node`` are free."""
+        for key, alloc in sorted(self._blocked.items()):
+            if alloc.node == node and key not in self._allocs:
+                del self._blocked[key]
+                self._ignored.pop(key, None)
+                self._add(alloc)
+
+    def _forget_ignored(self, key: str, uid: str) -> None:
+        held = self._ignored.get(key)
+        if held is not None and (not uid or not held.uid or held.uid == uid):
+            del self._ignored[key]
+            self._blocked.pop(key, None)
+
+    def ignored(self) -> list[IgnoredRecord]:
+        """Pods whose allocation records do not count, and why."""
+        return [self._ignored[k] for k in sorted(self._ignored)]
 
     # ---- reading ------------------------------------------------------------------------
     @property

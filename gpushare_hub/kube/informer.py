@@ -38,12 +38,14 @@ from kubernetes_asyncio import client
 from ..core.demand import pod_key
 from ..core.errors import GPUShareError
 from ..core.ledger import Ledger
+from ..core.records import IgnoredRecord
 from ..core.resources import DEFAULT_NAMES, ResourceNames
 from .api import DEFAULT_TIMEOUTS, ApiError, Resource, Timeouts
 
 log = logging.getLogger("gpushare.informer")
 
 Handler = Callable[[str, dict[str, Any]], None]
+IgnoredHandler = Callable[[IgnoredRecord], None]
 KINDS = ("nodes", "pods")
 
 
@@ -76,6 +78,7 @@ class LedgerInformer:
         self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
         self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
         self._handlers: dict[str, list[Handler]] = {k: [] for k in KINDS}
+        self._ignored_handlers: list[IgnoredHandler] = []
         self._failing_since: dict[str, float | None] = dict.fromkeys(KINDS)
         self._tasks: list[asyncio.Task[None]] = []
         self.synced = False
@@ -89,6 +92,19 @@ class LedgerInformer:
     def on_node(self, handler: Handler) -> None:
         """Call ``handler(event type, node)`` after the ledger applied each node event."""
         self._handlers["nodes"].append(handler)
+
+    def on_ignored(self, handler: IgnoredHandler) -> None:
+        """Call ``handler(record)`` for each allocation record the ledger refused to count
+        (see :mod:`gpushare_hub.core.records`)."""
+        self._ignored_handlers.append(handler)
+
+    def _tell_ignored(self, records: list[IgnoredRecord]) -> None:
+        for rec in records:
+            for handler in self._ignored_handlers:
+                try:
+                    handler(rec)
+                except Exception:
+                    log.exception("an ignored-record handler failed")
 
     # ---- health --------------------------------------------------------------------------
     def stale_for(self) -> float:
@@ -122,6 +138,14 @@ class LedgerInformer:
             len(self.ledger.allocations()),
         )
 
+    async def resync(self) -> None:
+        """List both kinds again, the watches paused meanwhile so that no event interleaves
+        (the extender does this when it becomes the leader, to see the last leader's binds)."""
+        await self.stop()
+        for kind in KINDS:
+            await self.relist(kind)
+        self._tasks = [asyncio.create_task(self._watch_loop(kind), name=f"watch-{kind}") for kind in KINDS]
+
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
@@ -150,7 +174,7 @@ class LedgerInformer:
             self.ledger.remove_node(name)
             return
         try:
-            self.ledger.observe_node(obj)
+            self._tell_ignored(self.ledger.observe_node(obj))
         except GPUShareError as err:
             # Never keep the old cards of a node whose inventory broke: take it out of
             # placement, keep its pods' holds (they wait in the ledger), and say why.
@@ -159,9 +183,12 @@ class LedgerInformer:
 
     def _apply_pod(self, obj: dict[str, Any], deleted: bool) -> None:
         try:
-            self.ledger.observe_pod(obj, deleted=deleted)
+            ignored = self.ledger.observe_pod(obj, deleted=deleted)
         except GPUShareError as err:
             log.warning("ignoring pod %s: %s", pod_key(obj), err)
+        else:
+            if ignored is not None:
+                self._tell_ignored([ignored])
 
     async def relist(self, kind: str) -> None:
         """List ``kind`` and bring the same ledger in line with it (no event is skipped:

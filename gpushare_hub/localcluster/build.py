@@ -27,6 +27,7 @@ the generated go.sum).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -265,7 +266,21 @@ def write_kwok_stages(v: Versions, work: Path, out: Path, env: dict[str, str]) -
 
 
 def build(force: bool = False, only: list[str] | None = None) -> Path:
-    """Build what is missing (or everything with force) and return the bin folder."""
+    """Build what is missing (or everything with force) and return the bin folder.
+
+    Two builds of one cache entry (two test runs, two checkouts) take turns: the second
+    waits for the first and then finds the binaries in place.
+    """
+    cache_root().mkdir(parents=True, exist_ok=True)
+    with open(cache_root() / f"{cache_dir().name}.lock", "w") as lock:
+        if not force and not missing_binaries():
+            return _build_locked(force, only)
+        _log("taking the build lock (a concurrent build of this cache entry finishes first)")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(force, only)
+
+
+def _build_locked(force: bool, only: list[str] | None) -> Path:
     v = Versions.load()
     bdir = bin_dir()
     wanted = list(only or BINARIES)

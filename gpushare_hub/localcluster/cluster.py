@@ -1,9 +1,10 @@
-"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-scheduler(s), kwok.
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler(s), kwok.
 
 Usage::
 
     with LocalCluster() as cluster:              # builds nothing; see build.py
-        cluster.start()                          # etcd, apiserver (RBAC on), kwok
+        cluster.start()                          # etcd, apiserver (RBAC on), controllers, kwok
         cluster.start_scheduler()                # the default scheduler
         cluster.start_scheduler("gpushare-scheduler", extenders=[...])
         cluster.add_gpu_nodes(3, cards=2)        # kwok nodes with aliyun.com/gpu-mem
@@ -21,8 +22,9 @@ import signal
 import ssl
 import tempfile
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,6 +39,23 @@ from .pki import PKI, Credential
 from .processes import Component, HarnessError, free_port
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# kube-controller-manager's controllers the local cluster runs: workloads create pods, deleted
+# namespaces empty out, service accounts and their tokens exist, owned objects are collected,
+# the aggregated ClusterRoles (admin, edit, view) get their rules.
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "daemonset-controller",
+    "statefulset-controller",
+    "job-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "garbage-collector-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+)
+SA_PATH = "/api/v1/namespaces/{ns}/serviceaccounts/default"
 
 
 class LocalCluster:
@@ -51,7 +70,9 @@ class LocalCluster:
     ) -> None:
         self.bin_dir = bin_dir or build.bin_dir()
         missing = [
-            b for b in ("etcd", "kube-apiserver", "kube-scheduler", "kwok") if not (self.bin_dir / b).exists()
+            b
+            for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+            if not (self.bin_dir / b).exists()
         ]
         if missing:
             raise HarnessError(
@@ -67,6 +88,8 @@ class LocalCluster:
         self.kubeconfig = Path()
         self._pki: PKI | None = None
         self._admin: Credential | None = None
+        self._sa_key = Path()
+        self._cleanups: list[Callable[[], None]] = []
 
     # ---- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> LocalCluster:
@@ -81,6 +104,7 @@ class LocalCluster:
         try:
             self._start_etcd()
             self._start_apiserver()
+            self._start_controller_manager()
             self._start_kwok()
         except BaseException:
             self.stop()
@@ -90,11 +114,21 @@ class LocalCluster:
     def stop(self) -> None:
         for comp in reversed(list(self.components.values())):
             comp.stop()
+        for cleanup in reversed(self._cleanups):
+            cleanup()
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def on_stop(self, cleanup: Callable[[], None]) -> None:
+        """Run ``cleanup`` when the cluster stops, after its components (e.g. to stop what they left)."""
+        self._cleanups.append(cleanup)
+
     def log_paths(self) -> dict[str, Path]:
-        return {name: comp.log for name, comp in self.components.items()}
+        """Each component's log, and every other log in the logs folder (notebooks, plugins)."""
+        paths = {name: comp.log for name, comp in self.components.items()}
+        for path in sorted(self.logs.glob("*.log")):
+            paths.setdefault(path.stem, path)
+        return paths
 
     def _bin(self, name: str) -> str:
         return str(self.bin_dir / name)
@@ -147,6 +181,7 @@ class LocalCluster:
         )
         self._admin = pki.issue("admin", "gpushare-admin", "system:masters")
         sa_key, sa_pub = pki.service_account_keys()
+        self._sa_key = sa_key
         self.kubeconfig = pki.kubeconfig("admin", self.server, self._admin)
         comp = self._run(
             "kube-apiserver",
@@ -165,10 +200,9 @@ class LocalCluster:
                 "--authorization-mode=Node,RBAC",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--allow-privileged=true",
-                # No controller-manager runs: nothing would create the namespaces' default
-                # ServiceAccount that `ServiceAccount` insists on, nor lift the not-ready taint
-                # that `TaintNodesByCondition` puts on every new node.
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                # The node-lifecycle controller (not run) would be the one to lift the not-ready
+                # taint that `TaintNodesByCondition` puts on every new node.
+                "--disable-admission-plugins=TaintNodesByCondition",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -195,6 +229,52 @@ class LocalCluster:
 
     def thaw(self, name: str) -> None:
         self.components[name].signal(signal.SIGCONT)
+
+    def _start_controller_manager(self) -> None:
+        """The controllers that make workloads and service accounts real (not the node lifecycle:
+        kwok keeps the simulated nodes' status). Each controller acts as its own service
+        account, as kubeadm sets it up, so its RBAC is the bootstrap policy's."""
+        assert self._pki is not None
+        port = free_port()
+        kubeconfig = self.credential("controller-manager", "system:kube-controller-manager")
+        comp = self._run(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--controllers=" + ",".join(CONTROLLERS),
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self._sa_key}",
+                f"--root-ca-file={self._pki.ca}",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+        )
+        comp.port = port
+        # Ready when the service-account controller has given the `default` namespace its
+        # ServiceAccount: the `ServiceAccount` admission plugin refuses pods until then.
+        comp.wait_until(lambda: self.get_json(SA_PATH.format(ns="default")) is not None, 120, "ready")
+
+    def create_namespace(self, name: str, timeout: float = 60) -> None:
+        """Create a namespace and wait for its `default` ServiceAccount (pods need it)."""
+        self.core_api().create_namespace({"metadata": {"name": name}})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self.get_json(SA_PATH.format(ns=name))
+                return
+            except urllib.error.HTTPError as err:
+                if err.code != 404:
+                    raise
+            time.sleep(0.1)
+        raise HarnessError(
+            f"namespace {name} got no default ServiceAccount in {timeout:.0f}s; "
+            f"log {self.components['kube-controller-manager'].log}"
+        )
 
     def _ssl(self) -> ssl.SSLContext:
         assert self._pki is not None and self._admin is not None
@@ -322,8 +402,12 @@ class LocalCluster:
         port: int | None = None,
         extra_args: Iterable[str] = (),
         log_level: str = "DEBUG",
+        https: bool = False,
     ) -> Component:
-        """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole."""
+        """Run ``gpushare-extender`` as its own user, bound to the extender's ClusterRole.
+
+        ``comp.url``: the verbs and /inspect; ``comp.metrics_url``: /metrics, /healthz, /readyz.
+        """
         import sys
 
         from extender.rbac import RULES
@@ -331,6 +415,7 @@ class LocalCluster:
         self.grant("gpushare-extender", RULES)
         kubeconfig = self.credential(f"user-{name}", "gpushare-extender")
         port = port or free_port()
+        metrics_port = free_port()
         comp = self._run(
             name,
             [
@@ -340,16 +425,18 @@ class LocalCluster:
                 f"--kubeconfig={kubeconfig}",
                 "--ip=127.0.0.1",
                 f"--port={port}",
+                f"--metrics-port={metrics_port}",
                 f"--policy={policy}",
                 f"--log-level={log_level}",
                 *extra_args,
             ],
         )
         comp.port = port
-        comp.url = f"http://127.0.0.1:{port}"
+        comp.url = f"{'https' if https else 'http'}://127.0.0.1:{port}"
+        comp.metrics_url = f"http://127.0.0.1:{metrics_port}"
 
         def ready() -> bool:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            with urllib.request.urlopen(f"{comp.metrics_url}/readyz", timeout=2) as resp:
                 return bool(resp.status == 200)
 
         comp.wait_until(ready, 60, "ready (/readyz)")

@@ -58,6 +58,7 @@ class Component:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0  # the port it serves on, where the harness knows it
         self.url = ""
+        self.metrics_url = ""  # where a component serves /metrics and /healthz, if apart from url
 
     def start(self) -> Component:
         self.log.parent.mkdir(parents=True, exist_ok=True)

@@ -208,7 +208,7 @@ def test_a_refused_binding_is_an_error_and_holds_no_card(local_cluster, gpushare
     assert out["Error"].startswith(f"binding pod {namespace}/going to {nodes[0]} failed")
     assert all(c["used"] == 0 for c in inspect(gpushare.url, nodes[0])["nodes"][0]["cards"])
     api.patch_namespaced_pod("going", namespace, {"metadata": {"finalizers": None}})
-    missing = json.dumps({"PodName": "ghost", "PodNamespace": namespace, "PodUID": "", "Node": nodes[0]})
+    missing = json.dumps({"PodName": "ghost", "PodNamespace": namespace, "PodUID": "u-1", "Node": nodes[0]})
     with urllib.request.urlopen(
         urllib.request.Request(f"{gpushare.url}/gpushare-scheduler/bind", data=missing.encode())
     ) as r:
@@ -250,7 +250,7 @@ def test_two_replicas_under_leader_election_place_each_pod_once(
     assert wait_for(lambda: bound(local_cluster, namespace, 10), timeout=60)
 
     def placements(ext) -> float:
-        with urllib.request.urlopen(ext.url + "/metrics", timeout=5) as r:
+        with urllib.request.urlopen(ext.metrics_url + "/metrics", timeout=5) as r:
             lines = [
                 ln
                 for ln in r.read().decode().splitlines()

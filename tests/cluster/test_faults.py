@@ -41,7 +41,8 @@ class Pair:
         self.sched = cluster.start_scheduler(
             SCHED, extenders=[extender_entry(f"{self.ext.url}/gpushare-scheduler")], profile=profile(SCHED)
         )
-        self.url = str(self.ext.url)
+        self.url = str(self.ext.url)  # the verbs and /inspect
+        self.health = str(self.ext.metrics_url)  # /readyz
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,7 @@ def test_api_server_down_30s_every_pod_bound_once_and_readyz_recovers(
 
     def poll() -> None:
         while not done.is_set():
-            seen.append(readyz(pair.url))
+            seen.append(readyz(pair.health))
             time.sleep(0.5)
 
     poller = threading.Thread(target=poll, daemon=True)
@@ -168,7 +169,7 @@ def test_api_server_down_30s_every_pod_bound_once_and_readyz_recovers(
         poller.join(5)
     assert seen[0] == 200
     assert 503 in seen, f"/readyz never answered 503 while the API server was down: {sorted(set(seen))}"
-    assert wait_for(lambda: readyz(pair.url) == 200, timeout=60)  # and back
+    assert wait_for(lambda: readyz(pair.health) == 200, timeout=60)  # and back
     assert wait_for(lambda: ledger_matches_the_api_server(local_cluster, pair.url, nodes), timeout=30)
 
 

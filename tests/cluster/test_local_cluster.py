@@ -136,7 +136,7 @@ def test_a_failed_start_names_the_component_and_its_log(tmp_path):
     bins = tmp_path / "bin"
     bins.mkdir()
     real = build.bin_dir()
-    for name in ("kube-apiserver", "kube-scheduler", "kwok"):
+    for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
         (bins / name).symlink_to(real / name)
     (bins / "etcd").write_text("#!/bin/sh\necho 'etcd: cannot bind' >&2\nexit 3\n")
     (bins / "etcd").chmod(0o755)

@@ -6,15 +6,18 @@ import asyncio
 import contextlib
 import http.client
 import json
+import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tornado.httpserver import HTTPServer
 
-from extender.app import make_server
+from extender.app import make_ops_server, make_server
 from extender.service import ExtenderService
+from gpushare_hub.localcluster.pki import PKI, Credential
 from gpushare_hub.localcluster.processes import free_port
 
 from .helpers import node_obj, pod_obj
@@ -23,15 +26,23 @@ PREFIX = "/gpushare-scheduler"
 
 
 @contextlib.contextmanager
-def serving(service: ExtenderService, tls_cert: str = "", tls_key: str = "") -> Iterator[int]:
+def serving(
+    service: ExtenderService, tls_cert: str = "", tls_key: str = "", client_ca: str = "", token: str = ""
+) -> Iterator[int]:
     """The extender's own server (make_server) on a free port, in a thread; yields the port."""
+    with serving_any(lambda: make_server(service, PREFIX, tls_cert, tls_key, client_ca, token)) as port:
+        yield port
+
+
+@contextlib.contextmanager
+def serving_any(make: Callable[[], HTTPServer]) -> Iterator[int]:
     port = free_port()
     loop = asyncio.new_event_loop()
     started = threading.Event()
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        make_server(service, PREFIX, tls_cert, tls_key).listen(port, "127.0.0.1")
+        make().listen(port, "127.0.0.1")
         started.set()
         loop.run_forever()
 
@@ -53,6 +64,13 @@ def server() -> Iterator[tuple[int, ExtenderService]]:
     service.informer.synced = True
     with serving(service) as port:
         yield port, service
+
+
+@pytest.fixture(scope="module")
+def ops(server: tuple[int, ExtenderService]) -> Iterator[int]:
+    """The metrics port of the same service."""
+    with serving_any(lambda: make_ops_server(server[1])) as port:
+        yield port
 
 
 def call(port: int, method: str, path: str, body: bytes | None = None) -> tuple[int, object]:
@@ -115,26 +133,37 @@ def test_unknown_paths_and_methods_answer_json(server):
     assert status == 405 and "Error" in out
 
 
-def test_inspect_health_and_metrics(server):
+def test_inspect_on_the_verbs_port_health_and_metrics_on_their_own(server, ops):
     port, _ = server
-    assert call(port, "GET", "/healthz") == (200, {"status": "ok"})
-    status, ready = call(port, "GET", "/readyz")
+    assert call(ops, "GET", "/healthz") == (200, {"status": "ok"})
+    status, ready = call(ops, "GET", "/readyz")
     assert status == 200 and ready["nodes"] == 2
     status, snap = call(port, "GET", "/inspect/gpu-1")
     assert status == 200 and [n["name"] for n in snap["nodes"]] == ["gpu-1"]
     assert call(port, "GET", "/inspect/nowhere")[0] == 404
-    status, text = call(port, "GET", "/metrics")
+    status, text = call(ops, "GET", "/metrics")
     assert status == 200 and "gpushare_extender_request_seconds" in text
+    status, out = call(port, "GET", "/metrics")
+    assert status == 404 and "on the metrics port" in out["Error"]
+    status, out = call(ops, "POST", f"{PREFIX}/bind", b"{}")
+    assert status == 404 and "the verbs and /inspect are on the other port" in out["Error"]
 
 
-def test_not_ready_answers_503_not_an_empty_ledger(server):
+def test_bind_without_the_pods_uid_is_refused(server):
+    port, _ = server
+    body = json.dumps({"PodName": "p", "PodNamespace": "ns", "PodUID": "", "Node": "gpu-1"}).encode()
+    status, out = call(port, "POST", f"{PREFIX}/bind", body)
+    assert status == 200 and "PodUID is missing" in out["Error"]
+
+
+def test_not_ready_answers_503_not_an_empty_ledger(server, ops):
     port, service = server
     service.informer.synced = False
     try:
         body = json.dumps({"Pod": pod_obj("nb", 1), "NodeNames": ["gpu-1"]}).encode()
         status, out = call(port, "POST", f"{PREFIX}/filter", body)
         assert status == 503 and "still reading the cluster" in out["Error"]
-        assert call(port, "GET", "/readyz")[0] == 503
+        assert call(ops, "GET", "/readyz")[0] == 503
     finally:
         service.informer.synced = True
 
@@ -181,10 +210,6 @@ def test_fuzz_never_a_500_and_always_a_message(server, verb, body):
 
 
 def test_tls_serves_https_with_the_given_certificate(tmp_path):
-    import ssl
-
-    from gpushare_hub.localcluster.pki import PKI
-
     pki = PKI(tmp_path)
     cred = pki.issue("extender", "gpushare-extender", server=True, hosts=("127.0.0.1",))
     service = ExtenderService(kube=None)
@@ -192,9 +217,70 @@ def test_tls_serves_https_with_the_given_certificate(tmp_path):
     with serving(service, str(cred.cert), str(cred.key)) as port:
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
-        conn.request("GET", "/healthz")
+        conn.request("GET", "/inspect")
         assert conn.getresponse().status == 200
         plain = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
-            plain.request("GET", "/healthz")
+            plain.request("GET", "/inspect")
             plain.getresponse()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
+    return PKI(tmp_path_factory.mktemp("pki"))
+
+
+def https(port: int, pki: PKI, client: Credential | None = None) -> http.client.HTTPSConnection:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if client is not None:
+        ctx.load_cert_chain(str(client.cert), str(client.key))
+    return http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
+
+
+def bind_body() -> bytes:
+    """A bind that gets past the door and is then refused for its missing UID (no API server here)."""
+    return json.dumps({"PodName": "p", "PodNamespace": "ns", "PodUID": "", "Node": "gpu-1"}).encode()
+
+
+def test_mutual_tls_lets_only_holders_of_a_client_certificate_bind(pki, tmp_path):
+    serving_cert = pki.issue("ext", "gpushare-extender", server=True, hosts=("127.0.0.1",))
+    scheduler = pki.issue("sched", "kube-scheduler")
+    stranger = PKI(tmp_path / "other").issue("evil", "kube-scheduler")
+    service = ExtenderService(kube=None)
+    service.ready = True
+    with serving(service, str(serving_cert.cert), str(serving_cert.key), client_ca=str(pki.ca)) as port:
+        conn = https(port, pki, scheduler)
+        filter_body = json.dumps({"Pod": pod_obj("nb", 1), "NodeNames": ["gpu-1"]}).encode()
+        conn.request("POST", f"{PREFIX}/filter", body=filter_body)
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        for who in (None, stranger):  # no certificate, or one our CA did not sign: no handshake
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException, OSError)):
+                conn = https(port, pki, who)
+                conn.request("POST", f"{PREFIX}/bind", body=bind_body())
+                conn.getresponse().read()
+
+
+def test_bearer_token_is_the_alternative_and_a_wrong_one_is_refused_with_the_way_out(pki):
+    serving_cert = pki.issue("ext2", "gpushare-extender", server=True, hosts=("127.0.0.1",))
+    scheduler = pki.issue("sched2", "kube-scheduler")
+    service = ExtenderService(kube=None)
+    service.ready = True
+    token = "t0ken-" + "x" * 20
+    with serving(service, str(serving_cert.cert), str(serving_cert.key), str(pki.ca), token) as port:
+        for headers, status in (
+            ({"Authorization": f"Bearer {token}"}, 200),
+            ({"Authorization": "Bearer guessed"}, 401),
+            ({}, 401),
+        ):
+            conn = https(port, pki)
+            conn.request("POST", f"{PREFIX}/bind", body=bind_body(), headers=headers)
+            resp = conn.getresponse()
+            out = json.loads(resp.read())
+            assert resp.status == status, out
+            if status == 401:
+                assert "unauthorized" in out["Error"] and "Authorization: Bearer" in out["Error"]
+                assert "client certificate signed by" in out["Error"]
+        conn = https(port, pki, scheduler)  # with a token configured, a client certificate still works
+        conn.request("GET", "/inspect")
+        assert conn.getresponse().status == 200

@@ -8,7 +8,8 @@ from gpushare_hub.core import (
     ALLOCATION_ANNOTATION,
     CardShare,
     Demand,
-    InvalidObject,
+    Ignored,
+    IgnoredRecord,
     Ledger,
     Node,
     OverCommit,
@@ -40,7 +41,13 @@ def annotated(p: Placement, units: dict[str, int] | None = None) -> dict:
     """The pod object as the API server holds it after our bind."""
     ns, name = p.key.split("/")
     ann = p.record().pod_annotations(units or {c.uuid: 15 for c in p.cards}, assume_time_ns=1)
-    return pod_obj(name, ns=ns, annotations=ann, node=p.node, uid=p.uid or f"uid-{name}", phase="Running")
+    sizes = {c.units for c in p.cards}
+    asks: dict = {"count": len(p.cards)} if len(p.cards) > 1 else {}
+    if len(sizes) == 1:
+        asks["mem"] = sum(c.units for c in p.cards)
+    return pod_obj(
+        name, ns=ns, annotations=ann, node=p.node, uid=p.uid or f"uid-{name}", phase="Running", **asks
+    )
 
 
 def test_seed_scenario_three_small_pods_share_one_card_under_binpack():
@@ -179,21 +186,76 @@ def test_a_stale_watch_event_does_not_drop_what_we_just_placed():
     assert ledger.totals() == (0, 30)
 
 
-def test_tampered_allocation_annotation_is_refused_with_the_way_out():
+def test_unreadable_allocation_annotation_is_ignored_with_the_way_out():
     pod = pod_obj("t", 5, node="gpu-1", annotations={ALLOCATION_ANNOTATION: '{"node": 1}'})
-    with pytest.raises(InvalidObject, match=r"not a valid allocation record.*delete the pod"):
-        Ledger.from_objects([node_obj("gpu-1")], [pod])
+    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    got = ledger.observe_pod(pod)
+    assert isinstance(got, IgnoredRecord) and got.reason is Ignored.UNREADABLE
+    assert "not a valid allocation record" in got.message() and "Remove the annotation" in got.message()
+    assert ledger.allocations() == [] and ledger.ignored() == [got]
 
 
-def test_overcommitment_read_from_the_api_server_is_reported_not_hidden():
+def test_two_legacy_records_on_one_card_count_the_first_and_ignore_the_second():
     node = node_obj("gpu-1", cards=1)
     pods = [
         pod_obj(f"p{i}", 10, node="gpu-1", phase="Running", annotations={GPU_MEM_IDX: "0", GPU_MEM_POD: "10"})
         for i in range(2)
     ]
     ledger = Ledger.from_objects([node], pods)
-    assert ledger.overcommitted() == [("gpu-1", "GPU-sim-gpu-1-0", 20, 15)]
-    assert ledger.free("gpu-1", "GPU-sim-gpu-1-0") == 0
+    assert ledger.overcommitted() == []
+    assert ledger.used("gpu-1", "GPU-sim-gpu-1-0") == 10
+    (ignored,) = ledger.ignored()
+    assert (ignored.key, ignored.reason) == ("jhub/p1", Ignored.CARD_FULL)
+    assert "has 5 of 15 units not held by other pods, the record claims 10" in ignored.message()
+    ledger.observe_pod(pods[0], deleted=True)  # the card frees up: the second record counts now
+    assert ledger.allocation("jhub/p1") is not None and ledger.ignored() == []
+
+
+def forged(
+    name: str, mem: int | None, *, node: str | None, units: int, uuid: str = "GPU-sim-gpu-1-0"
+) -> dict:
+    record = (
+        f'{{"v":1,"node":"gpu-1","cards":[{{"uuid":"{uuid}","index":0,"units":{units}}}],"containers":[]}}'
+    )
+    return pod_obj(name, mem, node=node, phase="Running", annotations={ALLOCATION_ANNOTATION: record})
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason", "says"),
+    [
+        (forged("idle", None, node=None, units=15), Ignored.NO_DEMAND, "asks for no aliyun.com/gpu-mem"),
+        (forged("unbound", 15, node=None, units=15), Ignored.NOT_BOUND, "not bound to a node"),
+        (forged("elsewhere", 15, node="gpu-2", units=15), Ignored.WRONG_NODE, "bound to gpu-2"),
+        (forged("negative", 5, node="gpu-1", units=-10), Ignored.WRONG_AMOUNT, "a share is at least 1"),
+        (forged("more", 5, node="gpu-1", units=15), Ignored.WRONG_AMOUNT, "the pod asks 5 GiB on one card"),
+        (forged("huge", 99, node="gpu-1", units=99), Ignored.WRONG_AMOUNT, "has 15 units"),
+        (forged("nocard", 5, node="gpu-1", units=5, uuid="GPU-x"), Ignored.UNKNOWN_CARD, "no card GPU-x"),
+        (
+            pod_obj("legacy", None, node="gpu-1", annotations={GPU_MEM_IDX: "0", GPU_MEM_POD: "15"}),
+            Ignored.NO_DEMAND,
+            "ALIYUN_COM_GPU_MEM_IDX/ALIYUN_COM_GPU_MEM_POD is set but the pod asks for no",
+        ),
+    ],
+    ids=lambda v: v["metadata"]["name"] if isinstance(v, dict) else None,
+)
+def test_forged_allocation_records_hold_no_card(pod, reason, says):
+    ledger = Ledger.from_objects([node_obj("gpu-1"), node_obj("gpu-2")], [])
+    got = ledger.observe_pod(pod)
+    assert isinstance(got, IgnoredRecord) and got.reason is reason, got
+    assert says in got.message()
+    assert ledger.totals() == (0, 60) and ledger.allocations() == []
+    # and the cards still take what they really hold, never more
+    placer = Placer(ledger)
+    for i in range(4):
+        place(placer, f"jhub/real{i}", 15)
+    assert ledger.overcommitted() == [] and ledger.totals() == (60, 60)
+
+
+def test_record_for_a_node_not_yet_known_is_checked_when_the_node_arrives():
+    ledger = Ledger()
+    assert ledger.observe_pod(forged("early", 5, node="gpu-1", units=5, uuid="GPU-x")) is None
+    (ignored,) = ledger.observe_node(node_obj("gpu-1"))
+    assert ignored.reason is Ignored.UNKNOWN_CARD and ledger.allocations() == []
 
 
 def test_snapshot_lists_every_card_with_its_pods():
@@ -203,3 +265,14 @@ def test_snapshot_lists_every_card_with_its_pods():
     card = snap["nodes"][0]["cards"][0]
     assert (card["used"], card["free"], card["pods"][0]["pod"]) == (5, 10, "jhub/alice")
     assert (snap["used"], snap["total"], snap["unit"]) == (5, 30, "GiB")
+
+
+def test_a_pod_with_an_init_container_asking_too_is_read_back_as_placed():
+    init = [{"name": "warmup", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]
+    pod = pod_obj("nb", 4, init=init)
+    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    placed = Placer(ledger).place_and_commit(demand_from_pod(pod))
+    assert isinstance(placed, Placement) and len(placed.containers) == 2
+    ann = placed.record().pod_annotations({c.uuid: 15 for c in placed.cards}, assume_time_ns=1)
+    seen = pod_obj("nb", 4, init=init, node="gpu-1", annotations=ann, phase="Running")
+    assert Ledger.from_objects([node_obj("gpu-1")], [seen]).allocation("jhub/nb") is not None

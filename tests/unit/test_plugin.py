@@ -11,7 +11,8 @@ import grpc
 import pytest
 
 from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
-from gpushare_hub.core.cards import Card
+from gpushare_hub.core.cards import Card, Node
+from gpushare_hub.core.records import Ignored, IgnoredRecord
 from plugin.api import deviceplugin_v1beta1_pb2 as pb
 from plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
 from plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
@@ -95,9 +96,28 @@ def placed(name: str, uuid: str, units: int, node: str = "gpu-1", assume: int = 
     return pod_obj(name, units, node=node, annotations=ann, phase="Pending", uid=uid or f"uid-{name}")
 
 
+NODE = Node("gpu-1", (Card(0, "GPU-0", "Tesla-T4", 15, 15360), Card(1, "GPU-1", "Tesla-T4", 15, 15360)))
+
+
+def test_forged_records_on_the_node_are_not_served_and_are_reported():
+    real = placed("real", "GPU-0", 10, assume=5)
+    idle = placed("idle", "GPU-1", 5)
+    idle["spec"]["containers"][0]["resources"] = {}  # asks for nothing, carries a record
+    crowd = placed("crowd", "GPU-0", 10, assume=9)  # the card has 5 units left after "real"
+    ignored: list[IgnoredRecord] = []
+    waiting = waiting_containers([real, idle, crowd], NODE, set(), ignored=ignored)
+    assert [w.pod for w in waiting] == ["jhub/real"]
+    assert {(r.key, r.reason) for r in ignored} == {
+        ("jhub/idle", Ignored.NO_DEMAND),
+        ("jhub/crowd", Ignored.CARD_FULL),
+    }
+    with pytest.raises(NoMatch, match="no pod on node gpu-1 waits for a 5 GiB slice"):
+        match([f"GPU-1-_-{i}" for i in range(5)], waiting, "gpu-1")
+
+
 def test_allocate_matches_by_size_and_card_never_by_guessing():
     pods = [placed("a", "GPU-0", 5, assume=2), placed("b", "GPU-0", 5, assume=1), placed("c", "GPU-1", 3)]
-    waiting = waiting_containers(pods, "gpu-1", served=set())
+    waiting = waiting_containers(pods, NODE, served=set())
     w = match(["GPU-0-_-0", "GPU-0-_-1", "GPU-0-_-2", "GPU-0-_-3", "GPU-0-_-4"], waiting, "gpu-1")
     assert (w.pod, w.uuid) == ("jhub/b", "GPU-0")  # the older placement first; a and b are interchangeable
     w = match(["GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"], waiting, "gpu-1")
@@ -108,7 +128,7 @@ def test_allocate_matches_by_size_and_card_never_by_guessing():
 
 def test_same_size_on_different_cards_is_refused_even_when_the_ids_name_one_card():
     pods = [placed("a", "GPU-0", 5), placed("b", "GPU-1", 5)]
-    waiting = waiting_containers(pods, "gpu-1", served=set())
+    waiting = waiting_containers(pods, NODE, served=set())
     with pytest.raises(NoMatch, match="ambiguous Allocate of 5 GiB on node gpu-1"):
         match([f"GPU-1-_-{i}" for i in range(5)], waiting, "gpu-1")  # the kubelet's pick proves nothing
     mixed = ["GPU-0-_-0", "GPU-0-_-1", "GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"]
@@ -123,12 +143,12 @@ def test_served_assigned_finished_and_foreign_pods_are_not_waiting():
     gone["status"]["phase"] = "Succeeded"
     other = placed("other", "GPU-0", 2, node="gpu-2")
     served = placed("served", "GPU-0", 2)
-    waiting = waiting_containers([done, gone, other, served], "gpu-1", served={("uid-served", "notebook")})
+    waiting = waiting_containers([done, gone, other, served], NODE, served={("uid-served", "notebook")})
     assert waiting == []
 
 
 def test_container_env_carries_card_and_caps():
-    w = waiting_containers([placed("a", "GPU-0", 5)], "gpu-1", set())[0]
+    w = waiting_containers([placed("a", "GPU-0", 5)], NODE, set())[0]
     env = container_env(w, Card(0, "GPU-0", "Tesla-T4", 15, 15360), 1024)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-0" and env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
     assert (

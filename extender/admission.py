@@ -1,0 +1,260 @@
+"""The ValidatingAdmissionPolicies that keep users from forging what the backend trusts.
+
+Generated here, from one place, and shipped as a manifest the chart installs
+(``gpushare-extender --print-admission-policy``; ``examples/gpushare-admission-policy.yaml``
+is its output with the chart's default identities, kept true by a test).
+
+Who may write what (the trust model in the README and DESIGN.md):
+
+* ``gpushare-hub.io/allocation`` and ``ALIYUN_COM_GPU_MEM_*`` on pods (and in Bindings):
+  only the extender's identity. The one exception: the device plugin of a node may
+  set ``ALIYUN_COM_GPU_MEM_ASSIGNED`` / ``_ASSUME_TIME`` on pods bound to that node.
+* ``gpushare-hub.io/cards`` and ``gpushare-hub.io/allocator`` on Nodes: only the
+  device plugin of that Node.
+* ``gpushare-hub.io/policy`` on pods: like the allocation, unless the admin lets users
+  choose (``allow_user_policy``; off by default) or names identities that may set it
+  (``policy_setters``, e.g. the hub's). The card-model annotations stay
+  open to users: they only narrow where their own pod may go.
+* The device plugin's identity, whatever it writes, may change only its own Node and
+  the pods bound to it, and on pods only those two annotations: as narrow as the
+  NodeRestriction admission makes a kubelet. Its node comes from the node name that
+  a service-account token bound to the plugin's pod carries
+  (``authentication.kubernetes.io/node-name`` in the user's extra), so a plugin that
+  runs without such a token may change nothing.
+* Members of ``admin_groups`` (``system:masters`` by default) may repair anything.
+
+The ledger checks what it reads anyway (:mod:`gpushare_hub.core.records`), so a gap
+here cannot over-commit a card; this layer stops the forgery where it enters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from gpushare_hub.core.annotations import (
+    ALLOCATION_ANNOTATION,
+    ALLOCATOR_ANNOTATION,
+    CARDS_ANNOTATION,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    POLICY_ANNOTATION,
+)
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
+PLUGIN_POD_KEYS = (GPU_MEM_ASSIGNED, GPU_MEM_ASSUME_TIME)
+NODE_KEYS = (CARDS_ANNOTATION, ALLOCATOR_ANNOTATION)
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Who is who, as the API server names the callers (``request.userInfo.username``)."""
+
+    extender: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-extender",)
+    plugin: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-device-plugin",)
+    admin_groups: Sequence[str] = ("system:masters",)
+    allow_user_policy: bool = False
+    # Identities that may set gpushare-hub.io/policy when users may not (e.g. the hub's, for
+    # an admin's per-profile policy).
+    policy_setters: Sequence[str] = ()
+    name: str = "gpushare-hub"
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def _cel_list(values: Sequence[str]) -> str:
+    return "[" + ", ".join(_cel_str(v) for v in values) + "]"
+
+
+def _cel_str(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _changed(protected: str) -> str:
+    """CEL: the annotation keys matching ``protected`` (a predicate on ``k``) set, changed or removed."""
+    return (
+        f"variables.ann.filter(k, ({protected}) && "
+        "(!(k in variables.oldAnn) || variables.oldAnn[k] != variables.ann[k])) + "
+        f"variables.oldAnn.filter(k, ({protected}) && !(k in variables.ann))"
+    )
+
+
+def _common_variables(ids: Identities) -> list[dict[str, str]]:
+    return [
+        {"name": "ann", "expression": "object.metadata.?annotations.orValue({})"},
+        {
+            "name": "oldAnn",
+            "expression": "oldObject == null ? {} : oldObject.metadata.?annotations.orValue({})",
+        },
+        {
+            "name": "isAdmin",
+            "expression": (
+                f"request.userInfo.?groups.orValue([]).exists(g, g in {_cel_list(ids.admin_groups)})"
+            ),
+        },
+        {"name": "isExtender", "expression": f"request.userInfo.username in {_cel_list(ids.extender)}"},
+        {"name": "isPlugin", "expression": f"request.userInfo.username in {_cel_list(ids.plugin)}"},
+        {
+            # The node a plugin's bound service-account token names ('' if none).
+            "name": "tokenNode",
+            "expression": (
+                f"request.userInfo.?extra[?{_cel_str(NODE_NAME_EXTRA)}].orValue([]).size() == 1 ? "
+                f"request.userInfo.extra[{_cel_str(NODE_NAME_EXTRA)}][0] : ''"
+            ),
+        },
+    ]
+
+
+def _pod_policy(ids: Identities) -> dict[str, Any]:
+    protected = f"k == {_cel_str(ALLOCATION_ANNOTATION)} || k.startsWith({_cel_str(GPU_MEM_PREFIX)})"
+    what = f"{ALLOCATION_ANNOTATION} and {GPU_MEM_PREFIX}*"
+    if not ids.allow_user_policy:
+        protected += f" || k == {_cel_str(POLICY_ANNOTATION)}"
+        what += f" and {POLICY_ANNOTATION}"
+    extenders = ", ".join(ids.extender)
+    plugins = ", ".join(ids.plugin)
+    plugin_keys = _cel_list(PLUGIN_POD_KEYS)
+    setters = (
+        f" || (request.userInfo.username in {_cel_list(ids.policy_setters)} && "
+        f"variables.changed.all(k, k == {_cel_str(POLICY_ANNOTATION)}))"
+        if ids.policy_setters and not ids.allow_user_policy
+        else ""
+    )
+    is_pod = "request.?subResource.orValue('') != 'binding'"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{ids.name}-pods", "labels": dict(ids.extra_labels)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["pods", "pods/status", "pods/binding"],
+                    }
+                ]
+            },
+            "variables": [
+                *_common_variables(ids),
+                {"name": "changed", "expression": _changed(protected)},
+                {"name": "changedAny", "expression": _changed("true")},
+            ],
+            "validations": [
+                {
+                    # Our annotations: the extender writes them; a node's plugin marks its pods served.
+                    "expression": (
+                        "size(variables.changed) == 0 || variables.isAdmin || variables.isExtender || "
+                        f"(variables.isPlugin && {is_pod} && variables.changed.all(k, k in {plugin_keys}))"
+                        f"{setters}"
+                    ),
+                    "messageExpression": (
+                        f"'{what} on pods are written only by the gpushare extender ({extenders}); "
+                        f"the device plugin of the pod\\'s node ({plugins}) may set only "
+                        f"{' and '.join(PLUGIN_POD_KEYS)}. ' + request.userInfo.username + "
+                        "' may not set ' + variables.changed.join(', ') + "
+                        "'; remove them from the pod (users may set gpushare-hub.io/card-models)'"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    # The plugin is as narrow as a kubelet: pods bound to its own node, two annotations.
+                    "expression": (
+                        f"!variables.isPlugin || ({is_pod} && variables.tokenNode != '' && "
+                        "object.spec.?nodeName.orValue('') == variables.tokenNode && "
+                        f"variables.changedAny.all(k, k in {plugin_keys}) && "
+                        "(oldObject == null || object.metadata.?labels.orValue({}) == "
+                        "oldObject.metadata.?labels.orValue({})))"
+                    ),
+                    "messageExpression": (
+                        "'the gpushare device plugin may change only pods bound to its own node, and on them "
+                        f"only {' and '.join(PLUGIN_POD_KEYS)}: ' + request.userInfo.username + "
+                        "(variables.tokenNode == '' ? ' has no node name in its token (use a "
+                        "service-account token bound to the plugin\\'s pod)' : ' runs on node ' + "
+                        "variables.tokenNode) + ', the pod is on ' + "
+                        "(has(object.spec) ? object.spec.?nodeName.orValue('no node') : 'no node')"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
+def _node_policy(ids: Identities) -> dict[str, Any]:
+    protected = " || ".join(f"k == {_cel_str(k)}" for k in NODE_KEYS)
+    plugins = ", ".join(ids.plugin)
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{ids.name}-nodes", "labels": dict(ids.extra_labels)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["nodes", "nodes/status"],
+                    }
+                ]
+            },
+            "variables": [*_common_variables(ids), {"name": "changed", "expression": _changed(protected)}],
+            "validations": [
+                {
+                    "expression": (
+                        "size(variables.changed) == 0 || variables.isAdmin || "
+                        "(variables.isPlugin && variables.tokenNode == object.metadata.name)"
+                    ),
+                    "messageExpression": (
+                        f"'{' and '.join(NODE_KEYS)} on a Node are written only by the gpushare device "
+                        f"plugin ({plugins}) of that node; ' + request.userInfo.username + ' may not set ' + "
+                        "variables.changed.join(', ') + ' on node ' + object.metadata.name"
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "!variables.isPlugin || variables.tokenNode == object.metadata.name",
+                    "messageExpression": (
+                        "'the gpushare device plugin may change only its own Node: ' + "
+                        "request.userInfo.username + (variables.tokenNode == '' ? ' has no node name in its "
+                        "token' : ' runs on node ' + variables.tokenNode) + ', not ' + object.metadata.name"
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
+def _binding(policy: dict[str, Any]) -> dict[str, Any]:
+    name = policy["metadata"]["name"]
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": dict(policy["metadata"]["labels"])},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+
+
+def admission_manifests(ids: Identities | None = None) -> list[dict[str, Any]]:
+    """The policies for pods and for nodes, each with its binding (cluster-wide)."""
+    ids = ids or Identities()
+    out: list[dict[str, Any]] = []
+    for policy in (_pod_policy(ids), _node_policy(ids)):
+        out += [policy, _binding(policy)]
+    return out
+
+
+def admission_yaml(ids: Identities | None = None) -> str:
+    """The manifests as one multi-document YAML file, as the chart installs it."""
+    header = (
+        "# Generated by `gpushare-extender --print-admission-policy` (extender/admission.py); do not edit.\n"
+    )
+    return header + yaml.safe_dump_all(admission_manifests(ids), sort_keys=False, width=1_000_000)

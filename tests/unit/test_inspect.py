@@ -1,0 +1,194 @@
+"""`kubectl inspect gpushare`: Aliyun's tables, column for column, from the shared ledger."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gpushare_hub.core import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
+from gpushare_hub.core.annotations import AllocationRecord, CardShare
+from gpushare_hub.core.cards import declared_cards
+from gpushare_hub.inspect import cli
+from gpushare_hub.inspect.render import details, summary
+from gpushare_hub.inspect.report import HUB_SERVER, HUB_USER, build_report
+from gpushare_hub.inspect.tabwriter import tabulate
+from tests.unit.helpers import node_obj, pod_obj
+
+# Each expected text below is what Go's text/tabwriter, set up as Aliyun's tool sets it up
+# (NewWriter(w, 0, 0, 2, ' ', 0)), printed for the input (checked with go1.26).
+GO_TABWRITER = [
+    (
+        "NAME\tIPADDRESS\tGPU0(Allocated/Total)\tGPU Memory\nnode-a\t127.0.0.1\t3/15\t3/15\n----\n"
+        "Allocated/Total GPU Memory In Cluster:\n3/15 (20%)\t\n",
+        "NAME    IPADDRESS  GPU0(Allocated/Total)  GPU Memory\n"
+        "node-a  127.0.0.1  3/15                   3/15\n"
+        "----\nAllocated/Total GPU Memory In Cluster:\n3/15 (20%)  \n",
+    ),
+    (
+        "NAME:\tn\nIPADDRESS:\tunknown\n\nNAME\tNAMESPACE\tGPU0(Allocated)\t\np\tns\t3\t\n"
+        "Allocated :\t3 (20%)\t\nTotal :\t15 \t\n",
+        "NAME:       n\nIPADDRESS:  unknown\n\nNAME         NAMESPACE  GPU0(Allocated)  \n"
+        "p            ns         3                \nAllocated :  3 (20%)    \nTotal :      15         \n",
+    ),
+    (
+        "a\tbb\tccc\n\tdddd\te\nlonger-name\t\n",
+        "a            bb    ccc\n             dddd  e\nlonger-name  \n",
+    ),
+    ("x\ty\t", "x  y"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GO_TABWRITER)
+def test_columns_are_laid_out_as_go_tabwriter_does(text, expected):
+    assert tabulate(text) == expected
+
+
+def placed(name: str, units: int, node: str, idx: int, user: str = "", server: str = "") -> dict[str, Any]:
+    card = declared_cards(node, 2, "Tesla T4", 15360)[idx]
+    rec = AllocationRecord(
+        node=node, cards=(CardShare(uuid=card.uuid, index=idx, units=units),), containers=()
+    )
+    ann = {ALLOCATION_ANNOTATION: rec.to_json()}
+    if user:
+        ann[HUB_USER] = user
+        ann[HUB_SERVER] = server
+    return pod_obj(name, units, node=node, annotations=ann, phase="Running")
+
+
+def fixture_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    a = node_obj("gpu-a")
+    a["status"]["addresses"] = [
+        {"type": "Hostname", "address": "gpu-a"},
+        {"type": "InternalIP", "address": "10.0.0.1"},
+    ]
+    cpu_only = {"metadata": {"name": "cpu-1"}, "status": {"capacity": {"cpu": "8"}}}
+    pods = [
+        placed("jupyter-alice", 5, "gpu-a", 0, "alice"),
+        placed("jupyter-bob", 5, "gpu-a", 0, "bob", "big"),
+        placed("jupyter-carol", 7, "gpu-a", 1, "carol"),
+        # placed by Aliyun's extender: card index only
+        pod_obj(
+            "legacy",
+            3,
+            node="gpu-b",
+            annotations={"ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_POD": "3"},
+            phase="Running",
+        ),
+        # bound to a node without any card (bypassed the extender): Aliyun's PENDING column
+        pod_obj("bypassed", 2, node="gpu-b", phase="Running"),
+        pod_obj("finished", 9, node="gpu-b", phase="Succeeded"),
+        pod_obj("cpu-pod", None, node="cpu-1", phase="Running"),
+        pod_obj("jupyter-dave", 16),
+    ]
+    pods[-1]["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/2 nodes are available: 2 no card has 16 GiB free.",
+        }
+    ]
+    return [a, node_obj("gpu-b"), cpu_only], pods
+
+
+def columns(table: list[str]) -> list[list[str]]:
+    """Split tabwriter lines into cells at the header's column starts."""
+    header = table[0]
+    starts = [0] + [
+        i
+        for i in range(1, len(header))
+        if header[i - 1] == " " and header[i] != " " and header[i - 2 : i] == "  "
+    ]
+    return [[line[s:e].strip() for s, e in zip(starts, [*starts[1:], None], strict=True)] for line in table]
+
+
+def test_summary_has_aliyuns_columns_and_the_ledgers_numbers():
+    out = summary(build_report(*fixture_cluster())).splitlines()
+    rows = columns(out[:3])
+    assert rows == [
+        [
+            "NAME",
+            "IPADDRESS",
+            "GPU0(Allocated/Total)",
+            "GPU1(Allocated/Total)",
+            "PENDING(Allocated)",
+            "GPU Memory",
+        ],
+        ["gpu-a", "10.0.0.1", "10/15", "7/15", "", "17/30"],
+        ["gpu-b", "unknown", "0/15", "3/15", "2", "5/30"],
+    ]
+    # Aliyun's rule: as long as the first node's raw line plus 20.
+    assert out[3] == "-" * (len("gpu-a\t10.0.0.1\t10/15\t7/15\t\t17/30\n") + 20)
+    assert out[4:6] == ["Allocated/Total GPU Memory In Cluster:", "22/60 (36%)  "]
+    assert "cpu-1" not in "\n".join(out)
+    assert "finished" not in "\n".join(out)
+    pending = out[out.index("Pending GPU pods (not placed on any node):") + 1 :]
+    assert columns(pending) == [
+        ["NAME", "NAMESPACE", "GiB", "REASON"],
+        ["jupyter-dave", "jhub", "16", "0/2 nodes are available: 2 no card has 16 GiB free."],
+    ]
+
+
+def test_details_lists_each_nodes_pods_per_card_with_the_hub_user_last():
+    out = details(build_report(*fixture_cluster())).splitlines()
+    assert out[:3] == ["", "NAME:       gpu-a", "IPADDRESS:  10.0.0.1"]
+    a = columns(out[4:8])
+    assert a == [
+        ["NAME", "NAMESPACE", "GPU0(Allocated)", "GPU1(Allocated)", "HUB USER"],
+        ["jupyter-alice", "jhub", "5", "0", "alice"],
+        ["jupyter-bob", "jhub", "5", "0", "bob/big"],
+        ["jupyter-carol", "jhub", "0", "7", "carol"],
+    ]
+    assert out[8].split() == ["Allocated", ":", "17", "(56%)"]
+    assert out[9].split() == ["Total", ":", "30"]
+    b_start = out.index("NAME:       gpu-b")
+    b = columns(out[b_start + 3 : b_start + 6])
+    assert b == [
+        ["NAME", "NAMESPACE", "GPU0(Allocated)", "GPU1(Allocated)", "Pending(Allocated)", "HUB USER"],
+        ["legacy", "jhub", "0", "3", "0", ""],
+        ["bypassed", "jhub", "0", "0", "2", ""],
+    ]
+    assert "Allocated/Total GPU Memory In Cluster:  22/60 (36%)  " in out
+
+
+def test_json_carries_cards_pods_hub_users_and_reasons():
+    data = build_report(*fixture_cluster()).to_json()
+    json.dumps(data)
+    assert (data["used"], data["total"], data["unit"]) == (22, 60, "GiB")
+    a = data["nodes"][0]
+    assert [c["free"] for c in a["cards"]] == [5, 8]
+    assert a["cards"][0]["pods"][1] == {
+        "namespace": "jhub",
+        "name": "jupyter-bob",
+        "units": 5,
+        "hub_user": "bob",
+        "hub_server": "big",
+    }
+    assert data["nodes"][1]["unplaced"] == [{"namespace": "jhub", "name": "bypassed", "units": 2}]
+    assert data["pending"][0]["reason"].startswith("0/2 nodes are available")
+
+
+def test_a_node_whose_inventory_is_unreadable_is_named_with_the_reason():
+    nodes, pods = fixture_cluster()
+    nodes[1]["metadata"]["annotations"][CARDS_ANNOTATION] = "not json"
+    report = build_report(nodes, pods)
+    out = summary(report)
+    assert "Nodes whose GPU inventory cannot be read (not counted above):" in out
+    line = next(x for x in out.splitlines() if x.startswith("gpu-b"))
+    assert "card inventory unreadable" in line
+    assert report.total == 30
+
+
+def test_one_node_only():
+    report = build_report(*fixture_cluster(), only_node="gpu-b")
+    assert [n.name for n in report.nodes] == ["gpu-b"]
+    assert report.pending == ()
+
+
+def test_the_cli_says_how_to_reach_a_cluster_when_there_is_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(SystemExit, match="set KUBECONFIG or pass --kubeconfig"):
+        cli.main([])
