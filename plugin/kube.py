@@ -88,10 +88,12 @@ def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -
             }
         },
         _content_type="application/merge-patch+json",
+        _request_timeout=API_TIMEOUT,
     )
     count = str(sum(1 for c in cards if c.healthy))
     core.patch_node_status(
         node,
         {"status": {"capacity": {names.count: count}, "allocatable": {names.count: count}}},
         _content_type="application/merge-patch+json",
+        _request_timeout=API_TIMEOUT,
     )
