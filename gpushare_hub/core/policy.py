@@ -465,14 +465,7 @@ class Placer:
             )
             for c, _ in sorted(chosen, key=lambda cf: cf[0].index)
         )
-        # Each container gets every card of the pod, its units split over them as evenly
-        # as they go; its Allocate asks their sum (a handout: see handout.py).
-        n = len(cards)
-        containers = tuple(
-            ContainerShare(container=name, uuid=card.uuid, units=units // n + (i < units % n))
-            for name, units in demand.containers
-            for i, card in enumerate(cards)
-        )
+        containers = self._container_shares(demand, cards)
         return Placement(
             key=demand.key,
             node=node,
@@ -482,6 +475,20 @@ class Placer:
             policy=self.policy.name,
             cpu_milli=demand.cpu_milli,
             memory_mib=demand.memory_mib,
+        )
+
+    @staticmethod
+    def _container_shares(demand: Demand, cards: tuple[CardShare, ...]) -> tuple[ContainerShare, ...]:
+        """Each container's units split over the pod's cards as evenly as they go, the odd
+        units on the first cards; a container's Allocate asks their sum (its handout: see
+        handout.py). The split depends on the units alone, so that containers of one size
+        want the same cards, as the handout rule needs."""
+        n = len(cards)
+        return tuple(
+            ContainerShare(container=name, uuid=card.uuid, units=units // n + (j < units % n))
+            for name, units in demand.containers
+            for j, card in enumerate(cards)
+            if units // n + (j < units % n)
         )
 
     def place_and_commit(self, demand: Demand, nodes: Iterable[str] | None = None) -> Placement | Refusal:
