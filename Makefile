@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit k8s-binaries lint bench proto clean
+.PHONY: setup replay test test-unit test-chart k8s-binaries lint bench proto chart wheelhouse clean
 
 setup: $(STAMP)
 
@@ -31,17 +31,23 @@ k8s-binaries: setup
 
 ## Every test tier that can run here (unit, cluster, kubelet, bench), after building what they need.
 test: setup k8s-binaries
-	$(BIN)/ruff check gpushare_hub extender plugin tests
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm
 	$(BIN)/mypy
+	$(BIN)/mypy helm/generate.py
 	$(BIN)/pytest -p no:cacheprovider
 
 test-unit: setup
 	$(BIN)/pytest -m unit
 
+## The chart tier alone: helm lint/template, schema, dry run, install into its own local cluster.
+test-chart: setup k8s-binaries
+	$(BIN)/pytest -p no:cacheprovider tests/chart
+
 lint: setup
-	$(BIN)/ruff check gpushare_hub extender plugin tests
-	$(BIN)/ruff format --check gpushare_hub extender plugin tests
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm
+	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm
 	$(BIN)/mypy
+	$(BIN)/mypy helm/generate.py
 
 bench: setup
 	$(BIN)/gpushare-bench replay
@@ -51,6 +57,21 @@ proto: setup
 	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/deviceplugin/v1beta1/api.proto" plugin/api/deviceplugin_v1beta1.proto
 	chmod 644 plugin/api/deviceplugin_v1beta1.proto
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. plugin/api/deviceplugin_v1beta1.proto
+
+## Regenerate the chart's generated files (values.schema.json, RBAC rules, admission policy template).
+chart: setup
+	$(BIN)/python helm/generate.py
+
+## Wheels of the package and its dependencies for the images (images/*/Dockerfile), built on the
+## host for the image's Python (IMAGE_PYTHON; the hub image: its own Python, e.g. 3.14).
+IMAGE_PYTHON   ?= 3.12
+IMAGE_PLATFORM ?= x86_64
+wheelhouse: setup
+	rm -rf wheelhouse
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir wheelhouse .
+	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
+	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
+	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any wheelhouse/gpushare_hub-*.whl
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

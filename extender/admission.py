@@ -9,8 +9,8 @@ Who may write what (the trust model in the README and DESIGN.md):
 * ``gpushare-hub.io/allocation`` and ``ALIYUN_COM_GPU_MEM_*`` on pods (and in Bindings):
   only the extender's identity. The one exception: the device plugin of a node may
   set ``ALIYUN_COM_GPU_MEM_ASSIGNED`` / ``_ASSUME_TIME`` on pods bound to that node.
-* ``gpushare-hub.io/cards`` and ``gpushare-hub.io/allocator`` on Nodes: only the
-  device plugin of that Node.
+* ``gpushare-hub.io/cards``, ``/allocator``, ``/mps-servers`` and ``/usage`` on Nodes:
+  only the device plugin of that Node.
 * ``gpushare-hub.io/policy`` on pods: like the allocation, unless the admin lets users
   choose (``allow_user_policy``; off by default) or names identities that may set it
   (``policy_setters``, e.g. the hub's). The card-model annotations stay
@@ -43,11 +43,14 @@ from gpushare_hub.core.annotations import (
     GPU_MEM_ASSUME_TIME,
     POLICY_ANNOTATION,
 )
+from gpushare_hub.core.mps import MPS_SERVERS_ANNOTATION
+from gpushare_hub.isolation.usage import USAGE_ANNOTATION
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
 PLUGIN_POD_KEYS = (GPU_MEM_ASSIGNED, GPU_MEM_ASSUME_TIME)
-NODE_KEYS = (CARDS_ANNOTATION, ALLOCATOR_ANNOTATION)
+# The plugin's reports on its Node: its cards, its allocator mark, what runs on the cards.
+NODE_KEYS = (CARDS_ANNOTATION, ALLOCATOR_ANNOTATION, MPS_SERVERS_ANNOTATION, USAGE_ANNOTATION)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class BindResult:
     node: str
     detail: str = ""
     placement: Placement | None = None
+    pod_object: dict[str, Any] | None = None  # the pod as bound (BOUND only)
 
     @property
     def ok(self) -> bool:
@@ -216,7 +217,7 @@ class Binder:
         b = self._binds.get(key)
         if b is not None:
             b.phase, b.since = Phase.CONFIRMED, self._clock()
-        return BindResult(Outcome.BOUND, key, node, placement=decision)
+        return BindResult(Outcome.BOUND, key, node, placement=decision, pod_object=pod)
 
     async def _repeat(self, key: str, node: str) -> BindResult:
         """A bind for a pod whose own bind is not settled: answer, never release."""

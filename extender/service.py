@@ -15,7 +15,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpushare_hub.core import DEFAULT_NAMES, Ignored, IgnoredRecord, Ledger, ResourceNames
+from gpushare_hub.core import DEFAULT_NAMES, Ignored, IgnoredRecord, Ledger, Placement, ResourceNames
+from gpushare_hub.core.mps import MISMATCH_REASON, NodeMPS, node_mps, uid_mismatches
 from gpushare_hub.kube import LedgerInformer
 
 from .binding import Binder, BindResult
@@ -106,6 +107,8 @@ class ExtenderService:
         self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported
+        self._mps: dict[str, NodeMPS] = {}  # nodes whose plugin runs MPS: each card's server UID
+        self.informer.on_node(self._track_mps)
         self.informer.on_ignored(self._report_ignored)
         self.informer.on_pod(self._forget_reported)
         self.binder: Binder | None = None
@@ -164,6 +167,27 @@ class ExtenderService:
         self._events.add(task)
         task.add_done_callback(self._events.discard)
 
+    def _track_mps(self, etype: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        mps = NodeMPS() if etype == "DELETED" else node_mps(obj)
+        if mps.enabled:
+            self._mps[name] = mps
+        else:
+            self._mps.pop(name, None)
+
+    def _warn_mps_users(self, pod: dict[str, Any], placement: Placement) -> None:
+        """A pod of another UID than a card's MPS server would hang silently: say so on the pod."""
+        mps = self._mps.get(placement.node)
+        if mps is None or self.kube is None:
+            return
+        for clash in uid_mismatches(mps, placement.node, pod, [c.uuid for c in placement.cards]):
+            log.warning(clash.message())
+            task = asyncio.get_running_loop().create_task(
+                self.kube.warn(pod, MISMATCH_REASON, clash.message())
+            )
+            self._events.add(task)
+            task.add_done_callback(self._events.discard)
+
     def _forget_reported(self, etype: str, pod: dict[str, Any]) -> None:
         if etype == "DELETED":
             uid = str((pod.get("metadata") or {}).get("uid", ""))
@@ -197,4 +221,6 @@ class ExtenderService:
             self.metrics.placements.labels(p.policy).inc()
             cards = ", ".join(f"card {c.index} ({c.uuid}) {self.names.fmt(c.units)}" for c in p.cards)
             log.info("placed pod %s on node %s, %s, policy %s", result.pod, p.node, cards, p.policy)
+            if result.pod_object is not None:
+                self._warn_mps_users(result.pod_object, p)
         return result.error()

@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 from typing import Any, cast
 
-from traitlets import Enum, Float, Unicode, default
+from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.resources import ResourceNames
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
+from .response import HOOK_HOST_PATH, MPS_ROOT, Isolation
 from .server import DEFAULT_DIR, PluginState, Runner, Settings
 
 
@@ -77,6 +78,57 @@ class GPUShareDevicePlugin(Application):
         the node's name and/or 'default', e.g. {"reserveFraction": 0.05}. Read at start.""",
     ).tag(config=True)
 
+    hook_host_path = Unicode(
+        HOOK_HOST_PATH,
+        help="""Host folder the plugin installs the Python start-up hook into at start; Allocate
+        mounts it read-only into each GPU container at /opt/gpushare-hub/pyhook and sets
+        PYTHONPATH to it, so that PyTorch is capped in every kernel, terminal and script.
+        The DaemonSet must mount this folder (hostPath) at the same path. Empty: no hook.""",
+    ).tag(config=True)
+    mps = Bool(
+        False,
+        help="""Hard caps through NVIDIA MPS on this node: Allocate adds the card's MPS pipe and
+        shared memory and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for the slice. Needs the MPS
+        control daemon (one per card) running under --mps-root. Per node: 'mps' in --node-config.""",
+    ).tag(config=True)
+    mps_multi_user = Bool(
+        False,
+        help="""The MPS daemons on this node run multi-user (nvidia-cuda-mps-control -d -M, Volta
+        or newer), so pods of different UIDs share a card. Per node: 'mpsMultiUser'.""",
+    ).tag(config=True)
+    mps_root = Unicode(
+        MPS_ROOT,
+        help="Host folder of the MPS daemons: <root>/<card UUID>/pipe and <root>/<card UUID>/shm.",
+    ).tag(config=True)
+    cdi = Bool(
+        False,
+        help="""Name the card as a CDI device (nvidia.com/gpu=<UUID>) instead of
+        NVIDIA_VISIBLE_DEVICES, for runtimes set up for CDI (containerd >= 1.7, CRI-O >= 1.24,
+        NVIDIA Container Toolkit CDI specs). Per node: 'cdi' in --node-config.""",
+    ).tag(config=True)
+    tensorflow_memory_limit = Bool(
+        False,
+        help="""The start-up hook also sets TensorFlow's memory_limit to the slice. Off by default:
+        TensorFlow then refuses set_memory_growth, which many notebooks call.
+        Per node: 'tensorflowMemoryLimit' in --node-config.""",
+    ).tag(config=True)
+
+    usage_interval = Float(
+        15.0,
+        help="""Seconds between readings of each card's processes (NVML; the plugin needs hostPID
+        to map them to pods through their cgroups). Published on the Node as
+        gpushare-hub.io/usage, as Prometheus metrics on --metrics-port, and as one Warning
+        event per pod over its slice. 0: off.""",
+    ).tag(config=True)
+    usage_file = Unicode(
+        "",
+        help="""Simulated backend: JSON list of processes on the cards, e.g.
+        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963}], read at every usage reading.""",
+    ).tag(config=True)
+    metrics_port = Int(
+        0, help="Port of the Prometheus /metrics endpoint (per-pod GPU memory used, slices); 0: none."
+    ).tag(config=True)
+
     @default("log_level")
     def _log_level_default(self) -> int:
         return logging.INFO
@@ -94,6 +146,15 @@ class GPUShareDevicePlugin(Application):
         "kubeconfig": "GPUShareDevicePlugin.kubeconfig",
         "node-config": "GPUShareDevicePlugin.node_config",
         "served-file": "GPUShareDevicePlugin.served_file",
+        "hook-host-path": "GPUShareDevicePlugin.hook_host_path",
+        "mps": "GPUShareDevicePlugin.mps",
+        "mps-multi-user": "GPUShareDevicePlugin.mps_multi_user",
+        "mps-root": "GPUShareDevicePlugin.mps_root",
+        "cdi": "GPUShareDevicePlugin.cdi",
+        "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
+        "usage-interval": "GPUShareDevicePlugin.usage_interval",
+        "usage-file": "GPUShareDevicePlugin.usage_file",
+        "metrics-port": "GPUShareDevicePlugin.metrics_port",
         "log-level": "Application.log_level",
     }
 
@@ -102,7 +163,10 @@ class GPUShareDevicePlugin(Application):
             if not self.simulate:
                 raise BackendUnavailable("--backend simulated needs --simulate, e.g. '2x Tesla T4:15360'")
             return SimulatedBackend(
-                self.simulate, self.node_name, Path(self.health_file) if self.health_file else None
+                self.simulate,
+                self.node_name,
+                Path(self.health_file) if self.health_file else None,
+                Path(self.usage_file) if self.usage_file else None,
             )
         return NVMLBackend()
 
@@ -124,6 +188,56 @@ class GPUShareDevicePlugin(Application):
         opts = options_for(self.node_name, cm.data or {}, f"ConfigMap {self.node_config}")
         if "reserveFraction" in opts:
             self.reserve_fraction = opts["reserveFraction"]
+        self.mps = opts.get("mps", self.mps)
+        self.mps_multi_user = opts.get("mpsMultiUser", self.mps_multi_user)
+        self.cdi = opts.get("cdi", self.cdi)
+        self.tensorflow_memory_limit = opts.get("tensorflowMemoryLimit", self.tensorflow_memory_limit)
+
+    def isolation(self) -> Isolation:
+        return Isolation(
+            hook_host_path=self.hook_host_path,
+            mps=self.mps,
+            mps_root=self.mps_root,
+            cdi=self.cdi,
+            tensorflow_memory_limit=self.tensorflow_memory_limit,
+        )
+
+    def install_hook(self) -> None:
+        """Put the start-up hook where Allocate's mount points, or stop: a mount of a missing
+        folder would fail every GPU container on this node."""
+        from gpushare_hub.isolation.hookfiles import install_hook
+
+        if not self.hook_host_path:
+            return
+        try:
+            install_hook(Path(self.hook_host_path))
+        except OSError as err:
+            raise GPUShareError(
+                f"cannot install the Python start-up hook into {self.hook_host_path} ({err}); mount "
+                "that host folder into the plugin's container, or pass --hook-host-path='' to run "
+                "without the PyTorch cap"
+            ) from err
+
+    def start_usage(self, api: Any, state: PluginState, runner: Runner) -> None:
+        """The usage loop (a daemon thread) and its metrics endpoint."""
+        import threading
+
+        from prometheus_client import start_http_server
+        from prometheus_client.registry import CollectorRegistry
+
+        from .kube import KubeUsageSink
+        from .usage import UsageCollector, UsageReporter
+
+        if self.usage_interval <= 0:
+            return
+        reporter = UsageReporter(state, KubeUsageSink(api, self.node_name), mps=self.mps)
+        threading.Thread(
+            target=reporter.run, args=(runner.stop, self.usage_interval), name="usage", daemon=True
+        ).start()
+        if self.metrics_port:
+            registry = CollectorRegistry()
+            registry.register(UsageCollector(reporter))
+            start_http_server(self.metrics_port, registry=registry)
 
     def start(self) -> None:
         logging.basicConfig(
@@ -138,7 +252,7 @@ class GPUShareDevicePlugin(Application):
         except BackendUnavailable as err:
             print(f"gpushare-device-plugin: {err}", file=sys.stderr)
             sys.exit(1)
-        from .kube import KubePods, api_client, publish_node
+        from .kube import KubePods, api_client, publish_isolation, publish_node
 
         api = api_client(self.kubeconfig or None)
         if self.node_config:
@@ -147,6 +261,11 @@ class GPUShareDevicePlugin(Application):
             except GPUShareError as err:
                 print(f"gpushare-device-plugin: {err}", file=sys.stderr)
                 sys.exit(2)
+        try:
+            self.install_hook()
+        except GPUShareError as err:
+            print(f"gpushare-device-plugin: {err}", file=sys.stderr)
+            sys.exit(1)
         names = ResourceNames(memory=self.resource_name, count=self.count_resource_name, unit=self.unit)
         settings = Settings(
             node=self.node_name,
@@ -154,6 +273,7 @@ class GPUShareDevicePlugin(Application):
             reserve_fraction=self.reserve_fraction,
             plugin_dir=self.plugin_dir,
             served_file=self.served_file or str(Path(self.plugin_dir) / "gpushare-hub-served.json"),
+            isolation=self.isolation(),
         )
         try:
             state = PluginState(backend, KubePods(api), settings)
@@ -171,10 +291,12 @@ class GPUShareDevicePlugin(Application):
         def publish() -> None:
             try:
                 publish_node(api, self.node_name, state.inventory(), names)
+                publish_isolation(api, self.node_name, mps=self.mps, multi_user=self.mps_multi_user)
             except Exception as err:
                 log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
 
         runner = Runner(state, on_registered=publish, on_health=publish)
+        self.start_usage(api, state, runner)
 
         def stop(*_: Any) -> None:
             runner.shutdown()
@@ -183,6 +305,13 @@ class GPUShareDevicePlugin(Application):
         signal.signal(signal.SIGINT, stop)
         for c in state.cards:
             log.info("card %d %s %s: %d MiB, %d %s", c.index, c.uuid, c.model, c.mib, c.units, names.unit)
+        log.info(
+            "isolation: start-up hook %s; MPS %s; CDI %s; TensorFlow memory_limit %s",
+            self.hook_host_path or "off",
+            ("on, multi-user" if self.mps_multi_user else "on") if self.mps else "off",
+            "on" if self.cdi else "off",
+            "on" if self.tensorflow_memory_limit else "off",
+        )
         runner.run()
         backend.close()
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from gpushare_hub.core.cards import MODEL_MIB, normalize_model
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.isolation.usage import GPUProcess
 
 log = logging.getLogger("gpushare.plugin")
 
@@ -53,7 +54,34 @@ class Backend(Protocol):
 
     def health_events(self, timeout_ms: int) -> list[HealthEvent]: ...
 
+    def processes(self) -> list[GPUProcess]: ...
+
     def close(self) -> None: ...
+
+
+def read_proc(pid: int, proc: Path = Path("/proc")) -> tuple[str, int | None, str]:
+    """A process's cgroup file, real UID and executable name; blanks where it is gone or hidden.
+
+    The plugin sees the host's processes only with ``hostPID: true`` (NVML reports host PIDs).
+    """
+    base = proc / str(pid)
+    try:
+        cgroup = (base / "cgroup").read_text()
+    except OSError:
+        cgroup = ""
+    uid = None
+    try:
+        for line in (base / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        command = Path((base / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")).name
+    except OSError:
+        command = ""
+    return cgroup, uid, command
 
 
 class NVMLBackend:
@@ -165,6 +193,30 @@ class NVMLBackend:
             out.append(HealthEvent(uuid, True, f"no critical XID for {quiet:.0f}s and the card answers"))
         return out
 
+    def processes(self) -> list[GPUProcess]:
+        """Compute processes on each card (and MPS clients, where NVML lists them apart)."""
+        n = self.nvml
+        out = []
+        for uuid, h in self._handles.items():
+            seen: set[int] = set()
+            for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
+                fn = getattr(n, getter, None)
+                if fn is None:
+                    continue
+                try:
+                    running = fn(h)
+                except n.NVMLError:
+                    continue
+                for p in running:
+                    if p.pid in seen:
+                        continue
+                    seen.add(p.pid)
+                    used = p.usedGpuMemory  # None where NVML cannot tell (e.g. without permission)
+                    mib = int(used) // (1024 * 1024) if isinstance(used, int) and used < 2**63 else 0
+                    cgroup, uid, command = read_proc(int(p.pid))
+                    out.append(GPUProcess(uuid, int(p.pid), mib, cgroup, uid, command))
+        return out
+
     def close(self) -> None:
         try:
             if self._events is not None:
@@ -201,11 +253,21 @@ class SimulatedBackend:
 
     ``health_file``: a JSON object ``{"<uuid>": false}`` that tests (or a person) write to
     mark cards unhealthy and healthy again; it is read on every health poll.
+
+    ``usage_file``: a JSON list of processes on the cards, read on every usage poll::
+
+        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963},
+         {"card": "<uuid>", "command": "nvidia-cuda-mps-server", "uid": 1000, "mib": 30}]
+
+    A process with ``pod`` gets the cgroup path the kubelet would give it (systemd driver),
+    so the mapping to pods runs the same code as on a real node.
     """
 
     name = "simulated"
 
-    def __init__(self, spec: str, node: str, health_file: Path | None = None) -> None:
+    def __init__(
+        self, spec: str, node: str, health_file: Path | None = None, usage_file: Path | None = None
+    ) -> None:
         self.cards: list[DiscoveredCard] = []
         index = 0
         for count, model, mib in parse_declaration(spec):
@@ -214,6 +276,7 @@ class SimulatedBackend:
                 self.cards.append(DiscoveredCard(f"GPU-{uid}", index, model, mib))
                 index += 1
         self.health_file = health_file
+        self.usage_file = usage_file
         self._health: dict[str, bool] = {}
 
     def discover(self) -> list[DiscoveredCard]:
@@ -239,6 +302,40 @@ class SimulatedBackend:
                 events.append(HealthEvent(card.uuid, healthy, "declared in the health file"))
             self._health[card.uuid] = healthy
         return events
+
+    def processes(self) -> list[GPUProcess]:
+        if self.usage_file is None or not self.usage_file.exists():
+            return []
+        try:
+            declared = json.loads(self.usage_file.read_text() or "[]")
+            out = []
+            for pid, p in enumerate(declared, start=1000):
+                pod = str(p.get("pod", ""))
+                cgroup = (
+                    "0::/kubepods.slice/kubepods-burstable.slice/"
+                    f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{pid:064x}.scope\n"
+                    if pod
+                    else "0::/system.slice/nvidia-mps.service\n"
+                )
+                uid = p.get("uid")
+                out.append(
+                    GPUProcess(
+                        card=str(p["card"]),
+                        pid=pid,
+                        used_mib=int(p["mib"]),
+                        cgroup=cgroup,
+                        uid=int(uid) if uid is not None else None,
+                        command=str(p.get("command", "python")),
+                    )
+                )
+            return out
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            log.warning(
+                "usage file %s is not a JSON list of {card, pod or command, mib}: %s; ignored",
+                self.usage_file,
+                err,
+            )
+            return []
 
     def close(self) -> None:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from typing import Any
@@ -13,6 +14,7 @@ from gpushare_hub.core.annotations import (
     GPU_MEM_ASSUME_TIME,
 )
 from gpushare_hub.core.cards import Card, cards_to_annotation
+from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.core.resources import ResourceNames
 
 from .server import PodSource
@@ -26,6 +28,7 @@ RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
 ]
 
 
@@ -69,6 +72,21 @@ class KubePods(PodSource):
         )
 
 
+def publish_isolation(api: Any, node: str, mps: bool, multi_user: bool) -> None:
+    """Label the node ``gpushare-hub.io/mps=true`` for the MPS control-daemon DaemonSet (and
+    ``gpushare-hub.io/mps-multi-user=true`` where its daemons run ``-M``); the labels come off
+    when MPS is switched off."""
+    from kubernetes import client
+
+    labels = {
+        MPS_LABEL: "true" if mps else None,
+        MPS_MULTI_USER_LABEL: "true" if mps and multi_user else None,
+    }
+    client.CoreV1Api(api).patch_node(
+        node, {"metadata": {"labels": labels}}, _content_type="application/merge-patch+json"
+    )
+
+
 def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -> None:
     """The node's card inventory and our allocator mark (metadata), and the card count (status).
 
@@ -97,3 +115,54 @@ def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -
         _content_type="application/merge-patch+json",
         _request_timeout=API_TIMEOUT,
     )
+
+
+EVENT_CARD_ANNOTATION = "gpushare-hub.io/card"
+
+
+class KubeUsageSink:
+    """The usage loop's writes: its own Node's annotations, and Warning events on pods."""
+
+    def __init__(self, api: Any, node: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api)
+        self.node = node
+
+    def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None:
+        self.core.patch_node(
+            node, {"metadata": {"annotations": annotations}}, _content_type="application/merge-patch+json"
+        )
+
+    def warn_pod(self, namespace: str, name: str, uid: str, card: str, reason: str, message: str) -> None:
+        """The card is written on the Event, so that a restarted plugin finds its earlier warning."""
+        earlier = self.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.uid={uid},reason={reason}"
+        )
+        if any((e.metadata.annotations or {}).get(EVENT_CARD_ANNOTATION) == card for e in earlier.items):
+            return
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event: Any = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{name}.",
+                "namespace": namespace,
+                "annotations": {EVENT_CARD_ANNOTATION: card},
+            },
+            "involvedObject": {
+                "kind": "Pod",
+                "apiVersion": "v1",
+                "name": name,
+                "namespace": namespace,
+                "uid": uid,
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "gpushare-device-plugin", "host": self.node},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self.core.create_namespaced_event(namespace, event)

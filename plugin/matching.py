@@ -132,6 +132,7 @@ def match(device_ids: list[str], waiting: list[Waiting], node: str, unit: str = 
 def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
     """What the container sees: its card by UUID, the gpushare variables, and memory caps."""
     limit_mib = w.units * mib_per_unit
+    fraction = f"{min(1.0, limit_mib / max(1, card.mib or limit_mib)):.3f}"
     return {
         "NVIDIA_VISIBLE_DEVICES": ",".join(w.cards or (w.uuid,)),
         "ALIYUN_COM_GPU_MEM_IDX": str(card.index),
@@ -142,8 +143,11 @@ def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
         "CUDA_DEVICE_MEMORY_LIMIT_0": f"{limit_mib}m",
         # Frameworks that honour an environment cap.
         "GPUSHARE_MEMORY_LIMIT_MIB": str(limit_mib),
+        # The start-up hook turns the slice into PyTorch's fraction before CUDA starts.
+        "GPUSHARE_CARD_MEMORY_MIB": str(card.mib or limit_mib),
         "CUPY_GPU_MEMORY_LIMIT": str(limit_mib * 1024 * 1024),
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{min(1.0, limit_mib / max(1, card.mib or limit_mib)):.3f}",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
+        "XLA_CLIENT_MEM_FRACTION": fraction,  # the name newer JAX reads
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     }

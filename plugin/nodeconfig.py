@@ -7,7 +7,17 @@ JSON object. Node keys override ``default``; command-line values are the base::
       default: '{"reserveFraction": 0.05}'
       gpu-7:   '{"reserveFraction": 0.10}'
 
-Known options: ``reserveFraction`` (share of each card kept back from pods).
+Known options:
+
+* ``reserveFraction``: share of each card kept back from pods;
+* ``mps``: hard caps through NVIDIA MPS on this node (the control daemon must run here;
+  the plugin labels the node ``gpushare-hub.io/mps=true`` for its DaemonSet);
+* ``mpsMultiUser``: the node's MPS daemons run multi-user (``-M``), so pods of
+  different UIDs share a card's MPS server instead of waiting for each other;
+* ``cdi``: name the card as a CDI device instead of ``NVIDIA_VISIBLE_DEVICES``;
+* ``tensorflowMemoryLimit``: the start-up hook also sets TensorFlow's ``memory_limit``
+  (breaks notebooks that call ``set_memory_growth``).
+
 An unknown key or a bad value stops the plugin with the ConfigMap, key and fix named.
 """
 
@@ -19,7 +29,8 @@ from typing import Any
 
 from gpushare_hub.core.errors import GPUShareError
 
-KNOWN = {"reserveFraction"}
+BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit")
+KNOWN = {"reserveFraction", *BOOLEANS}
 
 
 class NodeConfigError(GPUShareError):
@@ -51,4 +62,7 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
         if not isinstance(r, int | float) or not 0 <= r < 1:
             raise NodeConfigError(f"{where}: reserveFraction must be a number in [0, 1), got {r!r}")
         merged["reserveFraction"] = float(r)
+    for key in BOOLEANS:
+        if key in merged and not isinstance(merged[key], bool):
+            raise NodeConfigError(f"{where}: {key} must be true or false (JSON), got {merged[key]!r}")
     return merged

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,8 @@ from .api import deviceplugin_v1beta1_pb2 as pb
 from .api import deviceplugin_v1beta1_pb2_grpc as pbg
 from .backends import Backend
 from .devices import card_of, device_ids, preferred, units_of
-from .matching import NoMatch, Waiting, container_env, match, waiting_containers
+from .matching import NoMatch, Waiting, match, waiting_containers
+from .response import ContainerResponse, Isolation, container_response
 
 log = logging.getLogger("gpushare.plugin")
 
@@ -59,6 +60,7 @@ class Settings:
     socket_name: str = "gpushare-hub.sock"
     # Containers served but whose pod is not marked assigned yet, kept across plugin restarts.
     served_file: str = ""
+    isolation: Isolation = field(default_factory=Isolation)
 
 
 class PluginState:
@@ -189,8 +191,8 @@ class PluginState:
         cards = {w.cards or (w.uuid,) for w in self._waiting() if w.units == size}
         return preferred(available, must, size, cards.pop() if len(cards) == 1 else None)
 
-    def allocate(self, ids: list[str]) -> dict[str, str]:
-        """Env for one container's Allocate; marks the pod assigned when all its containers are served."""
+    def allocate(self, ids: list[str]) -> ContainerResponse:
+        """One container's Allocate answer; marks the pod assigned when all its containers are served."""
         for i in ids:
             card_of(i)  # reject IDs that are not ours, with the ID named
         with self._lock:
@@ -209,7 +211,7 @@ class PluginState:
             if not rest:
                 self._unmarked[w.uid] = w.pod
             self._save_served()
-        env = container_env(w, card, self.settings.names.mib_per_unit)
+        response = container_response(w, card, self.settings.names.mib_per_unit, self.settings.isolation)
         log.info(
             "allocated %s units of card %d (%s) to pod %s container %s",
             w.units,
@@ -219,7 +221,7 @@ class PluginState:
             w.container,
         )
         self._mark_served_pods()
-        return env
+        return response
 
 
 class Servicer(pbg.DevicePluginServicer):
@@ -259,11 +261,22 @@ class Servicer(pbg.DevicePluginServicer):
         responses = []
         for req in request.container_requests:
             try:
-                env = self.state.allocate(list(req.devices_ids))
+                r = self.state.allocate(list(req.devices_ids))
             except (GPUShareError, ValueError) as err:
                 log.error("Allocate of %d device(s) failed: %s", len(req.devices_ids), err)
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
-            responses.append(pb.ContainerAllocateResponse(envs=env))
+            responses.append(
+                pb.ContainerAllocateResponse(
+                    envs=r.envs,
+                    mounts=[
+                        pb.Mount(
+                            container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
+                        )
+                        for m in r.mounts
+                    ],
+                    cdi_devices=[pb.CDIDevice(name=name) for name in r.cdi_devices],
+                )
+            )
         return pb.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(

@@ -84,7 +84,12 @@ def measure(requests: int) -> dict[str, Any]:
                         "uid": f"u{i}",
                         "annotations": rec.pod_annotations({uuid: 80}, i),
                     },
-                    "spec": {"nodeName": "bench-node"},
+                    "spec": {
+                        "nodeName": "bench-node",
+                        "containers": [
+                            {"name": "notebook", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}
+                        ],
+                    },
                     "status": {"phase": "Pending"},
                 }
             ]

@@ -25,7 +25,7 @@ from gpushare_hub.core.resources import DEFAULT_NAMES
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from plugin.kube import RBAC_RULES as PLUGIN_RULES
-from plugin.kube import KubePods, publish_node
+from plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
 from tests.conftest import _CLUSTERS, gpu_pod, wait_for
 
 SCHED = "gpushare-scheduler"
@@ -187,10 +187,11 @@ def test_a_users_forged_annotations_are_refused_on_create_and_patch_and_the_exte
     # Other changes to one's own pod stay allowed.
     alice.patch_namespaced_pod("nb", "alice", {"metadata": {"labels": {"mine": "yes"}}})
     # The node inventory is the plugin's: a user allowed to patch Nodes still may not set it.
-    with pytest.raises(ApiException) as err:
-        alice.patch_node("gpu-1", {"metadata": {"annotations": {CARDS_ANNOTATION: "[]"}}})
-    assert err.value.status == 403
-    assert "written only by the gpushare device plugin" in denial(err.value)
+    for key in (CARDS_ANNOTATION, "gpushare-hub.io/mps-servers"):  # a forged MPS UID misleads users
+        with pytest.raises(ApiException) as err:
+            alice.patch_node("gpu-1", {"metadata": {"annotations": {key: "{}"}}})
+        assert err.value.status == 403
+        assert "written only by the gpushare device plugin" in denial(err.value)
 
 
 def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(guarded):
@@ -231,6 +232,14 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
     publish_node(
         plugin.api_client, "gpu-1", list(declared_cards("gpu-1", 2, "Tesla T4", 15360)), DEFAULT_NAMES
     )
+    # ... and its isolation reports: the MPS labels, usage and MPS servers, a Warning event.
+    publish_isolation(plugin.api_client, "gpu-1", mps=True, multi_user=False)
+    sink = KubeUsageSink(plugin.api_client, "gpu-1")
+    sink.annotate_node(
+        "gpu-1", {"gpushare-hub.io/usage": '{"pods":[],"cards":{}}', "gpushare-hub.io/mps-servers": "{}"}
+    )
+    sink.warn_pod("alice", "p0", uid0, "GPU-test", "GPUShareOverSlice", "test")
+    publish_isolation(plugin.api_client, "gpu-1", mps=False, multi_user=False)
     with pytest.raises(ApiException) as err:
         plugin.patch_namespaced_pod("p1", "alice", mark)  # a pod on gpu-2
     assert err.value.status == 403

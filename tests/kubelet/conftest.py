@@ -96,6 +96,7 @@ class Plugin:
     def __init__(self, cluster: LocalCluster, health_file: Path) -> None:
         self.cluster = cluster
         self.health_file = health_file
+        self.hook_dir = health_file.parent / "pyhook"  # the node's host folder for the start-up hook
         self.kubeconfig = self._credentials()
         self.comp: Component | None = None
 
@@ -116,6 +117,7 @@ class Plugin:
                 f"--kubeconfig={self.kubeconfig}",
                 f"--plugin-dir={PLUGIN_DIR}",
                 f"--health-file={self.health_file}",
+                f"--hook-host-path={self.hook_dir}",
                 *extra,
             ],
         )

@@ -213,6 +213,8 @@ def test_grpc_list_and_watch_allocate_and_errors(grpc_plugin):
         )
         assert resp.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"] == uuids[1]
         assert resp.container_responses[0].envs["ALIYUN_COM_GPU_MEM_POD"] == "3"
+        hook = resp.container_responses[0].mounts[0]  # the start-up hook, read-only
+        assert (hook.container_path, hook.read_only) == ("/opt/gpushare-hub/pyhook", True)
     assert pods.assigned == ["jhub/two"]
     with pytest.raises(grpc.RpcError) as err:
         stub.Allocate(
@@ -254,7 +256,7 @@ def test_a_failed_assigned_mark_keeps_the_container_served_and_is_retried():
     pods = Flaky([placed("a", uuid, 2), placed("b", uuid, 2, assume=5)])
     state = PluginState(backend, pods, Settings(node="gpu-1"))
     ids = [f"{uuid}-_-{i}" for i in range(2)]
-    assert state.allocate(ids)["NVIDIA_VISIBLE_DEVICES"] == uuid  # serves a (older), mark fails
+    assert state.allocate(ids).envs["NVIDIA_VISIBLE_DEVICES"] == uuid  # serves a (older), mark fails
     pods.fail = False
     state.allocate(ids)  # serves b, not a again; a's mark is retried and written
     assert sorted(pods.assigned) == ["jhub/a", "jhub/b"]

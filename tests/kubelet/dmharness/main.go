@@ -8,10 +8,10 @@
 //
 //	{"op":"capacity"}                         -> {"capacity":{...},"allocatable":{...}}
 //	{"op":"allocate","pod":{...v1.Pod...},"container":"c"}
-//	                                          -> {"envs":{...},"devices":[...]} or {"error":"..."}
+//	                                          -> {"envs":{...},"mounts":[...],"cdi_devices":[...],
+//	                                              "devices":[...]} or {"error":"..."}
+//	{"op":"forget","uids":["..."]}            -> {"ok":true}   (those pods, or all without uids, are gone)
 //	{"op":"restart"}                          -> {"ok":true}   (a kubelet restart: the folder is wiped)
-//	{"op":"forget"}                           -> {"ok":true}   (every pod ended: their devices are free
-//	                                             at the next allocate; with "pod", that pod only)
 //	{"op":"quit"}
 package main
 
@@ -31,9 +31,10 @@ import (
 )
 
 type command struct {
-	Op        string  `json:"op"`
-	Pod       *v1.Pod `json:"pod"`
-	Container string  `json:"container"`
+	Op        string   `json:"op"`
+	Pod       *v1.Pod  `json:"pod"`
+	Container string   `json:"container"`
+	UIDs      []string `json:"uids"`
 }
 
 type harness struct {
@@ -95,9 +96,19 @@ func (h *harness) handle(c command) map[string]any {
 			return map[string]any{"error": err.Error()}
 		}
 		envs := map[string]string{}
+		mounts := []map[string]any{}
+		cdi := []string{}
 		if opts != nil {
 			for _, e := range opts.Envs {
 				envs[e.Name] = e.Value
+			}
+			for _, m := range opts.Mounts {
+				mounts = append(mounts, map[string]any{
+					"container_path": m.ContainerPath, "host_path": m.HostPath, "read_only": m.ReadOnly,
+				})
+			}
+			for _, d := range opts.CDIDevices {
+				cdi = append(cdi, d.Name)
 			}
 		}
 		devices := h.manager.GetDevices(string(c.Pod.UID), c.Container)
@@ -107,12 +118,15 @@ func (h *harness) handle(c command) map[string]any {
 				ids = append(ids, id)
 			}
 		}
-		return map[string]any{"envs": envs, "devices": ids}
+		return map[string]any{"envs": envs, "mounts": mounts, "cdi_devices": cdi, "devices": ids}
 	case "forget":
+		// Pods deleted from the API server stop being active, as in the kubelet; the device
+		// manager frees their devices at its next Allocate.
+		gone := sets.New[string](c.UIDs...)
 		h.mu.Lock()
 		kept := h.pods[:0]
 		for _, p := range h.pods {
-			if c.Pod != nil && p.UID != c.Pod.UID {
+			if c.UIDs != nil && !gone.Has(string(p.UID)) {
 				kept = append(kept, p)
 			}
 		}

@@ -1,0 +1,47 @@
+{{/* Labels every object of the release carries. */}}
+{{- define "gpushare-hub.labels" -}}
+app.kubernetes.io/name: gpushare-hub
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{/* Selector labels of one component: (list $ "component"). */}}
+{{- define "gpushare-hub.selector" -}}
+app.kubernetes.io/name: gpushare-hub
+app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end }}
+
+{{- define "gpushare-hub.image" -}}
+{{ .repository }}:{{ .tag }}
+{{- end }}
+
+{{/*
+A CEL list of strings: (list VALUES QUOTE), QUOTE being ' or '' (inside a single-quoted
+YAML scalar). The schema allows no quote or backslash in the values.
+*/}}
+{{- define "gpushare-hub.celList" -}}
+{{- $q := index . 1 -}}
+{{- $items := list -}}
+{{- range (index . 0) }}{{ $items = append $items (printf "%s%s%s" $q . $q) }}{{ end -}}
+[{{ join ", " $items }}]
+{{- end }}
+
+{{/* The extender's URL as kube-scheduler calls it: the sidecar on 127.0.0.1. */}}
+{{- define "gpushare-hub.extenderURL" -}}
+{{ if .Values.extender.tls.enabled }}https{{ else }}http{{ end }}://127.0.0.1:{{ .Values.extender.port }}{{ .Values.extender.urlPrefix }}
+{{- end }}
+
+{{/* RBAC rules split by scope: (list RULES "cluster"|"namespace"). Configmaps and Leases are
+needed only in the release namespace, so they go to a Role; everything else to a ClusterRole. */}}
+{{- define "gpushare-hub.rules" -}}
+{{- $scope := index . 1 -}}
+{{- $out := list -}}
+{{- range (index . 0) -}}
+{{- $local := or (has "configmaps" .resources) (has "leases" .resources) -}}
+{{- if eq $local (eq $scope "namespace") }}{{ $out = append $out . }}{{ end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end }}

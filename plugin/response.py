@@ -1,0 +1,90 @@
+"""What Allocate gives one container besides its card: the start-up hook, MPS and CDI (pure).
+
+* **Start-up hook** (always, unless switched off): the host folder the plugin installed
+  the hook into, mounted read-only, and ``PYTHONPATH`` pointing at it, so that every
+  Python process of the container caps PyTorch (which reads no environment cap).
+  The kubelet applies the plugin's variables first and the pod spec's after, so a
+  ``PYTHONPATH`` in the pod spec wins over ours: a pod (or KubeSpawner's ``environment``)
+  that sets its own must start it with :data:`HOOK_CONTAINER_PATH`. An image's
+  ``ENV PYTHONPATH`` is replaced by ours; images that rely on one need the same.
+* **MPS** (nodes where the admin enabled it): the card's MPS pipe folder and its shared
+  memory, ``CUDA_MPS_PIPE_DIRECTORY``, and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` for the
+  slice (index 0: the container sees one card). MPS then reports the slice as the card's
+  size, so fraction caps (JAX/XLA) are set near 1 instead of slice/card, which would cap
+  twice; absolute caps (CuPy bytes, TensorFlow MiB) stay as they are. The hook leaves
+  PyTorch to MPS.
+* **CDI** (nodes whose runtime uses CDI): the card named as ``nvidia.com/gpu=<UUID>``
+  instead of ``NVIDIA_VISIBLE_DEVICES``.
+
+Host layout on an MPS node, shared with the control-daemon DaemonSet (one daemon per card):
+``<mps root>/<card UUID>/pipe`` (the daemon's ``CUDA_MPS_PIPE_DIRECTORY``) and
+``<mps root>/<card UUID>/shm`` (its ``/dev/shm``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpushare_hub.core.cards import Card
+
+from .matching import Waiting, container_env
+
+HOOK_HOST_PATH = "/var/lib/gpushare-hub/pyhook"
+HOOK_CONTAINER_PATH = "/opt/gpushare-hub/pyhook"
+MPS_ROOT = "/run/gpushare-hub/mps"
+MPS_PIPE_CONTAINER_PATH = "/run/gpushare-hub/mps/pipe"
+CDI_KIND = "nvidia.com/gpu"
+# Under MPS the total that JAX sees is the slice; leave XLA a little for cuDNN/cuBLAS
+# workspaces that it does not allocate through its own pool.
+MPS_XLA_FRACTION = "0.950"
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """A node's isolation settings (flags, then the per-node ConfigMap)."""
+
+    hook_host_path: str = HOOK_HOST_PATH  # "" switches the hook off
+    mps: bool = False
+    mps_root: str = MPS_ROOT
+    cdi: bool = False
+    tensorflow_memory_limit: bool = False
+
+
+@dataclass(frozen=True)
+class Mount:
+    container_path: str
+    host_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ContainerResponse:
+    """One container's part of an Allocate response (rendered to protobuf by the servicer)."""
+
+    envs: dict[str, str]
+    mounts: tuple[Mount, ...] = ()
+    cdi_devices: tuple[str, ...] = field(default=())
+
+
+def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation) -> ContainerResponse:
+    env = container_env(w, card, mib_per_unit)
+    limit_mib = w.units * mib_per_unit
+    mounts: list[Mount] = []
+    cdi: tuple[str, ...] = ()
+    if iso.hook_host_path:
+        mounts.append(Mount(HOOK_CONTAINER_PATH, iso.hook_host_path, read_only=True))
+        env["PYTHONPATH"] = HOOK_CONTAINER_PATH
+    if iso.tensorflow_memory_limit:
+        env["GPUSHARE_TENSORFLOW_MEMORY_LIMIT"] = "true"
+    if iso.mps:
+        card_dir = f"{iso.mps_root.rstrip('/')}/{w.uuid}"
+        mounts.append(Mount(MPS_PIPE_CONTAINER_PATH, f"{card_dir}/pipe", read_only=False))
+        mounts.append(Mount("/dev/shm", f"{card_dir}/shm", read_only=False))
+        env["CUDA_MPS_PIPE_DIRECTORY"] = MPS_PIPE_CONTAINER_PATH
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
+        env["XLA_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
+    if iso.cdi:
+        cdi = (f"{CDI_KIND}={w.uuid}",)
+        del env["NVIDIA_VISIBLE_DEVICES"]
+    return ContainerResponse(envs=env, mounts=tuple(mounts), cdi_devices=cdi)

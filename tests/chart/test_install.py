@@ -1,0 +1,504 @@
+"""The chart in a real control plane: server-side dry run, install, RBAC, admission, uninstall.
+
+kube-controller-manager turns the Deployment and DaemonSet into pods, the default scheduler
+places them on kwok nodes (which "run" them: the images need not exist). The rendered
+KubeSchedulerConfiguration is then loaded by the real kube-scheduler binary acting as the
+chart's scheduler account, calling an extender that acts as the chart's extender account
+(its token Secret), and a GPU pod is placed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU_MEM_IDX
+from gpushare_hub.localcluster.cluster import LocalCluster
+from gpushare_hub.localcluster.pki import PKI
+from gpushare_hub.localcluster.processes import Component, free_port
+from tests.conftest import gpu_pod, wait_for
+
+from .conftest import CHART, CHART_EXAMPLES, Helm
+
+NS = "gpushare-hub"
+RELEASE = "gpushare-hub"
+HUB_NS = "jhub"
+INSTALL_VALUES = [
+    f"--set=hub.serviceAccount.namespace={HUB_NS}",
+    f"--set=admission.policySetters={{system:serviceaccount:{HUB_NS}:hub}}",
+]
+
+
+def sa(name: str, namespace: str = NS) -> tuple[str, list[str]]:
+    user = f"system:serviceaccount:{namespace}:{name}"
+    return user, ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
+
+
+class Installed:
+    def __init__(self, cluster: LocalCluster, helm: Helm) -> None:
+        self.cluster = cluster
+        self.helm = helm
+        self.admin = cluster.core_api()
+        self.api = cluster.api_client()
+        self.docs = helm.template(*INSTALL_VALUES, namespace=NS, release=RELEASE)
+        for ns in (NS, HUB_NS, "alice"):
+            cluster.create_namespace(ns)
+        self.install_output = helm.run(
+            "install",
+            RELEASE,
+            str(CHART),
+            f"--namespace={NS}",
+            *INSTALL_VALUES,
+            "--wait",
+            "--timeout=240s",
+            kubeconfig=cluster.kubeconfig,
+        )
+        self.uninstalled = False
+
+    def pods(self, component: str) -> list[Any]:
+        selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
+        return list(self.admin.list_namespaced_pod(NS, label_selector=selector).items)
+
+    def kubeconfig_with_token(self, name: str, token: str) -> Path:
+        cfg = yaml.safe_load(self.cluster.kubeconfig.read_text())
+        cfg["users"] = [{"name": cfg["users"][0]["name"], "user": {"token": token}}]
+        path = self.cluster.workdir / f"{name}.kubeconfig"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+
+@pytest.fixture(scope="module")
+def installed(chart_cluster: LocalCluster, helm: Helm) -> Iterator[Installed]:
+    inst = Installed(chart_cluster, helm)
+    yield inst
+    if not inst.uninstalled:
+        helm.run("uninstall", RELEASE, f"--namespace={NS}", kubeconfig=chart_cluster.kubeconfig, check=False)
+
+
+def test_every_rendered_manifest_passes_a_server_side_dry_run(chart_cluster: LocalCluster, helm: Helm):
+    """Defaults and every example values file, into a namespace of their own, persisting nothing."""
+    chart_cluster.create_namespace("dry-run")
+    dyn = dynamic.DynamicClient(chart_cluster.api_client())
+    refused = []
+    for values in (None, *CHART_EXAMPLES):
+        args = [f"--values={values}"] if values else []
+        for doc in helm.template(*args, namespace="dry-run"):
+            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            namespace = doc["metadata"].get("namespace", "dry-run") if resource.namespaced else None
+            try:
+                resource.create(body=doc, namespace=namespace, dry_run="All")
+            except ApiException as err:
+                refused.append(f"{values}: {doc['kind']}/{doc['metadata']['name']}: {err.status} {err.body}")
+    assert not refused, "\n".join(refused)
+    assert chart_cluster.get_json("/api/v1/namespaces/dry-run/configmaps")["items"] == [] or all(
+        cm["metadata"]["name"] == "kube-root-ca.crt"
+        for cm in chart_cluster.get_json("/api/v1/namespaces/dry-run/configmaps")["items"]
+    )
+
+
+def test_workloads_get_their_pods_on_the_right_nodes(installed: Installed):
+    schedulers = installed.pods("scheduler")
+    plugins = installed.pods("device-plugin")
+    assert len(schedulers) == 2 and all(p.spec.node_name for p in schedulers)
+    assert sorted(p.spec.node_name for p in plugins) == ["gpu-1", "gpu-2"]  # not cpu-1: no gpushare=true
+    assert all(p.status.phase == "Running" for p in schedulers + plugins)
+
+
+def test_the_sidecar_sees_only_the_extenders_token_and_the_scheduler_only_its_own(installed: Installed):
+    """The API server's ServiceAccount admission leaves a container's own mount at the token path alone."""
+    token_path = "/var/run/secrets/kubernetes.io/serviceaccount"
+    pod = installed.pods("scheduler")[0]
+    volumes = {v.name: v for v in pod.spec.volumes}
+    for container in pod.spec.containers:
+        (mount,) = [m for m in container.volume_mounts if m.mount_path == token_path]
+        volume = volumes[mount.name]
+        if container.name == "extender":
+            assert volume.secret.secret_name == "gpushare-extender-token"
+        else:
+            assert volume.projected is not None and pod.spec.service_account_name == "gpushare-scheduler"
+
+
+def test_install_prints_the_next_steps(installed: Installed):
+    notes = installed.install_output.stdout
+    assert "kubectl label node <node> gpushare=true" in notes
+    assert "examples/z2jh-values.yaml" in notes
+
+
+def review(
+    api: Any,
+    user: str,
+    groups: list[str],
+    verb: str,
+    resource: str,
+    namespace: str = "",
+    group: str = "",
+    subresource: str = "",
+    name: str = "",
+) -> bool:
+    body = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": groups,
+            "resourceAttributes": {
+                "verb": verb,
+                "resource": resource,
+                "group": group,
+                "namespace": namespace,
+                "subresource": subresource,
+                "name": name,
+            },
+        },
+    }
+    return bool(client.AuthorizationV1Api(api).create_subject_access_review(body).status.allowed)
+
+
+# (verb, resource, namespace, group, subresource, name)
+RIGHTS: dict[str, tuple[list[tuple[str, ...]], list[tuple[str, ...]]]] = {
+    "gpushare-extender": (
+        [
+            ("list", "nodes"),
+            ("watch", "pods"),
+            ("get", "pods", "alice"),
+            ("create", "pods", "alice", "", "binding"),
+            ("create", "events", "alice"),
+            ("patch", "events", "alice", "events.k8s.io"),
+            ("update", "leases", NS, "coordination.k8s.io"),
+        ],
+        [
+            ("patch", "pods", "alice"),
+            ("create", "pods", "alice"),
+            ("delete", "pods", "alice"),
+            ("patch", "nodes"),
+            ("get", "secrets", NS),
+            ("list", "secrets"),
+            ("get", "configmaps", NS),
+            ("update", "leases", "kube-system", "coordination.k8s.io"),
+            ("create", "serviceaccounts", NS, "", "token"),
+        ],
+    ),
+    "gpushare-device-plugin": (
+        [
+            ("get", "nodes", "", "", "", "gpu-1"),
+            ("patch", "nodes"),
+            ("patch", "nodes", "", "", "status"),
+            ("list", "pods"),
+            ("patch", "pods", "alice"),
+            ("get", "configmaps", NS, "", "", "gpushare-node-options"),
+            ("create", "events", "alice"),
+        ],
+        [
+            ("list", "nodes"),
+            ("delete", "nodes"),
+            ("create", "pods", "alice"),
+            ("delete", "pods", "alice"),
+            ("create", "pods", "alice", "", "binding"),
+            ("get", "secrets", NS),
+            ("get", "configmaps", NS, "", "", "gpushare-scheduler-config"),
+            ("get", "configmaps", "kube-system"),
+            ("update", "leases", NS, "coordination.k8s.io"),
+        ],
+    ),
+    "gpushare-scheduler": (
+        [
+            ("list", "nodes"),
+            ("watch", "pods"),
+            ("create", "pods", "alice", "", "binding"),
+            ("update", "leases", NS, "coordination.k8s.io", "", "gpushare-scheduler"),
+            ("get", "configmaps", "kube-system", "", "", "extension-apiserver-authentication"),
+        ],
+        [
+            ("patch", "pods", "alice"),
+            ("patch", "nodes"),
+            ("get", "secrets", NS),
+            ("update", "leases", NS, "coordination.k8s.io", "", "gpushare-extender"),
+            ("get", "configmaps", NS, "", "", "gpushare-node-options"),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("account", sorted(RIGHTS))
+def test_each_service_account_has_exactly_its_must_and_none_of_its_must_not(installed: Installed, account):
+    user, groups = sa(account)
+    must, must_not = RIGHTS[account]
+    missing = [r for r in must if not review(installed.api, user, groups, *r)]
+    excess = [r for r in must_not if review(installed.api, user, groups, *r)]
+    assert (missing, excess) == ([], [])
+
+
+def test_the_hub_may_read_nodes_and_pods_and_write_nothing(installed: Installed):
+    user, groups = sa("hub", HUB_NS)
+    assert all(review(installed.api, user, groups, v, r) for v, r in [("list", "nodes"), ("watch", "pods")])
+    assert not any(
+        review(installed.api, user, groups, *r)
+        for r in [("patch", "nodes"), ("create", "pods", "alice", "", "binding"), ("patch", "pods", "alice")]
+    )
+
+
+def plugin_api(installed: Installed, node: str) -> client.CoreV1Api:
+    """The API as the installed DaemonSet's pod on ``node`` has it: a token bound to that pod."""
+    (pod,) = [p for p in installed.pods("device-plugin") if p.spec.node_name == node]
+    token = installed.admin.create_namespaced_service_account_token(
+        "gpushare-device-plugin",
+        NS,
+        {
+            "spec": {
+                "boundObjectRef": {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "name": pod.metadata.name,
+                    "uid": pod.metadata.uid,
+                },
+                "expirationSeconds": 3600,
+            }
+        },
+    ).status.token
+    return installed.cluster.core_api(installed.kubeconfig_with_token(f"plugin-{node}", token))
+
+
+def test_the_installed_policy_keeps_the_plugin_to_its_own_node(installed: Installed):
+    api = plugin_api(installed, "gpu-1")
+    patch = {"metadata": {"annotations": {CARDS_ANNOTATION: "[]"}}}
+    answers: list[str] = []
+
+    def refused_elsewhere() -> bool:
+        try:
+            api.patch_node("gpu-2", patch)
+        except ApiException as err:
+            answers.append(f"{err.status} {json.loads(err.body)['message']}")
+            return err.status == 403
+        answers.append("patched")
+        return False
+
+    assert wait_for(refused_elsewhere, timeout=60), answers[-3:]
+    assert "may not set gpushare-hub.io/cards on node gpu-2" in answers[-1], answers[-1]
+    with pytest.raises(ApiException) as err:  # not even a label: the plugin is as narrow as a kubelet
+        api.patch_node("gpu-2", {"metadata": {"labels": {"touched": "yes"}}})
+    assert err.value.status == 403 and "runs on node gpu-1, not gpu-2" in err.value.body
+    original = installed.admin.read_node("gpu-1").metadata.annotations[CARDS_ANNOTATION]
+    api.patch_node("gpu-1", {"metadata": {"annotations": {CARDS_ANNOTATION: original}}})
+
+
+def test_a_users_forged_annotation_is_refused_by_the_installed_policy(installed: Installed):
+    installed.cluster.grant(
+        "alice", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]}]
+    )
+    alice = installed.cluster.core_api(installed.cluster.credential("alice", "alice"))
+    body = gpu_pod("forged", 5, "nobody-schedules-this")
+    body["metadata"]["annotations"] = {GPU_MEM_IDX: "0"}
+    messages: list[str] = []
+
+    def refused() -> bool:
+        try:
+            alice.create_namespaced_pod("alice", body)
+        except ApiException as err:
+            messages.append(json.loads(err.body)["message"])
+            return err.status == 403
+        alice.delete_namespaced_pod("forged", "alice", grace_period_seconds=0)
+        return False
+
+    assert wait_for(refused, timeout=60), "the installed policy is not enforced"
+    assert f"system:serviceaccount:{NS}:gpushare-extender" in messages[-1]
+    assert "alice may not set ALIYUN_COM_GPU_MEM_IDX" in messages[-1]
+
+
+class Pod:
+    """Where the chart's scheduler pod would mount things, mapped onto folders of this machine."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, in_pod: str) -> str:
+        return str(self.root / in_pod.lstrip("/"))
+
+    def secret(self, mount: str, files: dict[str, Path]) -> None:
+        folder = Path(self.path(mount))
+        folder.mkdir(parents=True, exist_ok=True)
+        for key, source in files.items():
+            (folder / key).write_bytes(source.read_bytes())
+
+
+def sidecar_args(deployment: dict[str, Any], pod: Pod, port: int, metrics: int) -> list[str]:
+    """The extender container's rendered args, with this machine's ports and mount folders."""
+    (container,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    out = []
+    for arg in container["args"]:
+        flag, _, value = arg.partition("=")
+        if flag == "--port":
+            value = str(port)
+        elif flag == "--metrics-port":
+            value = str(metrics)
+        elif flag == "--metrics-ip":
+            value = "127.0.0.1"
+        elif value.startswith("/etc/"):
+            value = pod.path(value)
+        out.append(f"{flag}={value}")
+    return out
+
+
+def run_rendered_pair(installed: Installed, docs: list[dict[str, Any]], pod: Pod, leader_elect: bool) -> Any:
+    """The extender with the rendered sidecar args as the chart's extender account, then the real
+    kube-scheduler with the rendered configuration as the chart's scheduler account.
+    Returns the scheduler's process, to stop it."""
+    cluster, admin = installed.cluster, installed.admin
+    secret = wait_for(
+        lambda: (admin.read_namespaced_secret("gpushare-extender-token", NS).data or {}).get("token")
+    )
+    assert secret, "the token controller did not fill the extender's token Secret"
+    ext_kc = installed.kubeconfig_with_token("chart-extender", base64.b64decode(secret).decode())
+    port, metrics = free_port(), free_port()
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    extender = Component(
+        f"chart-extender-{port}",
+        [
+            sys.executable,
+            "-m",
+            "extender.app",
+            f"--kubeconfig={ext_kc}",
+            *sidecar_args(deployment, pod, port, metrics),
+        ],
+        cluster.logs / f"chart-extender-{port}.log",
+    ).start()
+    cluster.on_stop(extender.stop)
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=2) as resp:
+            return bool(resp.status == 200)
+
+    extender.wait_until(ready, 60, "ready (/readyz)")
+    (cm,) = [
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpushare-scheduler-config"
+    ]
+    rendered = yaml.safe_load(cm["data"]["config.yaml"])
+    (entry,) = rendered["extenders"]
+    assert entry["urlPrefix"].startswith(
+        ("http://127.0.0.1:32766/", "https://127.0.0.1:32766/")
+    )  # the sidecar
+    entry["urlPrefix"] = entry["urlPrefix"].replace(":32766/", f":{port}/")
+    for key in ("certFile", "keyFile", "caFile"):
+        if key in entry.get("tlsConfig", {}):
+            entry["tlsConfig"][key] = pod.path(entry["tlsConfig"][key])
+    token = admin.create_namespaced_service_account_token(
+        "gpushare-scheduler", NS, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    (profile,) = rendered["profiles"]
+    election = rendered["leaderElection"] if leader_elect else {"leaderElect": False}
+    return cluster.start_scheduler(
+        profile["schedulerName"],
+        extenders=[entry],
+        profile=profile,
+        extra={
+            "clientConnection": {
+                "kubeconfig": str(installed.kubeconfig_with_token("chart-scheduler", token))
+            },
+            "leaderElection": election,
+        },
+        replica=str(port),
+    )
+
+
+def place(installed: Installed, name: str) -> Any:
+    admin = installed.admin
+    admin.create_namespaced_pod("alice", gpu_pod(name, 5, "gpushare-scheduler"))
+
+    def placed() -> Any:
+        pod = admin.read_namespaced_pod(name, "alice")
+        ann = pod.metadata.annotations or {}
+        return pod if pod.spec.node_name and ALLOCATION_ANNOTATION in ann else None
+
+    pod = wait_for(placed, timeout=120)
+    assert pod, f"{name} not placed; see {installed.cluster.logs}"
+    assert pod.spec.node_name in ("gpu-1", "gpu-2")
+    return pod
+
+
+def test_the_installed_scheduler_config_runs_in_kube_scheduler_as_the_charts_accounts_and_places_a_pod(
+    installed: Installed, tmp_path: Path
+):
+    cm = installed.admin.read_namespaced_config_map("gpushare-scheduler-config", NS)
+    docs = [d for d in installed.docs if d["kind"] == "Deployment"]
+    docs.append({"kind": "ConfigMap", "metadata": {"name": cm.metadata.name}, "data": cm.data})
+    scheduler = run_rendered_pair(installed, docs, Pod(tmp_path), leader_elect=True)
+    try:
+        place(installed, "notebook")
+        lease = client.CoordinationV1Api(installed.api).read_namespaced_lease("gpushare-scheduler", NS)
+        assert lease.spec.holder_identity  # leader election ran on the chart's Lease, with the chart's Role
+    finally:
+        scheduler.stop()
+
+
+def test_with_mutual_tls_the_rendered_scheduler_and_sidecar_agree_on_one_secret(
+    installed: Installed, helm: Helm, tmp_path: Path
+):
+    """The chart's TLS Secret layout, mounted where each container expects it, as kube-scheduler uses it."""
+    ca = PKI(tmp_path / "secret")
+    serving = ca.issue("tls", "gpushare-extender", server=True, hosts=("localhost",))
+    caller = ca.issue("client", "gpushare-scheduler")
+    secret = {
+        "ca.crt": ca.ca,
+        "tls.crt": serving.cert,
+        "tls.key": serving.key,
+        "client.crt": caller.cert,
+        "client.key": caller.key,
+    }
+    docs = helm.template(
+        *INSTALL_VALUES,
+        "--set=extender.tls.enabled=true",
+        "--set=extender.tls.existingSecret=ext-tls",
+        namespace=NS,
+        release=RELEASE,
+    )
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = Pod(tmp_path / "pod")
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        for mount in container["volumeMounts"]:
+            if mount["name"] == "tls":
+                pod.secret(mount["mountPath"], secret)
+    scheduler = run_rendered_pair(installed, docs, pod, leader_elect=False)
+    try:
+        place(installed, "notebook-tls")
+    finally:
+        scheduler.stop()
+
+
+def test_uninstall_leaves_nothing_of_ours(installed: Installed):
+    """Runs last in this module: every object the chart rendered, and their pods, are gone."""
+    installed.helm.run(
+        "uninstall", RELEASE, f"--namespace={NS}", "--wait", kubeconfig=installed.cluster.kubeconfig
+    )
+    installed.uninstalled = True
+    dyn = dynamic.DynamicClient(installed.api)
+
+    def left() -> list[str]:
+        out = []
+        for doc in installed.docs:
+            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            namespace = doc["metadata"].get("namespace") if resource.namespaced else None
+            try:
+                resource.get(name=doc["metadata"]["name"], namespace=namespace)
+                out.append(f"{doc['kind']}/{doc['metadata']['name']}")
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        pods = installed.admin.list_namespaced_pod(NS, label_selector=f"app.kubernetes.io/instance={RELEASE}")
+        out += [f"Pod/{p.metadata.name}" for p in pods.items]
+        return out
+
+    assert wait_for(lambda: not left(), timeout=120), left()
+    # What kube-scheduler itself made stays, as with any scheduler: its Lease in the release namespace.
+    leases = client.CoordinationV1Api(installed.api).list_namespaced_lease(NS).items
+    assert [x.metadata.name for x in leases] in ([], ["gpushare-scheduler"])

@@ -1,0 +1,241 @@
+"""The chart renders what the code generates: lint, template, schema, and the one-source files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.admission import Identities, admission_manifests
+from extender.rbac import RULES as EXTENDER_RULES
+from extender.schedconfig import scheduler_config
+from plugin.kube import RBAC_RULES as PLUGIN_RULES
+
+from .conftest import CHART, CHART_EXAMPLES, EXAMPLES, KUBE_VERSION, Helm, generator
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (doc,) = by_kind(docs, kind, name)
+    return doc
+
+
+def test_generated_files_are_what_their_sources_give():
+    assert generator().stale() == [], "run `make chart` and commit the result"
+
+
+def test_the_chart_pins_the_harness_kube_scheduler():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["scheduler"]["image"]["tag"] == KUBE_VERSION
+
+
+def test_there_is_an_example_values_file_to_lint():
+    assert CHART_EXAMPLES, "examples/gpushare-hub-values*.yaml"
+
+
+@pytest.mark.parametrize("values", [None, *CHART_EXAMPLES], ids=lambda p: p.name if p else "defaults")
+def test_lint_and_template_pass_on_defaults_and_every_example(helm: Helm, values):
+    args = [f"--values={values}"] if values else []
+    lint = helm.run("lint", "--strict", str(CHART), f"--kube-version={KUBE_VERSION}", *args)
+    assert "0 chart(s) failed" in lint.stdout
+    kinds = {d["kind"] for d in helm.template(*args)}
+    assert {"Deployment", "DaemonSet", "ConfigMap", "ClusterRole", "ValidatingAdmissionPolicy"} <= kinds
+
+
+@pytest.mark.parametrize(
+    ("setting", "words"),
+    [
+        (["--set", "scheduler.replicas=two"], ["/scheduler/replicas", "integer"]),
+        (["--set", "scheduler.replica=2"], ["/scheduler", "replica"]),
+        (["--set", "policy=fastest"], ["/policy", "binpack"]),
+        (["--set", "admission.adminGroups[0]=x' || true || 'y"], ["/admission/adminGroups/0", "pattern"]),
+        (["--set", "extender.tls.enabled=true"], ["/extender/tls", "existingSecret"]),
+    ],
+    ids=["wrong-type", "unknown-key", "unknown-policy", "cel-injection", "tls-without-secret"],
+)
+def test_the_schema_refuses_bad_values_naming_the_key(helm: Helm, setting, words):
+    proc = helm.run("template", "x", str(CHART), f"--kube-version={KUBE_VERSION}", *setting, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+
+
+def rendered_scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    cm = one(docs, "ConfigMap", "gpushare-scheduler-config")
+    cfg: dict[str, Any] = yaml.safe_load(cm["data"]["config.yaml"])
+    return cfg
+
+
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fgd"])
+@pytest.mark.parametrize("tls", [False, True])
+def test_scheduler_config_is_what_the_extender_prints_for_the_same_values(helm: Helm, policy, tls):
+    args = [
+        "--set",
+        f"policy={policy}",
+        "--set",
+        "schedulerName=gpu-sched",
+        "--set",
+        "resource.name=example.com/vram",
+    ]
+    if tls:
+        args += ["--set", "extender.tls.enabled=true", "--set", "extender.tls.existingSecret=ext-tls"]
+    got = rendered_scheduler_config(helm.template(*args, namespace="gpu-system"))
+    scheme = "https" if tls else "http"
+    tls_config = (
+        {
+            "certFile": "/etc/gpushare-scheduler/tls/client.crt",
+            "keyFile": "/etc/gpushare-scheduler/tls/client.key",
+            "caFile": "/etc/gpushare-scheduler/tls/ca.crt",
+            "serverName": "localhost",
+        }
+        if tls
+        else None
+    )
+    want = scheduler_config(
+        f"{scheme}://127.0.0.1:32766/gpushare-scheduler",
+        "gpu-sched",
+        "example.com/vram",
+        https=tls,
+        policy=policy,
+        tls_config=tls_config,
+    )
+    want["leaderElection"]["resourceNamespace"] = "gpu-system"  # the Lease lives with the release
+    assert got == want
+
+
+def test_the_extender_sidecar_gets_the_certificates_the_scheduler_config_names(helm: Helm):
+    docs = helm.template("--set", "extender.tls.enabled=true", "--set", "extender.tls.existingSecret=ext-tls")
+    pod = one(docs, "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    args = containers["extender"]["args"]
+    assert "--ip=127.0.0.1" in args
+    assert {
+        "--tls-client-ca=/etc/gpushare-extender/tls/ca.crt",
+        "--tls-cert=/etc/gpushare-extender/tls/tls.crt",
+    } <= set(args)
+    mounts = {m["mountPath"]: m["name"] for m in containers["kube-scheduler"]["volumeMounts"]}
+    assert mounts["/etc/gpushare-scheduler/tls"] == "tls"
+    assert {"name": "tls", "secret": {"secretName": "ext-tls"}} in pod["volumes"]
+
+
+def test_admission_policy_with_default_identities_is_the_shipped_example(helm: Helm):
+    docs = helm.template()
+    rendered = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    shipped = list(yaml.safe_load_all((EXAMPLES / "gpushare-admission-policy.yaml").read_text()))
+    assert sorted(rendered, key=repr) == sorted(shipped, key=repr)
+
+
+def test_admission_policy_follows_the_namespace_admins_and_policy_setters(helm: Helm):
+    docs = helm.template(
+        "--set",
+        "admission.adminGroups={system:masters,gpu-admins}",
+        "--set",
+        "admission.policySetters={system:serviceaccount:jhub:hub}",
+        namespace="gpu-system",
+    )
+    rendered = [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    want = admission_manifests(
+        Identities(
+            extender=("system:serviceaccount:gpu-system:gpushare-extender",),
+            plugin=("system:serviceaccount:gpu-system:gpushare-device-plugin",),
+            admin_groups=("system:masters", "gpu-admins"),
+            policy_setters=("system:serviceaccount:jhub:hub",),
+        )
+    )
+    assert sorted(rendered, key=repr) == sorted(want, key=repr)
+
+
+def test_admission_policy_can_be_left_out(helm: Helm):
+    docs = helm.template("--set", "admission.enabled=false")
+    assert not [d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def strip_names(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "resourceNames"} for r in rules]
+
+
+@pytest.mark.parametrize(
+    ("identity", "source"), [("gpushare-extender", EXTENDER_RULES), ("gpushare-device-plugin", PLUGIN_RULES)]
+)
+def test_rbac_is_the_codes_rules_split_between_cluster_and_namespace(helm: Helm, identity, source):
+    docs = helm.template()
+    cluster = one(docs, "ClusterRole", identity)["rules"]
+    local = one(docs, "Role", identity)["rules"]
+    assert sorted(strip_names(cluster + local), key=repr) == sorted(source, key=repr)
+    assert all(set(r["resources"]) & {"configmaps", "leases"} for r in local)
+
+
+def test_device_plugin_runs_on_gpushare_nodes_with_the_kubelet_folder_and_its_node_name(helm: Helm):
+    docs = helm.template("--set", "devicePlugin.runtimeClassName=nvidia")
+    pod = one(docs, "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpushare": "true"}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    (container,) = pod["containers"]
+    assert "--node-name=$(NODE_NAME)" in container["args"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+
+
+def test_node_options_reach_the_plugins_configmap_as_json(helm: Helm):
+    docs = helm.template("--set-json", 'devicePlugin.nodeOptions={"default": {"reserveFraction": 0.05}}')
+    cm = one(docs, "ConfigMap", "gpushare-node-options")
+    assert yaml.safe_load(cm["data"]["default"]) == {"reserveFraction": 0.05}
+
+
+def test_openshift_can_leave_the_schedulers_uid_to_the_platform(helm: Helm):
+    default = one(helm.template(), "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+    assert default["securityContext"]["runAsUser"] == 65532
+    docs = helm.template(
+        "--set",
+        "scheduler.podSecurityContext.runAsUser=null",
+        "--set",
+        "scheduler.podSecurityContext.runAsGroup=null",
+    )
+    pod = one(docs, "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_a_service_monitor_only_where_the_prometheus_operator_is(helm: Helm):
+    assert not by_kind(helm.template(), "ServiceMonitor")
+    docs = helm.template("--api-versions=monitoring.coreos.com/v1/ServiceMonitor")
+    monitor = one(docs, "ServiceMonitor", "gpushare-extender")
+    service = one(docs, "Service", "gpushare-extender-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "scheduler"
+
+
+def test_node_options_in_the_schema_are_the_ones_the_plugin_reads():
+    from plugin.nodeconfig import KNOWN
+
+    schema = yaml.safe_load((CHART / "values.schema.yaml").read_text())
+    options = schema["properties"]["devicePlugin"]["properties"]["nodeOptions"]["additionalProperties"]
+    assert set(options["properties"]) == KNOWN
+
+
+def test_the_plugin_fills_the_hook_folder_at_the_host_path_and_reads_processes_with_host_pid(helm: Helm):
+    pod = one(helm.template(), "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert "--hook-host-path=/var/lib/gpushare-hub/pyhook" in container["args"]
+    assert (
+        mounts["pyhook"]["mountPath"]
+        == volumes["pyhook"]["hostPath"]["path"]
+        == "/var/lib/gpushare-hub/pyhook"
+    )
+    assert mounts["mps"]["mountPath"] == volumes["mps"]["hostPath"]["path"] == "/run/gpushare-hub/mps"
+    assert pod["hostPID"] is True
+    quiet = one(
+        helm.template("--set", "devicePlugin.usageInterval=0", "--set", "devicePlugin.hookHostPath="),
+        "DaemonSet",
+        "gpushare-device-plugin",
+    )["spec"]["template"]["spec"]
+    assert "hostPID" not in quiet and "pyhook" not in {v["name"] for v in quiet["volumes"]}

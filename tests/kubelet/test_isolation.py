@@ -1,0 +1,193 @@
+"""What the kubelet's device manager gets from our Allocate for isolation: hook, MPS, CDI."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from tests.cluster.test_extender import inspect
+from tests.conftest import gpu_pod, wait_for
+from tests.unit.test_isolation_hook import fake_site
+
+from .conftest import NODE
+from .test_device_plugin import SCHED, SELECTOR, bound_pod, chosen_card
+
+HOOK_IN_CONTAINER = "/opt/gpushare-hub/pyhook"
+
+
+def clear_node(api, device_manager, gpushare) -> None:
+    """Delete every pod on the node, and tell the device manager that none is active any more
+    (as the kubelet would know), so that it frees their devices."""
+    for p in api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
+        api.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
+    assert wait_for(lambda: not api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items)
+    assert device_manager.call("forget") == {"ok": True}  # the node has no pod left
+    # The extender has read the inventory the plugin published, so it chooses among real cards.
+    assert wait_for(lambda: extender_knows_the_plugins_cards(gpushare.url))
+
+
+def extender_knows_the_plugins_cards(url: str) -> bool:
+    try:
+        cards = inspect(url, NODE)["nodes"][0]["cards"]
+    except (OSError, LookupError):
+        return False
+    return bool(cards) and all(c["uuid"].startswith("GPU-") for c in cards)
+
+
+def mps_label(api) -> str | None:
+    return (api.read_node(NODE).metadata.labels or {}).get("gpushare-hub.io/mps")
+
+
+def allocate_slice(local_cluster, device_manager, namespace, name: str, gib: int) -> tuple[dict, dict]:
+    local_cluster.core_api().create_namespaced_pod(namespace, gpu_pod(name, gib, SCHED, SELECTOR))
+    pod = bound_pod(local_cluster, namespace, name)
+    assert pod, f"pod {name} was not placed"
+    out = device_manager.call("allocate", pod=pod, container="notebook")
+    assert "error" not in out, out
+    return pod, out
+
+
+def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch(
+    local_cluster, device_manager, plugin, gpushare, namespace, tmp_path
+):
+    clear_node(local_cluster.core_api(), device_manager, gpushare)
+    pod, out = allocate_slice(local_cluster, device_manager, namespace, "hooked", 5)
+    env = out["envs"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == chosen_card(pod)
+    assert env["PYTHONPATH"] == HOOK_IN_CONTAINER
+    assert env["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120" and env["GPUSHARE_CARD_MEMORY_MIB"] == "15360"
+    assert env["CUPY_GPU_MEMORY_LIMIT"] == str(5 * 1024**3)
+    assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.333"
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env and out["cdi_devices"] == []
+    assert out["mounts"] == [
+        {"container_path": HOOK_IN_CONTAINER, "host_path": str(plugin.hook_dir), "read_only": True}
+    ]
+    # The plugin installed the hook at the host path the kubelet will mount.
+    installed = sorted(p.name for p in plugin.hook_dir.iterdir())
+    assert installed == ["sitecustomize.py"]
+    assert (plugin.hook_dir / "sitecustomize.py").read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
+    # A process started with exactly this environment (the mount stood in for by its host
+    # path) caps PyTorch before its first allocation.
+    log = tmp_path / "events.log"
+    proc_env = {**env, "PATH": os.environ["PATH"], "FAKE_LOG": str(log)}
+    proc_env["PYTHONPATH"] = os.pathsep.join([str(plugin.hook_dir), str(fake_site(tmp_path))])
+    subprocess.run(
+        [sys.executable, "-c", "import torch; torch.cuda.empty(4096)"], env=proc_env, check=True, timeout=60
+    )
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events[-2:] == [["set_fraction", 0.3333, 0], ["alloc", 4096]]
+
+
+def test_mps_and_cdi_nodes_from_the_per_node_config_map(
+    local_cluster, device_manager, plugin, gpushare, namespace
+):
+    api = local_cluster.core_api()
+    clear_node(api, device_manager, gpushare)
+    api.create_namespaced_config_map(
+        "default",
+        {
+            "metadata": {"name": "gpushare-plugin-isolation"},
+            "data": {"default": '{"mps": false}', NODE: '{"mps": true, "cdi": true}'},
+        },
+    )
+    plugin.kill()
+    plugin.start("--node-config=default/gpushare-plugin-isolation", "--mps-root=/run/gpushare-test/mps")
+    try:
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
+        labelled = wait_for(lambda: mps_label(api) == "true", timeout=20)
+        assert labelled, "the MPS node was not labelled for the control daemon"
+        pod, out = allocate_slice(local_cluster, device_manager, namespace, "pinned", 5)
+        uuid = chosen_card(pod)
+        env = out["envs"]
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpushare-hub/mps/pipe"
+        assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.950"  # MPS already shrinks the total
+        assert env["PYTHONPATH"] == HOOK_IN_CONTAINER
+        assert "NVIDIA_VISIBLE_DEVICES" not in env  # CDI names the card instead
+        assert out["cdi_devices"] == [f"nvidia.com/gpu={uuid}"]
+        mounts = {m["container_path"]: (m["host_path"], m["read_only"]) for m in out["mounts"]}
+        assert mounts == {
+            HOOK_IN_CONTAINER: (str(plugin.hook_dir), True),
+            "/run/gpushare-hub/mps/pipe": (f"/run/gpushare-test/mps/{uuid}/pipe", False),
+            "/dev/shm": (f"/run/gpushare-test/mps/{uuid}/shm", False),
+        }
+    finally:
+        plugin.kill()
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
+    assert wait_for(lambda: mps_label(api) is None, timeout=20)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned_once(
+    local_cluster, device_manager, plugin, gpushare, namespace, tmp_path
+):
+    api = local_cluster.core_api()
+    clear_node(api, device_manager, gpushare)
+    pod, _ = allocate_slice(local_cluster, device_manager, namespace, "heavy", 5)
+    uid, card = pod["metadata"]["uid"], chosen_card(pod)
+    usage = tmp_path / "usage.json"
+    usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 6963}]))
+    port = free_port()
+    plugin.kill()
+    plugin.start(f"--usage-file={usage}", "--usage-interval=0.5", f"--metrics-port={port}")
+    try:
+
+        def published(mib: int):
+            raw = (api.read_node(NODE).metadata.annotations or {}).get("gpushare-hub.io/usage")
+            rows = [r for r in json.loads(raw or '{"pods": []}')["pods"] if r["uid"] == uid]
+            return rows if rows and rows[0]["usedMiB"] == mib else None
+
+        rows = wait_for(lambda: published(6963), timeout=30)
+        assert rows == [
+            {"pod": f"{namespace}/heavy", "uid": uid, "card": card, "usedMiB": 6963, "sliceMiB": 5120}
+        ]
+
+        def warnings():
+            evs = api.list_namespaced_event(namespace, field_selector="involvedObject.name=heavy").items
+            return [e for e in evs if e.reason == "GPUShareOverSlice"]
+
+        assert wait_for(warnings, timeout=20), "no Warning for a pod over its slice"
+        usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 7100}]))
+        assert wait_for(lambda: published(7100), timeout=30)  # a later reading, still over the slice ...
+        [event] = warnings()  # ... and still one event
+        assert event.type == "Warning" and "6.8 GiB" in event.message and "5 GiB slice" in event.message
+        # A restarted plugin finds its earlier warning and does not repeat it.
+        usage.write_text(json.dumps([{"card": card, "pod": uid, "mib": 7300}]))
+        plugin.kill()
+        plugin.start(f"--usage-file={usage}", "--usage-interval=0.5", f"--metrics-port={port}")
+        assert wait_for(lambda: published(7300), timeout=30)
+        assert len(warnings()) == 1
+
+        def scrape() -> str:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    return str(r.read().decode())
+            except OSError:
+                return ""
+
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(wait_for(scrape, timeout=20))
+            for s in family.samples
+        }
+        labels = tuple(sorted({"namespace": namespace, "pod": "heavy", "card": card}.items()))
+        assert samples[("gpushare_pod_gpu_memory_used_bytes", labels)] == 7300 * 2**20
+        assert samples[("gpushare_pod_gpu_memory_slice_bytes", labels)] == 5 * 2**30
+        assert samples[("gpushare_pods_over_slice", ())] == 1
+    finally:
+        plugin.kill()
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)

@@ -1,0 +1,82 @@
+"""What Allocate gives a container besides its card: hook mount, MPS, CDI; and the per-node options."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpushare_hub.core.cards import Card
+from plugin.matching import Waiting
+from plugin.nodeconfig import NodeConfigError, options_for
+from plugin.response import (
+    HOOK_CONTAINER_PATH,
+    MPS_PIPE_CONTAINER_PATH,
+    Isolation,
+    Mount,
+    container_response,
+)
+
+UUID = "GPU-0f0f0f0f-1111-2222-3333-444455556666"
+CARD = Card(1, UUID, "Tesla-T4", 15, 15360)
+FIVE = Waiting("jhub/nb", "uid-nb", "notebook", UUID, 5, 5, 1)
+
+
+def test_every_slice_gets_the_hook_read_only_on_pythonpath_and_the_card_size():
+    r = container_response(FIVE, CARD, 1024, Isolation(hook_host_path="/var/lib/gpushare-hub/pyhook"))
+    assert r.mounts == (Mount(HOOK_CONTAINER_PATH, "/var/lib/gpushare-hub/pyhook", read_only=True),)
+    assert r.envs["PYTHONPATH"] == HOOK_CONTAINER_PATH
+    assert r.envs["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120" and r.envs["GPUSHARE_CARD_MEMORY_MIB"] == "15360"
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == UUID and r.cdi_devices == ()
+    assert r.envs["XLA_PYTHON_CLIENT_MEM_FRACTION"] == r.envs["XLA_CLIENT_MEM_FRACTION"] == "0.333"
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in r.envs and "GPUSHARE_TENSORFLOW_MEMORY_LIMIT" not in r.envs
+
+
+def test_without_a_hook_folder_there_is_no_mount_and_no_pythonpath():
+    r = container_response(FIVE, CARD, 1024, Isolation(hook_host_path=""))
+    assert r.mounts == () and "PYTHONPATH" not in r.envs
+
+
+def test_mps_pins_the_slice_mounts_the_cards_pipe_and_shm_and_does_not_cap_jax_twice():
+    r = container_response(FIVE, CARD, 1024, Isolation(mps=True, mps_root="/run/mps/"))
+    assert r.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
+    assert r.envs["CUDA_MPS_PIPE_DIRECTORY"] == MPS_PIPE_CONTAINER_PATH
+    assert Mount(MPS_PIPE_CONTAINER_PATH, f"/run/mps/{UUID}/pipe", read_only=False) in r.mounts
+    assert Mount("/dev/shm", f"/run/mps/{UUID}/shm", read_only=False) in r.mounts
+    # MPS reports the slice as the card's total: slice/card would give JAX a third of the slice.
+    assert r.envs["XLA_PYTHON_CLIENT_MEM_FRACTION"] == r.envs["XLA_CLIENT_MEM_FRACTION"] == "0.950"
+    assert r.envs["CUPY_GPU_MEMORY_LIMIT"] == str(5 * 1024**3)  # absolute: the same with MPS
+
+
+def test_cdi_names_the_card_instead_of_the_visible_devices_variable():
+    r = container_response(FIVE, CARD, 1024, Isolation(cdi=True))
+    assert r.cdi_devices == (f"nvidia.com/gpu={UUID}",)
+    assert "NVIDIA_VISIBLE_DEVICES" not in r.envs and r.envs["ALIYUN_COM_GPU_MEM_IDX"] == "1"
+
+
+def test_tensorflow_memory_limit_only_on_opt_in():
+    r = container_response(FIVE, CARD, 1024, Isolation(tensorflow_memory_limit=True))
+    assert r.envs["GPUSHARE_TENSORFLOW_MEMORY_LIMIT"] == "true"
+
+
+def test_node_config_reads_isolation_switches_and_refuses_non_booleans():
+    data = {"default": '{"mps": false, "cdi": true}', "gpu-7": '{"mps": true, "mpsMultiUser": true}'}
+    assert options_for("gpu-7", data, "cm") == {"mps": True, "mpsMultiUser": True, "cdi": True}
+    assert options_for("gpu-1", data, "cm") == {"mps": False, "cdi": True}
+    with pytest.raises(NodeConfigError, match=r"cm: mps must be true or false \(JSON\), got 'yes'"):
+        options_for("gpu-1", {"gpu-1": '{"mps": "yes"}'}, "cm")
+
+
+def test_plugin_flags_become_the_nodes_isolation_and_a_hook_folder_it_cannot_write_stops_it(tmp_path):
+    from gpushare_hub.core.errors import GPUShareError
+    from plugin.app import GPUShareDevicePlugin
+
+    app = GPUShareDevicePlugin()
+    flags = ["--mps=true", "--mps-root=/run/m", "--cdi=true", f"--hook-host-path={tmp_path}/h"]
+    app.parse_command_line(flags)
+    assert app.isolation() == Isolation(hook_host_path=f"{tmp_path}/h", mps=True, mps_root="/run/m", cdi=True)
+    app.install_hook()
+    assert (tmp_path / "h" / "sitecustomize.py").is_file()
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    app.hook_host_path = str(blocker / "pyhook")  # a folder under a file: cannot be made
+    with pytest.raises(GPUShareError, match=r"cannot install the Python start-up hook .*--hook-host-path=''"):
+        app.install_hook()

@@ -1,0 +1,248 @@
+"""Per-pod GPU memory usage (processes -> cgroups -> pods) and the MPS UID clash, pure and with fakes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from gpushare_hub.core.mps import (
+    MPS_SERVERS_ANNOTATION,
+    NodeMPS,
+    node_mps,
+    pod_run_as_user,
+    uid_mismatches,
+)
+from gpushare_hub.isolation.usage import (
+    USAGE_ANNOTATION,
+    GPUProcess,
+    pod_uid_of_cgroup,
+    usage_report,
+)
+from plugin.backends import SimulatedBackend, read_proc
+from plugin.server import PluginState, Settings
+from plugin.usage import UsageCollector, UsageReporter
+
+from .test_plugin import NODE, MemoryPods, placed
+
+POD_UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
+
+
+def test_pod_uid_is_read_from_every_kubelet_cgroup_layout():
+    systemd_v2 = (
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        "kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-abc.scope\n"
+    )
+    guaranteed = "0::/kubepods.slice/kubepods-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/crio-abc.scope"
+    cgroupfs_v1 = (
+        "12:pids:/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/0123abcd\n"
+        "11:memory:/kubepods/besteffort/pod1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/0123abcd\n"
+    )
+    for text in (systemd_v2, guaranteed, cgroupfs_v1):
+        assert pod_uid_of_cgroup(text) == POD_UID, text
+    assert pod_uid_of_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") is None
+    assert pod_uid_of_cgroup("0::/system.slice/podman-pod1b2c3d4e.scope") is None
+    assert pod_uid_of_cgroup("") is None and pod_uid_of_cgroup("garbage::::") is None
+
+
+def cgroup(uid: str) -> str:
+    return f"0::/kubepods.slice/kubepods-pod{uid.replace('-', '_')}.slice/cri-containerd-1.scope\n"
+
+
+UID_A = "aaaaaaaa-0000-0000-0000-000000000001"
+UID_B = "bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def test_usage_is_summed_per_pod_and_card_beside_the_slice():
+    pods = [placed("a", "GPU-0", 5, uid=UID_A), placed("b", "GPU-0", 3, uid=UID_B)]
+    procs = [
+        GPUProcess("GPU-0", 10, 4000, cgroup(UID_A)),
+        GPUProcess("GPU-0", 11, 2963, cgroup(UID_A)),  # a second kernel of the same pod
+        GPUProcess("GPU-0", 12, 1000, cgroup(UID_B)),
+        GPUProcess("GPU-0", 13, 30, "0::/system.slice/x\n", uid=1000, command="nvidia-cuda-mps-server"),
+        GPUProcess("GPU-1", 14, 500, "0::/user.slice\n"),  # not a pod: counts for the card only
+    ]
+    r = usage_report(procs, pods, NODE)
+    assert [(p.pod, p.card, p.used_mib, p.slice_mib, p.over) for p in r.pods] == [
+        ("jhub/a", "GPU-0", 6963, 5120, True),
+        ("jhub/b", "GPU-0", 1000, 3072, False),
+    ]
+    assert r.card_used_mib == {"GPU-0": 7993, "GPU-1": 500}
+    assert r.mps_servers == {"GPU-0": 1000}
+    assert "uses 6.8 GiB of GPU memory on card GPU-0 (node gpu-1), more than its 5 GiB slice" in (
+        r.over()[0].warning("gpu-1")
+    )
+    ann = json.loads(r.annotation())
+    assert ann["pods"][0] == {
+        "pod": "jhub/a",
+        "uid": UID_A,
+        "card": "GPU-0",
+        "usedMiB": 6963,
+        "sliceMiB": 5120,
+    }
+    assert ann["cards"] == {"GPU-0": {"usedMiB": 7993}, "GPU-1": {"usedMiB": 500}}
+
+
+def test_a_forged_record_holds_no_slice_here_either():
+    """The records are read under the core's one rule: a card the node lacks counts for nothing."""
+    uid = "cccccccc-0000-0000-0000-000000000003"
+    forged = placed("forged", "GPU-7", 2, uid=uid)
+    r = usage_report([GPUProcess("GPU-0", 1, 900, cgroup(uid))], [forged], NODE)
+    assert r.pods == () and r.card_used_mib == {"GPU-0": 900}
+
+
+def test_a_pod_on_a_card_it_holds_no_slice_of_is_over_and_pods_elsewhere_are_ignored():
+    pods = [placed("a", "GPU-0", 2, uid=UID_A), placed("far", "GPU-9", 2, node="gpu-2", uid=UID_B)]
+    procs = [GPUProcess("GPU-1", 1, 100, cgroup(UID_A)), GPUProcess("GPU-0", 2, 100, cgroup(UID_B))]
+    r = usage_report(procs, pods, NODE)
+    assert [(p.card, p.used_mib, p.slice_mib, p.over) for p in r.pods] == [
+        ("GPU-0", 0, 2048, False),
+        ("GPU-1", 100, 0, True),
+    ]
+
+
+def test_read_proc_gets_cgroup_uid_and_command_and_blanks_for_a_vanished_process(tmp_path):
+    p = tmp_path / "42"
+    p.mkdir()
+    (p / "cgroup").write_text(cgroup(UID_A))
+    (p / "status").write_text("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\n")
+    (p / "cmdline").write_bytes(b"/opt/conda/bin/python3\x00-m\x00ipykernel_launcher\x00")
+    assert read_proc(42, tmp_path) == (cgroup(UID_A), 1000, "python3")
+    assert read_proc(43, tmp_path) == ("", None, "")
+
+
+class MemorySink:
+    def __init__(self):
+        self.annotations: list[dict] = []
+        self.events: list[tuple] = []
+
+    def annotate_node(self, node, annotations):
+        self.annotations.append(annotations)
+
+    def warn_pod(self, namespace, name, uid, card, reason, message):
+        self.events.append((namespace, name, uid, reason, message))
+
+
+def test_the_simulated_backend_is_told_usage_and_the_reporter_warns_once_and_publishes_changes(tmp_path):
+    usage = tmp_path / "usage.json"
+    backend = SimulatedBackend("1x Tesla T4:15360", "gpu-1", usage_file=usage)
+    uuid = backend.discover()[0].uuid
+    pods = MemoryPods([placed("nb", uuid, 5, uid=UID_A)])
+    state = PluginState(backend, pods, Settings(node="gpu-1"))
+    sink = MemorySink()
+    reporter = UsageReporter(state, sink, mps=True)
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 4000}]))
+    reporter.poll()
+    reporter.poll()  # unchanged: no second write
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 4040}]))
+    reporter.poll()  # jitter below 64 MiB: no write either
+    assert len(sink.annotations) == 1 and sink.events == []
+    assert reporter.latest is not None and reporter.latest.pods[0].used_mib == 4040  # metrics stay exact
+    assert json.loads(sink.annotations[0][USAGE_ANNOTATION])["pods"][0]["usedMiB"] == 4000
+    assert sink.annotations[0][MPS_SERVERS_ANNOTATION] == "{}"
+    usage.write_text(
+        json.dumps(
+            [
+                {"card": uuid, "pod": UID_A, "mib": 6963},
+                {"card": uuid, "command": "nvidia-cuda-mps-server", "uid": 1000, "mib": 30},
+            ]
+        )
+    )
+    reporter.poll()
+    reporter.poll()
+    assert len(sink.events) == 1  # once, not every poll
+    namespace, name, uid, reason, message = sink.events[0]
+    assert (namespace, name, uid, reason) == ("jhub", "nb", UID_A, "GPUShareOverSlice")
+    assert "6.8 GiB" in message and "5 GiB slice" in message
+    assert json.loads(sink.annotations[-1][MPS_SERVERS_ANNOTATION]) == {uuid: 1000}
+    metrics = registry_of(reporter)
+    labels = {"namespace": "jhub", "pod": "nb", "card": uuid}
+    assert metrics.get_sample_value("gpushare_pod_gpu_memory_used_bytes", labels) == 6963 * 2**20
+    assert metrics.get_sample_value("gpushare_pod_gpu_memory_slice_bytes", labels) == 5 * 2**30
+    assert metrics.get_sample_value("gpushare_pods_over_slice") == 1
+    assert metrics.get_sample_value("gpushare_card_mps_server_uid", {"card": uuid}) == 1000
+    assert "# HELP gpushare_card_gpu_memory_used_bytes" in generate_latest(metrics).decode()
+    usage.write_text("not json")  # a broken declaration reads as no processes, with a log line
+    assert reporter.poll().pods[0].used_mib == 0
+
+
+def registry_of(reporter: UsageReporter) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(UsageCollector(reporter))
+    return registry
+
+
+def node_with(labels: dict, servers: str | None = None) -> dict:
+    ann = {MPS_SERVERS_ANNOTATION: servers} if servers is not None else {}
+    return {"metadata": {"name": "gpu-1", "labels": labels, "annotations": ann}}
+
+
+def test_node_mps_state_is_read_from_labels_and_the_servers_annotation():
+    assert node_mps(node_with({})) == NodeMPS()
+    mps = node_mps(node_with({"gpushare-hub.io/mps": "true"}, '{"GPU-0": 1000, "GPU-1": "x", "GPU-2": -1}'))
+    assert mps.enabled and not mps.multi_user and mps.servers == {"GPU-0": 1000}
+    assert node_mps(node_with({"gpushare-hub.io/mps": "true"}, "not json")).servers == {}
+    multi = node_with({"gpushare-hub.io/mps": "true", "gpushare-hub.io/mps-multi-user": "true"}, "{}")
+    assert node_mps(multi).multi_user
+
+
+def pod_as(uid: int | None, container_uid: int | None = None) -> dict:
+    c: dict = {"name": "notebook"}
+    if container_uid is not None:
+        c["securityContext"] = {"runAsUser": container_uid}
+    spec: dict = {"containers": [c]}
+    if uid is not None:
+        spec["securityContext"] = {"runAsUser": uid}
+    return {"metadata": {"name": "jupyter-bo", "namespace": "jhub"}, "spec": spec}
+
+
+def test_a_pod_of_another_uid_on_a_cards_mps_server_is_named_with_the_way_out():
+    mps = NodeMPS(True, False, {"GPU-0": 1000})
+    assert pod_run_as_user(pod_as(1001)) == 1001 and pod_run_as_user(pod_as(1000, 1001)) == 1001
+    assert pod_run_as_user(pod_as(None)) is None
+    [clash] = uid_mismatches(mps, "gpu-1", pod_as(1001), ["GPU-0"])
+    assert clash.message().startswith(
+        "card GPU-0 on node gpu-1 runs MPS for UID 1000; pod jhub/jupyter-bo runs as UID 1001, so its first "
+        "CUDA call waits"
+    )
+    assert "multi-user" in clash.message()
+    assert uid_mismatches(mps, "gpu-1", pod_as(1000), ["GPU-0"]) == []
+    assert uid_mismatches(mps, "gpu-1", pod_as(1001), ["GPU-1"]) == []  # no server on that card yet
+    assert uid_mismatches(mps, "gpu-1", pod_as(None), ["GPU-0"]) == []  # unknown UID: nothing to say
+    assert uid_mismatches(NodeMPS(True, True, {"GPU-0": 0}), "gpu-1", pod_as(1001), ["GPU-0"]) == []
+
+
+def test_nvml_processes_are_read_once_per_pid_with_their_proc_details():
+    """NVML's two process lists (compute, MPS clients) overlap; memory may be unknown (None)."""
+    import os
+    from types import SimpleNamespace
+
+    from plugin.backends import NVMLBackend
+
+    me = os.getpid()
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it
+
+    class FakeNVML:
+        class NVMLError(Exception):
+            pass
+
+        @staticmethod
+        def nvmlDeviceGetComputeRunningProcesses(handle):
+            return [
+                SimpleNamespace(pid=me, usedGpuMemory=6963 * 2**20),
+                SimpleNamespace(pid=gone, usedGpuMemory=None),
+            ]
+
+        @staticmethod
+        def nvmlDeviceGetMPSComputeRunningProcesses(handle):
+            return [SimpleNamespace(pid=me, usedGpuMemory=6963 * 2**20)]
+
+    backend = NVMLBackend.__new__(NVMLBackend)
+    backend.nvml = FakeNVML
+    backend._handles = {"GPU-0": object()}
+    procs = backend.processes()
+    assert [(p.card, p.pid, p.used_mib) for p in procs] == [("GPU-0", me, 6963), ("GPU-0", gone, 0)]
+    assert procs[0].uid == os.getuid() and procs[0].command.startswith("python")
+    assert procs[1].cgroup == "" and procs[1].uid is None  # gone, or hidden without hostPID
