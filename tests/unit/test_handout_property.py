@@ -109,7 +109,7 @@ def test_every_container_gets_the_card_the_extender_wrote(cards, shapes, script)
                     continue
                 size = sum(x["units"] for x in mine)
                 ids = plugin.preferred(every_id, [], size)
-                env = plugin.allocate(ids)
+                env = plugin.allocate(ids).envs
                 assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(x["uuid"] for x in mine), (key, c["name"])
         elif action == "delete" and placed:
             key = placed.pop(pick % len(placed))
