@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import html
-import importlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -209,7 +208,6 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     )
 
     _shared_ledger: SharedLedger | None = None
-    _no_informer = False
 
     never_fits_check_interval = Float(
         2.0,
@@ -287,22 +285,16 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         return shared() if shared is not None and self.watch_ledger else None
 
     def _make_informer(self) -> Informer:
-        module = importlib.import_module("gpushare_hub.kube.informer")
-        informer: Informer = module.LedgerInformer(self.api.api_client, self.resource_names)
-        return informer
+        from gpushare_hub.kube.informer import LedgerInformer
+
+        return LedgerInformer(self.api.api_client, self.resource_names)
 
     async def ensure_ledger(self) -> None:
         """Start the shared watch on first use (when no ``ledger_provider`` is configured)."""
         cls = type(self)
-        if self.ledger_provider is not None or not self.watch_ledger or cls._no_informer:
+        if self.ledger_provider is not None or not self.watch_ledger:
             return
         if cls._shared_ledger is None:
-            try:
-                importlib.import_module("gpushare_hub.kube.informer")
-            except ImportError as err:
-                self.log.warning("no ledger informer in this installation (%s); availability is unknown", err)
-                cls._no_informer = True
-                return
             cls._shared_ledger = SharedLedger(self._make_informer, self.ledger_max_staleness)
         await cls._shared_ledger.ensure_started()
 
