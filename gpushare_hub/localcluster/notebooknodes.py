@@ -3,7 +3,7 @@
 Usage::
 
     nodes = NotebookNodes(cluster, images={"gpushare-hub/notebook:local": venv_bin})
-    names = nodes.add(2, cards=1)          # nb-1, nb-2: 1x Tesla T4 each, pods on 127.10.N.x
+    names = nodes.add(2, cards=1)          # nb-1, nb-2: 1x Tesla T4 each, pods on 127.B.N.x
     nodes.start()                          # the agent (and one device plugin per node)
     ...
     nodes.kill_agent(); nodes.start()      # a crash and a restart: running notebooks are adopted
@@ -15,6 +15,8 @@ still running then (after a crash, say) is stopped too, so no process outlives t
 from __future__ import annotations
 
 import os
+import random
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +31,27 @@ from .processes import Component, HarnessError
 # Nodes that the agent serves carry this label; spawners select them with it.
 LABEL = "gpushare-hub.io/local-notebooks"
 # Pod IPs of node i are 127.<BASE>.<i>.0/24: every 127.x.y.z answers on Linux without set-up.
-LOOPBACK_BASE = 10
+LOOPBACK_BASES = range(10, 250)
+
+
+def free_loopback_base(port: int = 8888) -> int:
+    """A second octet B whose pod IPs 127.B.N.x nobody serves yet.
+
+    Two harnesses on one machine (two test runs, a test run beside the demo) must not
+    hand out the same pod IPs: a notebook of one would answer the hub of the other.
+    """
+    candidates = list(LOOPBACK_BASES)
+    random.shuffle(candidates)
+    for base in candidates:
+        with socket.socket() as probe:
+            try:
+                probe.bind((f"127.{base}.1.1", port))
+            except OSError:
+                continue
+            return base
+    raise HarnessError(f"no free loopback range 127.B.1.1:{port} for notebook pods")
+
+
 NOTEBOOK_IMAGE = "gpushare-hub/notebook:local"
 
 
@@ -69,6 +91,7 @@ class NotebookNodes:
         self.model = model
         self.mib = mib
         self.nodes: dict[str, str] = {}  # name -> the plugin's --simulate declaration
+        self.loopback_base = free_loopback_base()  # pods of node N get IPs 127.<base>.N.x
         self.state_dir = cluster.workdir / "node-agent"
         self.agent: Component | None = None
         self._restarts = 0
@@ -88,7 +111,7 @@ class NotebookNodes:
                 declared_cards(name, cards, self.model, self.mib, self.cluster.names),
                 labels={LABEL: "true"},
             )
-            body["spec"] = {"podCIDR": f"127.{LOOPBACK_BASE}.{index}.0/24"}
+            body["spec"] = {"podCIDR": f"127.{self.loopback_base}.{index}.0/24"}
             # The device plugin publishes the card inventory (its UUIDs) once it registers.
             body["metadata"]["annotations"].pop(CARDS_ANNOTATION)
             self.cluster.core_api().create_node(body)
