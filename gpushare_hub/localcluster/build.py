@@ -17,7 +17,9 @@ How each one is built (versions come from ``versions.toml`` only):
   own ``main.go`` does).
 * kwok and helm: plain ``go install module/cmd@version``.
 
-The cache key is a hash of ``versions.toml``; a complete cache entry is reused
+Several Kubernetes versions can be pinned (``[also."vX.Y.Z"]``); $GPUSHARE_K8S_VERSION picks
+one, the first is the default. Each version set has its own cache entry, keyed by a hash of
+its resolved versions; a complete cache entry is reused
 without touching the network. ``GOTOOLCHAIN=local`` keeps Go from fetching a
 different toolchain, and ``GOSUMDB=off`` because the checksum database is not
 reachable from our machines (the module proxy is; hashes are still recorded in
@@ -56,6 +58,14 @@ class BuildError(RuntimeError):
     """A build step failed; the message carries the upstream tool's own output."""
 
 
+VERSION_ENV = "GPUSHARE_K8S_VERSION"
+
+# The cache key of each version set is a hash of its resolved versions. Before a second
+# Kubernetes version was pinned the key was the hash of versions.toml's bytes; the one set
+# built under that scheme keeps its folder, so an existing cache stays valid.
+LEGACY_CACHE_KEYS = {("1.25.0", "v1.34.4", "v3.6.10", "v0.8.0", "v3.19.5"): "24f5e5205aa41a8d"}
+
+
 @dataclass(frozen=True)
 class Versions:
     go_minimum: str
@@ -65,10 +75,15 @@ class Versions:
     helm: str
 
     @classmethod
-    def load(cls, path: Path = VERSIONS_FILE) -> Versions:
+    def load(cls, path: Path = VERSIONS_FILE, kubernetes: str | None = None) -> Versions:
+        """The version set of one Kubernetes version: ``kubernetes``, else $GPUSHARE_K8S_VERSION,
+        else the first one pinned (``[kubernetes] version``).
+
+        A version is named in full (``v1.36.3``) or by its minor (``v1.36``, ``1.36``).
+        """
         data = tomllib.loads(path.read_text())
         try:
-            return cls(
+            first = cls(
                 go_minimum=data["go"]["minimum"],
                 kubernetes=data["kubernetes"]["version"],
                 etcd=data["etcd"]["version"],
@@ -77,11 +92,47 @@ class Versions:
             )
         except KeyError as err:
             raise BuildError(f"{path}: missing key {err}; see the comments in that file") from err
+        sets = [first]
+        for version, over in data.get("also", {}).items():
+            unknown = set(over) - {"go", "etcd", "kwok", "helm"}
+            if unknown:
+                raise BuildError(f"{path}: [also.{version!r}] has unknown keys {sorted(unknown)}")
+            sets.append(
+                cls(
+                    go_minimum=over.get("go", first.go_minimum),
+                    kubernetes=version,
+                    etcd=over.get("etcd", first.etcd),
+                    kwok=over.get("kwok", first.kwok),
+                    helm=over.get("helm", first.helm),
+                )
+            )
+        wanted = kubernetes if kubernetes is not None else os.environ.get(VERSION_ENV, "")
+        if not wanted:
+            return first
+        name = "v" + wanted.strip().removeprefix("v")
+        found = [s for s in sets if s.kubernetes == name or s.kubernetes.startswith(name + ".")]
+        if len(found) != 1:
+            pinned = ", ".join(s.kubernetes for s in sets)
+            raise BuildError(f"Kubernetes {wanted!r} is not pinned once in {path} (pinned: {pinned})")
+        return found[0]
+
+    @classmethod
+    def all(cls, path: Path = VERSIONS_FILE) -> list[Versions]:
+        data = tomllib.loads(path.read_text())
+        names = [data.get("kubernetes", {}).get("version", "")] + list(data.get("also", {}))
+        return [cls.load(path, n) for n in names]
 
     @property
     def staging_version(self) -> str:
         """k8s.io/kubernetes v1.34.4 -> the published staging modules' v0.34.4."""
         return "v0." + self.kubernetes.removeprefix("v").split(".", 1)[1]
+
+    @property
+    def cache_key(self) -> str:
+        fields = (self.go_minimum, self.kubernetes, self.etcd, self.kwok, self.helm)
+        if fields in LEGACY_CACHE_KEYS:
+            return LEGACY_CACHE_KEYS[fields]
+        return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
 
 
 def cache_root() -> Path:
@@ -94,8 +145,8 @@ def cache_root() -> Path:
 
 
 def cache_dir(path: Path = VERSIONS_FILE) -> Path:
-    key = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    return cache_root() / key
+    """The cache entry of the selected version set (see ``Versions.load``)."""
+    return cache_root() / Versions.load(path).cache_key
 
 
 def bin_dir(path: Path = VERSIONS_FILE) -> Path:
