@@ -21,6 +21,12 @@ about the card, the call fails with the pods named rather than guessing, even
 when the device IDs come from one card (gpushare's plugin matched on the amount
 alone and swapped pods). Among agreeing candidates the oldest placement is
 served first; they are interchangeable.
+
+Whole cards (``aliyun.com/gpu-count``, a second resource the plugin registers with one
+device per card) are matched the same way, by their own handouts
+(:func:`~gpushare_hub.core.handout.count_handouts`): an Allocate of ``n`` such devices is
+for an unserved container asking ``n`` whole cards, and the answer is the cards the
+extender wrote, never the device IDs the kubelet picked.
 """
 
 from __future__ import annotations
@@ -33,10 +39,13 @@ from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME
 from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.demand import pod_key
 from gpushare_hub.core.errors import GPUShareError
-from gpushare_hub.core.handout import handouts
+from gpushare_hub.core.handout import count_handouts, handouts
 from gpushare_hub.core.ledger import Ledger
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
+
+MEMORY = "memory"
+COUNT = "count"
 
 
 class NoMatch(GPUShareError):
@@ -48,6 +57,9 @@ class Waiting:
     """A container that the extender gave a slice to and that the plugin has not served yet.
 
     ``units``: what its Allocate asks; ``cards``: every card it gets (``uuid`` is the first).
+    ``resource``: which resource's Allocate serves it (MEMORY: units of gpu-mem; COUNT: whole
+    cards of gpu-count); ``alone``: a COUNT handout of a container that asks no gpu-mem (its
+    Allocate answers the cards; otherwise the gpu-mem Allocate does).
     """
 
     pod: str
@@ -58,6 +70,14 @@ class Waiting:
     pod_units: int
     assumed_ns: int
     cards: tuple[str, ...] = ()
+    resource: str = MEMORY
+    alone: bool = False
+
+    @property
+    def served_key(self) -> str:
+        """The name under which the plugin remembers the container served (per resource;
+        container names are DNS labels, so no ``@`` ever occurs in one)."""
+        return self.container if self.resource == MEMORY else f"{self.container}@{self.resource}"
 
 
 def waiting_containers(
@@ -95,26 +115,43 @@ def waiting_containers(
             assumed = int(ann.get(GPU_MEM_ASSUME_TIME, "0"))
         except ValueError:
             assumed = 0
-        for h in handouts(alloc.containers):
+        mem = handouts(alloc.containers)
+        for h in mem:
             if (uid, h.container) not in served:
                 out.append(
                     Waiting(alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards)
                 )
+        cards = [c.uuid for c in alloc.cards]
+        with_mem = {h.container for h in mem}
+        for h in count_handouts(pod.get("spec") or {}, cards, names.count, alloc.key):
+            w = Waiting(
+                alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards,
+                resource=COUNT, alone=h.container not in with_mem,
+            )  # fmt: skip
+            if (uid, w.served_key) not in served:
+                out.append(w)
     return out
 
 
-def match(device_ids: list[str], waiting: list[Waiting], node: str, unit: str = "GiB") -> Waiting:
+def match(
+    device_ids: list[str], waiting: list[Waiting], node: str, unit: str = "GiB", resource: str = MEMORY
+) -> Waiting:
     """The container an Allocate of these device IDs is for, or NoMatch naming the cause."""
     n = len(device_ids)
     if n == 0:
         raise NoMatch("Allocate was called with no device IDs")
+    waiting = [w for w in waiting if w.resource == resource]
+    if resource == COUNT:
+        unit = "whole-card"
     candidates = [w for w in waiting if w.units == n]
     if not candidates:
         sizes = sorted({w.units for w in waiting})
+        what = "slice" if resource == MEMORY else "allocation"
         raise NoMatch(
-            f"no pod on node {node} waits for a {n} {unit} slice "
-            f"(waiting sizes: {sizes or 'none'}); a pod that asks aliyun.com/gpu-mem must be scheduled by "
-            "gpushare-scheduler, which writes the card it chose on the pod"
+            f"no pod on node {node} waits for a {n} {unit} {what} "
+            f"(waiting sizes: {sizes or 'none'}); a pod that asks aliyun.com/gpu-mem or "
+            "aliyun.com/gpu-count must be scheduled by gpushare-scheduler, which writes the "
+            "cards it chose on the pod"
         )
     if len({w.cards or (w.uuid,) for w in candidates}) > 1:
         # Never guessed from the device IDs: which IDs the kubelet picked says nothing of the pod.

@@ -88,3 +88,15 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         cdi = tuple(f"{CDI_KIND}={u}" for u in (w.cards or (w.uuid,)))  # every card of a 2-card pod
         del env["NVIDIA_VISIBLE_DEVICES"]
     return ContainerResponse(envs=env, mounts=tuple(mounts), cdi_devices=cdi)
+
+
+def whole_card_response(w: Waiting, iso: Isolation) -> ContainerResponse:
+    """A gpu-count Allocate: the container's whole cards. A container that also asks gpu-mem
+    gets nothing here (its gpu-mem Allocate names the same cards with its caps; the kubelet
+    merges both answers, and equal names never conflict)."""
+    if not w.alone:
+        return ContainerResponse(envs={})
+    cards = w.cards or (w.uuid,)
+    if iso.cdi:
+        return ContainerResponse(envs={}, cdi_devices=tuple(f"{CDI_KIND}={u}" for u in cards))
+    return ContainerResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(cards)})

@@ -6,6 +6,12 @@ in the kubelet's device-plugins folder, call ``Registration/Register`` on
 pod admission calls ``GetPreferredAllocation`` and ``Allocate`` per container.
 A kubelet restart wipes the folder; when our socket disappears we serve and
 register again.
+
+Two resources are registered, each on its own socket and served by the same state:
+``aliyun.com/gpu-mem`` (one device per unit of a card) and ``aliyun.com/gpu-count`` (one
+device per card, its ID the card UUID). The kubelet calls a plugin's Allocate only for a
+resource that plugin registered, so without the second a pod asking whole cards by
+gpu-count alone would start with no card named at all.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ from .api import deviceplugin_v1beta1_pb2 as pb
 from .api import deviceplugin_v1beta1_pb2_grpc as pbg
 from .backends import Backend
 from .devices import card_of, device_ids, preferred, units_of
-from .matching import NoMatch, Waiting, match, waiting_containers
-from .response import ContainerResponse, Isolation, container_response
+from .matching import COUNT, MEMORY, NoMatch, Waiting, match, waiting_containers
+from .response import ContainerResponse, Isolation, container_response, whole_card_response
 
 log = logging.getLogger("gpushare.plugin")
 
@@ -58,6 +64,7 @@ class Settings:
     reserve_fraction: float = 0.0
     plugin_dir: str = DEFAULT_DIR
     socket_name: str = "gpushare-hub.sock"
+    count_socket_name: str = "gpushare-hub-count.sock"  # the aliyun.com/gpu-count endpoint
     # Containers served but whose pod is not marked assigned yet, kept across plugin restarts.
     served_file: str = ""
     isolation: Isolation = field(default_factory=Isolation)
@@ -158,6 +165,12 @@ class PluginState:
             out.extend(pb.Device(ID=i, health=state) for i in device_ids(c))
         return out
 
+    def count_devices(self) -> list[pb.Device]:
+        """One device per card for the whole-card resource; its ID is the card UUID."""
+        return [
+            pb.Device(ID=c.uuid, health="Healthy" if self.health[c.uuid] else "Unhealthy") for c in self.cards
+        ]
+
     def set_health(self, uuid: str, healthy: bool, reason: str) -> bool:
         """Record a card's health; True if it changed."""
         with self.changed:
@@ -191,13 +204,27 @@ class PluginState:
         cards = {w.cards or (w.uuid,) for w in self._waiting() if w.units == size}
         return preferred(available, must, size, cards.pop() if len(cards) == 1 else None)
 
-    def allocate(self, ids: list[str]) -> ContainerResponse:
-        """One container's Allocate answer; marks the pod assigned when all its containers are served."""
+    def preferred_count(self, available: list[str], must: list[str], size: int) -> list[str]:
+        """The whole cards the extender chose for a container of that many cards, where they are
+        available and unambiguous; else the must-includes and then the first available."""
+        cards = {w.cards for w in self._waiting() if w.resource == COUNT and w.units == size}
+        chosen = list(dict.fromkeys(must))[:size]
+        want = [u for u in (cards.pop() if len(cards) == 1 else ()) if u in available and u not in chosen]
+        rest = [u for u in available if u not in chosen and u not in want]
+        return (chosen + want + rest)[:size]
+
+    def allocate(self, ids: list[str], resource: str = MEMORY) -> ContainerResponse:
+        """One container's Allocate answer for ``resource`` (MEMORY: gpu-mem units; COUNT:
+        gpu-count whole cards); marks the pod assigned when all its containers are served."""
+        ours = {c.uuid for c in self.cards}
         for i in ids:
-            card_of(i)  # reject IDs that are not ours, with the ID named
+            if resource == MEMORY:
+                card_of(i)  # reject IDs that are not ours, with the ID named
+            elif i not in ours:
+                raise ValueError(f"{i!r} is not a card of node {self.settings.node}")
         with self._lock:
             waiting = self._waiting()
-            w = match(ids, waiting, self.settings.node, self.settings.names.unit)
+            w = match(ids, waiting, self.settings.node, self.settings.names.unit, resource)
             card = self.card(w.uuid)
             sick = [u for u in (w.cards or (w.uuid,)) if not self.card(u).healthy]
             if sick:
@@ -206,20 +233,26 @@ class PluginState:
                     f"{self.settings.node} is unhealthy; it is not handed out. Delete the pod so that "
                     "it is placed on a healthy card"
                 )
-            self._served.add((w.uid, w.container))
-            rest = [x for x in waiting if x.uid == w.uid and (x.uid, x.container) not in self._served]
+            self._served.add((w.uid, w.served_key))
+            rest = [x for x in waiting if x.uid == w.uid and (x.uid, x.served_key) not in self._served]
             if not rest:
                 self._unmarked[w.uid] = w.pod
             self._save_served()
-        response = container_response(w, card, self.settings.names.mib_per_unit, self.settings.isolation)
-        log.info(
-            "allocated %s units of card %d (%s) to pod %s container %s",
-            w.units,
-            card.index,
-            card.uuid,
-            w.pod,
-            w.container,
-        )
+        if resource == COUNT:
+            response = whole_card_response(w, self.settings.isolation)
+            log.info(
+                "allocated whole card(s) %s to pod %s container %s", ",".join(w.cards), w.pod, w.container
+            )
+        else:
+            response = container_response(w, card, self.settings.names.mib_per_unit, self.settings.isolation)
+            log.info(
+                "allocated %s units of card %d (%s) to pod %s container %s",
+                w.units,
+                card.index,
+                card.uuid,
+                w.pod,
+                w.container,
+            )
         self._mark_served_pods()
         return response
 
@@ -227,9 +260,13 @@ class PluginState:
 class Servicer(pbg.DevicePluginServicer):
     """Translates gRPC calls to :class:`PluginState` and back; nothing else."""
 
-    def __init__(self, state: PluginState, stop: threading.Event) -> None:
+    def __init__(self, state: PluginState, stop: threading.Event, resource: str = MEMORY) -> None:
         self.state = state
         self.stop = stop
+        self.resource = resource
+
+    def _devices(self) -> list[pb.Device]:
+        return self.state.devices() if self.resource == MEMORY else self.state.count_devices()
 
     def GetDevicePluginOptions(self, request: pb.Empty, context: Any) -> pb.DevicePluginOptions:
         return pb.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -244,16 +281,15 @@ class Servicer(pbg.DevicePluginServicer):
                 if seen == st.generation:
                     continue
                 seen = st.generation
-            yield pb.ListAndWatchResponse(devices=st.devices())
+            yield pb.ListAndWatchResponse(devices=self._devices())
 
     def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Any
     ) -> pb.PreferredAllocationResponse:
         out = []
         for req in request.container_requests:
-            ids = self.state.preferred(
-                list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size
-            )
+            pick = self.state.preferred if self.resource == MEMORY else self.state.preferred_count
+            ids = pick(list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size)
             out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
         return pb.PreferredAllocationResponse(container_responses=out)
 
@@ -261,7 +297,7 @@ class Servicer(pbg.DevicePluginServicer):
         responses = []
         for req in request.container_requests:
             try:
-                r = self.state.allocate(list(req.devices_ids))
+                r = self.state.allocate(list(req.devices_ids), self.resource)
             except (GPUShareError, ValueError) as err:
                 log.error("Allocate of %d device(s) failed: %s", len(req.devices_ids), err)
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
@@ -299,7 +335,7 @@ class Runner:
         self.state = state
         self.settings = state.settings
         self.stop = threading.Event()
-        self.server: grpc.Server | None = None
+        self.servers: list[grpc.Server] = []
         self.on_registered = on_registered
         self.on_health = on_health
 
@@ -308,33 +344,45 @@ class Runner:
         return Path(self.settings.plugin_dir) / self.settings.socket_name
 
     @property
+    def count_socket(self) -> Path:
+        return Path(self.settings.plugin_dir) / self.settings.count_socket_name
+
+    def _endpoints(self) -> list[tuple[str, str, Path]]:
+        """(resource kind, resource name, socket) of each resource this plugin serves."""
+        names = self.settings.names
+        return [(MEMORY, names.memory, self.socket), (COUNT, names.count, self.count_socket)]
+
+    @property
     def kubelet_socket(self) -> Path:
         return Path(self.settings.plugin_dir) / "kubelet.sock"
 
     def serve(self) -> None:
-        if self.socket.exists():
-            self.socket.unlink()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        pbg.add_DevicePluginServicer_to_server(Servicer(self.state, self.stop), server)
-        server.add_insecure_port(f"unix://{self.socket}")
-        server.start()
-        self.server = server
+        for kind, _, sock in self._endpoints():
+            if sock.exists():
+                sock.unlink()
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+            pbg.add_DevicePluginServicer_to_server(Servicer(self.state, self.stop, kind), server)
+            server.add_insecure_port(f"unix://{sock}")
+            server.start()
+            self.servers.append(server)
 
     def register(self, timeout: float = 10.0) -> None:
         with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as ch:
             grpc.channel_ready_future(ch).result(timeout=timeout)
-            pbg.RegistrationStub(ch).Register(
-                pb.RegisterRequest(
-                    version=VERSION,
-                    endpoint=self.settings.socket_name,
-                    resource_name=self.settings.names.memory,
-                    options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
-                ),
-                timeout=timeout,
-            )
+            for _, resource, sock in self._endpoints():
+                pbg.RegistrationStub(ch).Register(
+                    pb.RegisterRequest(
+                        version=VERSION,
+                        endpoint=sock.name,
+                        resource_name=resource,
+                        options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+                    ),
+                    timeout=timeout,
+                )
         log.info(
-            "registered %s with the kubelet (%s), %d cards, %d devices",
+            "registered %s and %s with the kubelet (%s), %d cards, %d devices",
             self.settings.names.memory,
+            self.settings.names.count,
             self.kubelet_socket,
             len(self.state.cards),
             len(self.state.devices()),
@@ -351,9 +399,9 @@ class Runner:
             raise
 
     def shutdown_server(self) -> None:
-        if self.server is not None:
-            self.server.stop(grace=0.5).wait()
-            self.server = None
+        for server in self.servers:
+            server.stop(grace=0.5).wait()
+        self.servers = []
 
     def run(self, poll: float = 0.5) -> None:
         """Until stopped: keep serving and registered; re-register whenever our socket vanishes."""
@@ -366,7 +414,7 @@ class Runner:
                 log.warning("cannot register with the kubelet at %s (%s); retrying", self.kubelet_socket, err)
                 self.stop.wait(2.0)
                 continue
-            while not self.stop.is_set() and self.socket.exists():
+            while not self.stop.is_set() and self.socket.exists() and self.count_socket.exists():
                 self.stop.wait(poll)
             if not self.stop.is_set():
                 log.warning(

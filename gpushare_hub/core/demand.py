@@ -76,7 +76,8 @@ class Demand:
         return ("/".join(self.models) + " ") if self.models else ""
 
 
-def _amount(container: Mapping[str, Any], resource: str, where: str) -> int:
+def container_amount(container: Mapping[str, Any], resource: str, where: str) -> int:
+    """One container's amount of ``resource``: its limit (or request if only that is set)."""
     res = container.get("resources") or {}
     limits = res.get("limits") or {}
     requests = res.get("requests") or {}
@@ -102,7 +103,7 @@ def _pod_amount(spec: Mapping[str, Any], resource: str, pod: str) -> tuple[int, 
     init_peak = 0
     for c in spec.get("initContainers") or []:
         name = c.get("name", "?")
-        amt = _amount(c, resource, f"pod {pod} init container {name} {resource}")
+        amt = container_amount(c, resource, f"pod {pod} init container {name} {resource}")
         if amt:
             per.append((name, amt))
         if c.get("restartPolicy") == "Always":
@@ -113,7 +114,7 @@ def _pod_amount(spec: Mapping[str, Any], resource: str, pod: str) -> tuple[int, 
     app = 0
     for c in spec.get("containers") or []:
         name = c.get("name", "?")
-        amt = _amount(c, resource, f"pod {pod} container {name} {resource}")
+        amt = container_amount(c, resource, f"pod {pod} container {name} {resource}")
         if amt:
             per.append((name, amt))
         app += amt

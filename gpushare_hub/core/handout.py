@@ -16,10 +16,12 @@ would break the rule waits until the plugin has served the earlier handout.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .annotations import ContainerShare
+from .demand import container_amount
 
 
 @dataclass(frozen=True, order=True)
@@ -39,6 +41,37 @@ def handouts(containers: Iterable[ContainerShare]) -> list[Handout]:
         sizes[share.container] = sizes.get(share.container, 0) + share.units
         cards.setdefault(share.container, []).append(share.uuid)
     return [Handout(name, sizes[name], tuple(cards[name])) for name in sizes]
+
+
+def count_handouts(
+    spec: Mapping[str, Any], cards: Sequence[str], resource: str, pod: str = "?"
+) -> list[Handout]:
+    """Handouts of whole cards: what the Allocate of each container asking ``resource``
+    (``aliyun.com/gpu-count``) will be, ``size`` = its cards, out of the pod's ``cards``.
+
+    The pod holds as many cards as it asks under the init-container rule (see
+    :mod:`.demand`); they are dealt in card order the way the kubelet deals devices:
+    restartable sidecars and app containers each take the next cards, an init container
+    that runs to completion takes the cards after the sidecars started before it (the app
+    containers reuse them once it has ended).
+    """
+    out: list[Handout] = []
+    sidecars = 0
+    for c in spec.get("initContainers") or []:
+        name = str(c.get("name", "?"))
+        n = container_amount(c, resource, f"pod {pod} init container {name} {resource}")
+        if n:
+            out.append(Handout(name, n, tuple(cards[sidecars : sidecars + n])))
+            if c.get("restartPolicy") == "Always":
+                sidecars += n
+    nxt = sidecars
+    for c in spec.get("containers") or []:
+        name = str(c.get("name", "?"))
+        n = container_amount(c, resource, f"pod {pod} container {name} {resource}")
+        if n:
+            out.append(Handout(name, n, tuple(cards[nxt : nxt + n])))
+            nxt += n
+    return [h for h in out if len(h.cards) == h.size]  # a record with fewer cards is not ours to serve
 
 
 def waiting_by_size(pending: Iterable[Iterable[Handout]]) -> dict[int, set[tuple[str, ...]]]:

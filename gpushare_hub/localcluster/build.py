@@ -119,7 +119,7 @@ class Versions:
     @classmethod
     def all(cls, path: Path = VERSIONS_FILE) -> list[Versions]:
         data = tomllib.loads(path.read_text())
-        names = [data.get("kubernetes", {}).get("version", "")] + list(data.get("also", {}))
+        names = [data.get("kubernetes", {}).get("version", ""), *list(data.get("also", {}))]
         return [cls.load(path, n) for n in names]
 
     @property

@@ -57,10 +57,13 @@ class _Registration(pbg.RegistrationServicer):
 class DeviceManager:
     """Registration server and plugin client for one node's device-plugins folder."""
 
-    def __init__(self, node: str, folder: Path) -> None:
+    def __init__(self, node: str, folder: Path, resource: str = "aliyun.com/gpu-mem") -> None:
+        """``resource``: the one resource served here (the notebooks ask GPU memory); a plugin's
+        registrations of other resources (gpushare's aliyun.com/gpu-count) are acknowledged
+        and left unused."""
         self.node = node
         self.folder = folder
-        self.resource = ""
+        self.resource = resource
         self.devices: dict[str, str] = {}  # device ID -> health
         self.held: dict[str, str] = {}  # device ID -> holder ("pod-uid/container")
         self._preferred = False
@@ -95,6 +98,9 @@ class DeviceManager:
     # ---- plugin side ---------------------------------------------------------------------
     def _on_register(self, request: pb.RegisterRequest) -> None:
         endpoint = self.folder / request.endpoint
+        if request.resource_name != self.resource:
+            log.info("node %s: registration of %s not used here", self.node, request.resource_name)
+            return
         log.info("node %s: plugin for %s registered at %s", self.node, request.resource_name, endpoint)
         channel = grpc.insecure_channel(f"unix://{endpoint}")
         with self._lock:
