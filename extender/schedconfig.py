@@ -23,8 +23,13 @@ def extender_entry(
     timeout: str = "5s",
     prioritize: bool = False,
     tls_config: Mapping[str, str] | None = None,
+    count_resource: str = "aliyun.com/gpu-count",
 ) -> dict[str, Any]:
     """One ``extenders`` item: filter and bind (and prioritize if asked), node names only.
+
+    Both resources are managed: kube-scheduler calls an extender with managedResources only
+    for pods asking one of them, so a pod asking whole cards by ``count_resource`` alone
+    would otherwise be bound by kube-scheduler itself, with no card written on it.
 
     Without prioritize, kube-scheduler's own NodeResourcesFit scoring on our resource
     (see :func:`profile`) picks the fullest (binpack) or emptiest (spread) node and
@@ -50,7 +55,10 @@ def extender_entry(
         "httpTimeout": timeout,
         "nodeCacheCapable": True,
         # The in-tree fit check still counts the resource per node; we choose the card.
-        "managedResources": [{"name": resource, "ignoredByScheduler": False}],
+        "managedResources": [
+            {"name": resource, "ignoredByScheduler": False},
+            {"name": count_resource, "ignoredByScheduler": False},
+        ],
         "ignorable": False,
     }
     if prioritize:

@@ -451,7 +451,11 @@ class LocalCluster:
         ext = self.start_extender(policy)
         sched = self.start_scheduler(
             scheduler_name,
-            extenders=[extender_entry(f"{ext.url}/gpushare-scheduler", self.names.memory)],
+            extenders=[
+                extender_entry(
+                    f"{ext.url}/gpushare-scheduler", self.names.memory, count_resource=self.names.count
+                )
+            ],
             profile=profile(scheduler_name, self.names.memory, policy),
         )
         return ext, sched

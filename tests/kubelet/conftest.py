@@ -92,6 +92,16 @@ def device_manager(local_cluster: LocalCluster) -> Iterator[DeviceManager]:
     dm.close()
 
 
+def extender_knows_the_plugins_cards(url: str) -> bool:
+    from tests.cluster.test_extender import inspect
+
+    try:
+        cards = inspect(url, NODE)["nodes"][0]["cards"]
+    except (OSError, LookupError):
+        return False
+    return bool(cards) and all(c["uuid"].startswith("GPU-") for c in cards)
+
+
 class Plugin:
     def __init__(self, cluster: LocalCluster, health_file: Path) -> None:
         self.cluster = cluster
@@ -144,6 +154,9 @@ def plugin(
     p = Plugin(local_cluster, tmp_path_factory.mktemp("health") / "health.json")
     p.start()
     assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30), device_manager.call("capacity")
+    # The extender has read the inventory the plugin published (else it places on the cards it
+    # made up from the Node's capacity, which the plugin does not know).
+    assert wait_for(lambda: extender_knows_the_plugins_cards(gpushare.url), timeout=30)
     yield p
     if p.comp is not None:
         p.comp.stop()

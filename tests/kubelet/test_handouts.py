@@ -93,3 +93,42 @@ def test_pod_shapes_admitted_in_adversarial_orders_get_the_cards_the_extender_wr
     assert problems == []
     two = placed(local_cluster, namespace, "two")
     assert len(expected_cards(two, "c0").split(",")) == 2  # the 2-card pod got both cards
+
+
+def whole_cards_pod(name: str, cards: int) -> dict[str, Any]:
+    """A pod asking whole cards by aliyun.com/gpu-count alone (no gpu-mem)."""
+    pod = gpu_pod(name, 1, SCHED, SELECTOR)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"aliyun.com/gpu-count": str(cards)}}
+    return pod
+
+
+def test_whole_card_pods_asking_gpu_count_alone_get_exactly_their_cards(
+    local_cluster, device_manager, plugin, namespace
+):
+    """The kubelet calls Allocate only for a resource a plugin registered: the plugin serves
+    aliyun.com/gpu-count too (one device per card), and answers the cards the extender wrote."""
+    empty_node(local_cluster, device_manager)
+    api = local_cluster.core_api()
+    assert wait_for(lambda: device_manager.units("aliyun.com/gpu-count") == (2, 2), timeout=30)
+    for name, n in (("whole1", 1), ("whole2", 2)):
+        api.create_namespaced_pod(namespace, whole_cards_pod(name, n))
+        pod = wait_for(lambda name=name: placed(local_cluster, namespace, name), timeout=60)
+        assert pod, f"{name} was not placed"
+        record = json.loads(pod["metadata"]["annotations"][ALLOCATION_ANNOTATION])
+        want = [c["uuid"] for c in record["cards"]]
+        assert len(want) == n
+        out = device_manager.call("allocate", pod=pod, container="notebook")
+        assert "error" not in out, out
+        assert out["envs"].get("NVIDIA_VISIBLE_DEVICES") == ",".join(want), out
+        assert sorted(out["devices"]) == sorted(want)  # the kubelet holds the same cards' devices
+        # Served: the plugin marks the pod assigned, and a second Allocate finds nothing waiting.
+        assert wait_for(
+            lambda name=name: (
+                local_cluster.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")["metadata"][
+                    "annotations"
+                ].get("ALIYUN_COM_GPU_MEM_ASSIGNED")
+                == "true"
+            ),
+            timeout=20,
+        )
+        empty_node(local_cluster, device_manager)  # both cards free again for the next pod

@@ -12,11 +12,10 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
-from tests.cluster.test_extender import inspect
 from tests.conftest import gpu_pod, wait_for
 from tests.unit.test_isolation_hook import fake_site
 
-from .conftest import NODE
+from .conftest import NODE, extender_knows_the_plugins_cards
 from .test_device_plugin import SCHED, SELECTOR, bound_pod, chosen_card
 
 HOOK_IN_CONTAINER = "/opt/gpushare-hub/pyhook"
@@ -31,14 +30,6 @@ def clear_node(api, device_manager, gpushare) -> None:
     assert device_manager.call("forget") == {"ok": True}  # the node has no pod left
     # The extender has read the inventory the plugin published, so it chooses among real cards.
     assert wait_for(lambda: extender_knows_the_plugins_cards(gpushare.url))
-
-
-def extender_knows_the_plugins_cards(url: str) -> bool:
-    try:
-        cards = inspect(url, NODE)["nodes"][0]["cards"]
-    except (OSError, LookupError):
-        return False
-    return bool(cards) and all(c["uuid"].startswith("GPU-") for c in cards)
 
 
 def mps_label(api) -> str | None:
