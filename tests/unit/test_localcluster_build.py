@@ -71,3 +71,30 @@ def test_go_runs_with_the_local_toolchain_only(tmp_path, monkeypatch):
     env = build._go_env(tmp_path)
     assert env["GOTOOLCHAIN"] == "local" and env["GOFLAGS"] == "-mod=mod"
     assert "GOBIN" not in env  # binaries go to the cache, never to the user's GOBIN
+
+
+def test_each_pinned_kubernetes_has_its_own_cache_and_the_first_keeps_its_folder(monkeypatch):
+    monkeypatch.delenv(build.VERSION_ENV, raising=False)
+    sets = build.Versions.all()
+    assert [v.kubernetes for v in sets][:1] == [build.Versions.load().kubernetes]
+    assert len({v.cache_key for v in sets}) == len(sets) >= 2
+    # v1.34.4's cache, keyed by the hash of versions.toml before v1.36 was pinned, stays valid.
+    assert build.Versions.load(kubernetes="v1.34.4").cache_key == "24f5e5205aa41a8d"
+
+
+def test_the_version_is_picked_by_env_in_full_or_by_minor(tmp_path, monkeypatch):
+    vf = versions_file(tmp_path)
+    vf.write_text(vf.read_text() + '[also."v1.36.3"]\ngo = "1.26.0"\n')
+    monkeypatch.setenv(build.VERSION_ENV, "1.36")
+    v = build.Versions.load(vf)
+    assert (v.kubernetes, v.go_minimum, v.etcd, v.staging_version) == (
+        "v1.36.3",
+        "1.26.0",
+        "v3.6.10",
+        "v0.36.3",
+    )
+    monkeypatch.setenv(build.VERSION_ENV, "v1.36.3")
+    assert build.cache_dir(vf).name == v.cache_key != build.Versions.load(vf, "v1.34").cache_key
+    monkeypatch.setenv(build.VERSION_ENV, "v1.35")
+    with pytest.raises(build.BuildError, match=r"not pinned once .*pinned: v1.34.4, v1.36.3"):
+        build.Versions.load(vf)
