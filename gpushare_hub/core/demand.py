@@ -38,6 +38,8 @@ class Demand:
     per_card: int | None
     count: int
     containers: tuple[tuple[str, int], ...] = ()
+    # Containers asking whole cards by the count resource: their Allocate is a gpu-count one.
+    count_containers: tuple[tuple[str, int], ...] = ()
     models: tuple[str, ...] = ()
     exclude_models: tuple[str, ...] = ()
     policy: str | None = None
@@ -136,7 +138,7 @@ def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
     key = pod_key(obj)
     spec = obj.get("spec") or {}
     mem, per_container = _pod_amount(spec, names.memory, key)
-    count, _ = _pod_amount(spec, names.count, key)
+    count, count_containers = _pod_amount(spec, names.count, key)
     if mem == 0 and count == 0:
         return None
     ann = meta.get("annotations") or {}
@@ -157,6 +159,7 @@ def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
         per_card=per_card,
         count=count,
         containers=tuple(per_container),
+        count_containers=tuple(count_containers),
         models=_csv(ann.get(MODELS_ANNOTATION) or ann.get(TKESTACK_USE)),
         exclude_models=_csv(ann.get(EXCLUDE_MODELS_ANNOTATION) or ann.get(TKESTACK_NOUSE)),
         policy=ann.get(POLICY_ANNOTATION) or None,

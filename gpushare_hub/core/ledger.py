@@ -59,6 +59,7 @@ class Placement:
     policy: str = ""
     cpu_milli: int = 0
     memory_mib: int = 0
+    asks_count: bool = False
 
     def record(self) -> AllocationRecord:
         return AllocationRecord(node=self.node, cards=self.cards, containers=self.containers)
@@ -246,6 +247,7 @@ class Ledger:
             assumed=True,
             cpu_milli=placement.cpu_milli,
             memory_mib=placement.memory_mib,
+            asks_count=placement.asks_count,
         )
         self._add(alloc)
         return alloc

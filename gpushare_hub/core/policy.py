@@ -174,6 +174,7 @@ class Placer:
             demand.exclude_models,
             demand.cpu_milli,
             demand.memory_mib,
+            bool(demand.count_containers),
         )
 
     # ---- one node -----------------------------------------------------------------
@@ -242,6 +243,21 @@ class Placer:
                 )
             return (NOT_NOW, f"node {node.name}: every card is unhealthy", *best)
         count = demand.count
+        if demand.count_containers and node.allocator:
+            # Whole-card handouts (gpu-count Allocate) follow the rule of handout.py too, in its
+            # strictest form: one pod asking gpu-count at a time per node until the plugin served it.
+            other = sorted(
+                a.key for a in st.pods.values() if a.asks_count and not a.assigned and a.key != demand.key
+            )
+            if other:
+                return (
+                    NOT_NOW,
+                    f"node {node.name} is still handing whole cards (aliyun.com/gpu-count) to pod "
+                    f"{other[0]}; a second such pod now would be ambiguous for the device plugin, so "
+                    "this pod waits until that allocation is done",
+                    *best,
+                    TRANSIENT,
+                )
         if len(usable) < count:
             return (
                 NEVER,
@@ -475,6 +491,7 @@ class Placer:
             policy=self.policy.name,
             cpu_milli=demand.cpu_milli,
             memory_mib=demand.memory_mib,
+            asks_count=bool(demand.count_containers),
         )
 
     @staticmethod

@@ -58,6 +58,7 @@ class Allocation:
     assumed: bool = False
     cpu_milli: int = 0
     memory_mib: int = 0
+    asks_count: bool = False  # some container asks whole cards (the device plugin's gpu-count Allocate)
 
     @property
     def units(self) -> int:
@@ -204,6 +205,7 @@ def read_allocation(
         cards=shares,
         containers=containers,
         assigned=ann.get(GPU_MEM_ASSIGNED) == "true",
+        asks_count=bool(demand.count_containers),
     )
     node = node_cards(bound) if node_cards else None
     if node is None:

@@ -14,6 +14,7 @@ from gpushare_hub.core import ALLOCATION_ANNOTATION, Ledger, Placement
 from gpushare_hub.core.annotations import GPU_MEM_ASSIGNED
 from plugin.backends import SimulatedBackend
 from plugin.devices import device_ids
+from plugin.matching import COUNT
 from plugin.server import PluginState, PodSource, Settings
 
 from .helpers import node_obj, pod_obj
@@ -44,6 +45,8 @@ def container(name: str, units: int) -> dict[str, Any]:
 
 @st.composite
 def pod_shapes(draw: st.DrawFn) -> dict[str, Any]:
+    if draw(st.integers(0, 4)) == 0:  # whole cards by aliyun.com/gpu-count alone
+        return {"app": [0], "init": [], "count": draw(st.integers(1, 2)), "whole": True}
     app = draw(st.lists(st.integers(0, 4), min_size=1, max_size=3))
     init = draw(st.lists(st.integers(0, 3), max_size=1))
     two_cards = draw(st.booleans()) and sum(app) % 2 == 0 and sum(app) > 0 and not any(init)
@@ -56,7 +59,9 @@ def build(name: str, shape: dict[str, Any]) -> dict[str, Any]:
         containers=[container(f"c{i}", u) for i, u in enumerate(shape["app"])],
         init=[container(f"i{i}", u) for i, u in enumerate(shape["init"])] or None,
     )
-    if shape["count"]:
+    if shape.get("whole"):
+        pod["spec"]["containers"][0]["resources"]["limits"] = {"aliyun.com/gpu-count": str(shape["count"])}
+    elif shape["count"]:
         pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-count"] = str(shape["count"])
     return pod
 
@@ -104,6 +109,12 @@ def test_every_container_gets_the_card_the_extender_wrote(cards, shapes, script)
             pod = api.pods[key]
             record = json.loads(pod["metadata"]["annotations"][ALLOCATION_ANNOTATION])
             for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]:
+                n = int(c["resources"]["limits"].get("aliyun.com/gpu-count", "0"))
+                if n:  # the kubelet's gpu-count Allocate: any n card devices
+                    env = plugin.allocate(plugin.preferred_count(uuids, [], n), COUNT).envs
+                    if "aliyun.com/gpu-mem" not in c["resources"]["limits"]:
+                        want = ",".join(x["uuid"] for x in record["cards"])
+                        assert env["NVIDIA_VISIBLE_DEVICES"] == want, (key, c["name"])
                 mine = [x for x in record["containers"] if x["name"] == c["name"]]
                 if not mine:
                     continue
