@@ -374,6 +374,18 @@ def _build_locked(force: bool, only: list[str] | None) -> Path:
     return bdir
 
 
+def compat_source(folder: Path, kubernetes: str) -> Path | None:
+    """A shim's calls that differ between Kubernetes minors: of its ``compat_v1.<minor>.go``
+    files, the newest whose minor is not newer than ``kubernetes``'s."""
+    minor = int(kubernetes.removeprefix("v").split(".")[1])
+    found = []
+    for f in folder.glob("compat_v1.*.go"):
+        m = re.fullmatch(r"compat_v1\.(\d+)\.go", f.name)
+        if m and int(m.group(1)) <= minor:
+            found.append((int(m.group(1)), f))
+    return max(found)[1] if found else None
+
+
 def build_go_shim(source: Path, name: str) -> Path:
     """Build a test shim (a Go ``main`` beside the tests) inside the pinned Kubernetes module.
 
@@ -382,7 +394,9 @@ def build_go_shim(source: Path, name: str) -> Path:
     """
     build(only=["kube-apiserver"])  # ensures src/kubernetes (go.mod with every staging replace)
     text = source.read_text()
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    compat = compat_source(source.parent, Versions.load().kubernetes)
+    compat_text = compat.read_text() if compat else ""
+    digest = hashlib.sha256((text + compat_text).encode()).hexdigest()[:12]
     out = bin_dir() / f"{name}-{digest}"
     if os.access(out, os.X_OK):
         return out
@@ -396,6 +410,9 @@ def build_go_shim(source: Path, name: str) -> Path:
     pkg = mod / name
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "main.go").write_text(text)
+    (pkg / "compat.go").unlink(missing_ok=True)
+    if compat:
+        (pkg / "compat.go").write_text(compat_text)
     env = _go_env(work)
     _log(f"building test shim {name} from {source}")
     tmp = out.with_suffix(".partial")

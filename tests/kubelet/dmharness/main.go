@@ -3,6 +3,9 @@
 // through the real registration server, ListAndWatch client, GetPreferredAllocation and
 // Allocate logic. It is a test shim, not shipped.
 //
+// The calls whose signatures differ between Kubernetes minors (contextual logging in v1.36)
+// live in compat_v1.<minor>.go; the build takes the newest one not newer than the pinned minor.
+//
 // It serves /var/lib/kubelet/device-plugins/kubelet.sock (the path is hard-coded in the
 // kubelet) and reads one JSON command per line on stdin, answering one JSON line on stdout:
 //
@@ -55,7 +58,7 @@ func (h *harness) start() error {
 		return err
 	}
 	ready := config.NewSourcesReady(func(sets.Set[string]) bool { return true })
-	if err := m.Start(h.activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	if err := startManager(m, h.activePods, ready, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		return err
 	}
 	h.manager = m
@@ -91,7 +94,7 @@ func (h *harness) handle(c command) map[string]any {
 		if err := h.manager.Allocate(c.Pod, container); err != nil {
 			return map[string]any{"error": err.Error()}
 		}
-		opts, err := h.manager.GetDeviceRunContainerOptions(c.Pod, container)
+		opts, err := runOptions(h.manager, c.Pod, container)
 		if err != nil {
 			return map[string]any{"error": err.Error()}
 		}
@@ -134,7 +137,7 @@ func (h *harness) handle(c command) map[string]any {
 		h.mu.Unlock()
 		return map[string]any{"ok": true}
 	case "restart":
-		if err := h.manager.Stop(); err != nil {
+		if err := stopManager(h.manager); err != nil {
 			return map[string]any{"error": err.Error()}
 		}
 		if err := h.start(); err != nil {
@@ -166,5 +169,5 @@ func main() {
 		}
 		_ = out.Encode(h.handle(c))
 	}
-	_ = h.manager.Stop()
+	_ = stopManager(h.manager)
 }

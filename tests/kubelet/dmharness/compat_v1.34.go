@@ -1,0 +1,21 @@
+// The device manager's calls as Kubernetes v1.34 and v1.35 spell them.
+package main
+
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/config"
+)
+
+func startManager(m *devicemanager.ManagerImpl, active devicemanager.ActivePodsFunc, ready config.SourcesReady,
+	cm containermap.ContainerMap, running sets.Set[string]) error {
+	return m.Start(active, ready, cm, running)
+}
+
+func runOptions(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) (*devicemanager.DeviceRunContainerOptions, error) {
+	return m.GetDeviceRunContainerOptions(pod, c)
+}
+
+func stopManager(m *devicemanager.ManagerImpl) error { return m.Stop() }
