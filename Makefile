@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse clean
+.PHONY: setup replay test test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse clean
 
 setup: $(STAMP)
 
@@ -26,19 +26,30 @@ replay: setup
 	$(BIN)/gpushare-replay --policy fgd
 	$(BIN)/gpushare-replay --mode static --policy binpack --plot out/replay-static.png
 
+# Kubernetes versions pinned beside the first one (versions.toml's [also."vX.Y.Z"] tables).
+K8S_ALSO = $(shell $(BIN)/python -c 'from gpushare_hub.localcluster.build import Versions; print(*[v.kubernetes for v in Versions.all()[1:]])')
+
+## Every pinned Kubernetes version, each into its own cache entry.
 k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
+	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build; done
 
 ## configurable-http-proxy for the hub tier, from npm at a pinned version into ~/.cache/gpushare-hub/npm (once).
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need.
+## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need;
+## then the cluster and kubelet tiers again against each further pinned Kubernetes version.
 test: setup k8s-binaries hub-proxy
 	$(BIN)/ruff check gpushare_hub extender plugin tests helm
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/pytest -p no:cacheprovider
+	$(MAKE) --no-print-directory test-k8s-also
+
+## The cluster and kubelet tiers against each Kubernetes version pinned beside the first.
+test-k8s-also: setup k8s-binaries
+	set -e; for v in $(K8S_ALSO); do echo "== Kubernetes $$v"; GPUSHARE_K8S_VERSION=$$v $(BIN)/pytest -p no:cacheprovider tests/cluster tests/kubelet; done
 
 test-unit: setup
 	$(BIN)/pytest -m unit
