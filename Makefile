@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries lint bench proto chart wheelhouse clean
+.PHONY: setup replay test test-unit test-chart k8s-binaries lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
@@ -31,9 +31,10 @@ k8s-binaries: setup
 
 ## Every test tier that can run here (unit, cluster, kubelet, bench), after building what they need.
 test: setup k8s-binaries
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
+	$(BIN)/mypy images/build.py
 	$(BIN)/pytest -p no:cacheprovider
 
 test-unit: setup
@@ -44,10 +45,11 @@ test-chart: setup k8s-binaries
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm
-	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
+	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
+	$(BIN)/mypy images/build.py
 
 bench: setup
 	$(BIN)/gpushare-bench replay
@@ -72,6 +74,11 @@ wheelhouse: setup
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
 	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any wheelhouse/gpushare_hub-*.whl
+
+## The images, built here with buildah (chroot, vfs) on a debootstrap base, cached under
+## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.
+images: setup
+	$(BIN)/python images/build.py --check
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

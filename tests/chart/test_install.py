@@ -299,10 +299,14 @@ def plugin_api(installed: Installed, node: str) -> client.CoreV1Api:
 
 def test_the_installed_policy_keeps_the_plugin_to_its_own_node(installed: Installed):
     api = plugin_api(installed, "gpu-1")
-    patch = {"metadata": {"annotations": {CARDS_ANNOTATION: "[]"}}}
     answers: list[str] = []
+    gpu2 = installed.admin.read_node("gpu-2").metadata.annotations[CARDS_ANNOTATION]
 
     def refused_elsewhere() -> bool:
+        # A real change each try: one let through before the policy was active must not make
+        # the next try a no-op, which only the node check would refuse.
+        current = (installed.admin.read_node("gpu-2").metadata.annotations or {}).get(CARDS_ANNOTATION)
+        patch = {"metadata": {"annotations": {CARDS_ANNOTATION: "[ ]" if current == "[]" else "[]"}}}
         try:
             api.patch_node("gpu-2", patch)
         except ApiException as err:
@@ -311,7 +315,9 @@ def test_the_installed_policy_keeps_the_plugin_to_its_own_node(installed: Instal
         answers.append("patched")
         return False
 
-    assert wait_for(refused_elsewhere, timeout=60), answers[-3:]
+    ok = wait_for(refused_elsewhere, timeout=60)
+    installed.admin.patch_node("gpu-2", {"metadata": {"annotations": {CARDS_ANNOTATION: gpu2}}})
+    assert ok, answers[-3:]
     assert "may not set gpushare-hub.io/cards on node gpu-2" in answers[-1], answers[-1]
     with pytest.raises(ApiException) as err:  # not even a label: the plugin is as narrow as a kubelet
         api.patch_node("gpu-2", {"metadata": {"labels": {"touched": "yes"}}})
