@@ -116,10 +116,10 @@ class Builder:
             capture=capture,
         )
 
-    def exists(self, ref: str) -> bool:
+    def exists(self, ref: str, kind: str = "image") -> bool:
         proc = subprocess.run(
             ["buildah", f"--root={self.cache / 'storage'}", f"--runroot={self.cache / 'run'}",
-             "--storage-driver=vfs", "inspect", "--type=image", ref],
+             "--storage-driver=vfs", "inspect", f"--type={kind}", ref],
             capture_output=True,
         )  # fmt: skip
         return proc.returncode == 0
@@ -231,23 +231,38 @@ class Builder:
                          f"--file={image.dockerfile}", f"--tag={refs[image.name]}", str(ROOT),
                          nice=True)  # fmt: skip
             self.timings[f"build {image.name}"] = time.monotonic() - start
+            self.prune(refs[image.name])
         return refs
+
+    def check_container(self, ref: str) -> str:
+        """A working container of the image kept for checks (``buildah from`` copies the whole
+        image under vfs, so one per image tag is made once and reused)."""
+        repo, key = ref.rsplit(":", 1)
+        name = f"gpushare-check-{repo.rsplit('/', 1)[1]}-{key}"
+        if not self.exists(name, kind="container"):
+            self.buildah("from", "--pull-never", f"--name={name}", ref, nice=True)
+        return name
 
     def run_in(self, ref: str, *argv: str) -> str:
         """A command inside the image (buildah run, chroot isolation), its stdout."""
-        ctr = self.buildah("from", "--pull-never", ref, capture=True).strip()
-        try:
-            return self.buildah("run", "--isolation=chroot", ctr, "--", *argv, capture=True)
-        finally:
-            self.buildah("rm", ctr)
+        return self.buildah("run", "--isolation=chroot", self.check_container(ref), "--", *argv, capture=True)
+
+    def prune(self, keep: str) -> None:
+        """Other tags of ``keep``'s repository and their check containers (vfs stores each in full)."""
+        repo = keep.rsplit(":", 1)[0]
+        for row in json.loads(self.buildah("containers", "--json", capture=True) or "[]"):
+            if row.get("imagename", "").startswith(repo + ":") and row.get("imagename") != keep:
+                self.buildah("rm", row["id"])
+        for row in json.loads(self.buildah("images", "--json", capture=True) or "[]"):
+            if any(n.startswith(repo + ":") and n != keep for n in row.get("names") or []) and keep not in (
+                row.get("names") or []
+            ):
+                self.buildah("rmi", row["id"])
 
     def size(self, ref: str) -> int:
-        """Bytes of the image's layers, uncompressed (as `buildah images` counts)."""
-        rows = json.loads(self.buildah("images", "--json", capture=True) or "[]")
-        for row in rows:
-            if ref in (row.get("names") or []):
-                return int(row["size"])
-        raise BuildError(f"{ref} is not in buildah's images")
+        """Bytes of the image's layers, uncompressed (the sum of its manifest's layer sizes)."""
+        inspected = json.loads(self.buildah("inspect", "--type=image", ref, capture=True))
+        return sum(int(layer["size"]) for layer in json.loads(inspected["Manifest"])["layers"])
 
 
 def main(argv: list[str] | None = None) -> int:
