@@ -36,7 +36,8 @@ PACKAGES = ("python3", "python3-pip", "python-is-python3")
 # Dropped from the base after debootstrap: caches and documentation.
 CLEAN = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info")
 # What the package's wheel is made of (its key; a wheel's own bytes change with each build).
-SOURCES = ("pyproject.toml", "README.md", "gpushare_hub", "extender", "plugin")
+# README.md, the wheel's long description only, is left out: editing it rebuilds nothing.
+SOURCES = ("pyproject.toml", "gpushare_hub", "extender", "plugin")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from types import ModuleType
@@ -26,6 +27,7 @@ def images_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("images_build", ROOT / "images" / "build.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
