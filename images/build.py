@@ -251,10 +251,10 @@ class Builder:
     def prune(self, keep: str) -> None:
         """Other tags of ``keep``'s repository and their check containers (vfs stores each in full)."""
         repo = keep.rsplit(":", 1)[0]
-        for row in json.loads(self.buildah("containers", "--json", capture=True) or "[]"):
+        for row in json.loads(self.buildah("containers", "--json", capture=True)) or []:
             if row.get("imagename", "").startswith(repo + ":") and row.get("imagename") != keep:
                 self.buildah("rm", row["id"])
-        for row in json.loads(self.buildah("images", "--json", capture=True) or "[]"):
+        for row in json.loads(self.buildah("images", "--json", capture=True)) or []:
             if any(n.startswith(repo + ":") and n != keep for n in row.get("names") or []) and keep not in (
                 row.get("names") or []
             ):
