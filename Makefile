@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries lint bench proto chart wheelhouse images clean
+.PHONY: setup replay test test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,plot,dev]'
+	$(BIN)/pip install --quiet -e '.[test,plot,dev,demo]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 ## The main job: replay the Alibaba GPU-sharing trace with each policy; writes out/replay.png.
@@ -29,8 +29,12 @@ replay: setup
 k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
 
-## Every test tier that can run here (unit, cluster, kubelet, bench), after building what they need.
-test: setup k8s-binaries
+## configurable-http-proxy for the hub tier, from npm at a pinned version into ~/.cache/gpushare-hub/npm (once).
+hub-proxy: setup
+	$(BIN)/gpushare-localcluster proxy
+
+## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need.
+test: setup k8s-binaries hub-proxy
 	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py

@@ -141,8 +141,14 @@ class HealthHandler(_Base):
 
 class ReadyHandler(_Base):
     def get(self) -> None:
+        informer = self.service.informer
         if self.service.ready:
             self.send_json({"status": "ready", "nodes": len(self.service.ledger.node_names)})
+        elif informer.synced:
+            stale = round(informer.stale_for(), 1)
+            self.send_json(
+                {"status": "stale", "stale_for": stale, "stale_after": self.service.stale_after}, 503
+            )
         else:
             self.send_json({"status": "syncing"}, 503)
 
@@ -349,6 +355,18 @@ class GPUShareExtender(Application):
     kubeconfig = Unicode("", help="Kubeconfig file; empty means in-cluster (service account).").tag(
         config=True
     )
+    stale_after = Float(
+        30.0,
+        help="""Seconds a watch on the API server may fail before /readyz answers 503 (the
+        ledger may be out of date); it answers 200 again once the watches recover.""",
+    ).tag(config=True)
+    bind_timeout = Float(
+        4.0,
+        help="""Seconds the extender waits for the API server to answer a Binding (and a pod
+        read at bind). Keep it below kube-scheduler's httpTimeout for the extender (5s in the
+        generated configuration). An unanswered Binding keeps its card reserved until the
+        pod is read back.""",
+    ).tag(config=True)
     warn_bypass = Bool(True, help="Emit a Warning event for pods that bypassed the dedicated scheduler.").tag(
         config=True
     )
@@ -423,6 +441,8 @@ class GPUShareExtender(Application):
         "lease-renew-deadline": "GPUShareExtender.lease_renew_deadline",
         "lease-retry-period": "GPUShareExtender.lease_retry_period",
         "kubeconfig": "GPUShareExtender.kubeconfig",
+        "stale-after": "GPUShareExtender.stale_after",
+        "bind-timeout": "GPUShareExtender.bind_timeout",
         "log-level": "Application.log_level",
     }
     flags = {  # noqa: RUF012
@@ -509,8 +529,10 @@ class GPUShareExtender(Application):
 
     async def _serve(self) -> None:
         api = await make_api_client(self.kubeconfig or None, in_cluster=not self.kubeconfig)
-        kube = Kube(api)
-        service = ExtenderService(kube, self.policy, self.names(), self.scheduler_name, self.warn_bypass)
+        kube = Kube(api, bind_timeout=self.bind_timeout)
+        service = ExtenderService(
+            kube, self.policy, self.names(), self.scheduler_name, self.warn_bypass, self.stale_after
+        )
         token = Path(self.token_file).read_text().strip() if self.token_file else ""
         server = make_server(service, self.url_prefix, self.tls_cert, self.tls_key, self.tls_client_ca, token)
         server.listen(self.port, self.ip)

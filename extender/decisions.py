@@ -97,9 +97,15 @@ class Decisions:
         if demand is None:
             return None
         existing = self.ledger.allocation(demand.key)
-        if existing is not None and not (pod.get("spec") or {}).get("nodeName"):
-            # Left by a bind that failed after the ledger recorded it: start afresh.
-            self.ledger.release(demand.key)
+        if existing is not None:
+            # Never released here: the binder settles its own reservations, and a pod copy
+            # from filter time may be older than a bind that went through.
+            return Refusal(
+                demand.key,
+                f"pod {demand.key} already holds cards on node {existing.node} (a bind that is in "
+                "flight or done); not placing it twice",
+                permanent=False,
+            )
         decision = self.placer(demand.policy).placement_on(demand, node)
         if isinstance(decision, Placement):
             self.ledger.commit(decision)

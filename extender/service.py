@@ -1,47 +1,35 @@
-"""The extender's state: the ledger kept current from the API server, and the bind flow.
+"""The extender's parts glued together: the informer that keeps the ledger, the decisions
+on it, the binder, the bypass warnings and the metrics.
 
-Start-up lists Nodes and Pods, builds the ledger, then watches both; ``ready``
-turns true only after the first full list, so a restarted extender never answers
-from an empty ledger. A watch that expires resumes from its last resource
-version; one that is too old (HTTP 410) lists again and rebuilds the ledger,
-keeping placements whose bind is still in flight.
+``ready`` turns true only after the informer's first full list, so a restarted
+extender never answers from an empty ledger, and turns false while a watch has
+been failing for longer than ``stale_after`` seconds (and back once it recovers).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpushare_hub.core import (
-    ALLOCATION_ANNOTATION,
-    DEFAULT_NAMES,
-    GPUShareError,
-    Ignored,
-    IgnoredRecord,
-    Ledger,
-    Placement,
-    ResourceNames,
-    demand_from_pod,
-    pod_key,
-)
+from gpushare_hub.core import DEFAULT_NAMES, Ignored, IgnoredRecord, Ledger, Placement, ResourceNames
 from gpushare_hub.core.mps import MISMATCH_REASON, NodeMPS, node_mps, uid_mismatches
+from gpushare_hub.kube import LedgerInformer
 
+from .binding import Binder, BindResult
+from .bypass import BYPASS_REASON, BypassWarner
 from .decisions import Decisions
-from .kube import Kube, sleep_backoff
+from .kube import Kube
 from .leader import LeaseElector
 from .wire import BindingArgs
 
 log = logging.getLogger("gpushare.extender")
 
-BYPASS_REASON = "GPUShareNotScheduled"
+__all__ = ["BYPASS_REASON", "IGNORED_REASON", "ExtenderService", "Metrics"]
+
 IGNORED_REASON = "GPUShareAllocationIgnored"
 
 
@@ -104,109 +92,64 @@ class ExtenderService:
         names: ResourceNames = DEFAULT_NAMES,
         scheduler_name: str = "gpushare-scheduler",
         warn_bypass: bool = True,
+        stale_after: float = 30.0,
+        informer: LedgerInformer | None = None,
     ) -> None:
         self.kube = kube
         self.names = names
         self.policy = policy
         self.scheduler_name = scheduler_name
-        self.warn_bypass = warn_bypass
-        self.decisions = Decisions(Ledger(names), policy, names)
+        self.stale_after = stale_after
+        self.informer = informer or LedgerInformer(kube.api if kube is not None else None, names)
+        self.decisions = Decisions(self.informer.ledger, policy, names)
         self.metrics = Metrics()
         self.metrics.watch_ledger(lambda: self.ledger)
-        self.ready = False
         self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
-        self._tasks: list[asyncio.Task[None]] = []
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
-        self._warned: set[str] = set()
-        self._mps: dict[str, NodeMPS] = {}  # nodes whose plugin runs MPS: each card's server UID
         self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported
-        self._node_rv = self._pod_rv = ""
-        # Pods as the scheduler sent them to filter, by UID, so that bind (which gets
-        # names only) need not read them again. Bounded; a miss just reads the pod.
-        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
-
-    def remember(self, pod: dict[str, Any]) -> None:
-        uid = (pod.get("metadata") or {}).get("uid")
-        if uid:
-            self._recent[uid] = pod
-            self._recent.move_to_end(uid)
-            while len(self._recent) > 4096:
-                self._recent.popitem(last=False)
+        self._mps: dict[str, NodeMPS] = {}  # nodes whose plugin runs MPS: each card's server UID
+        self.informer.on_node(self._track_mps)
+        self.informer.on_ignored(self._report_ignored)
+        self.informer.on_pod(self._forget_reported)
+        self.binder: Binder | None = None
+        if kube is not None:
+            self.binder = Binder(kube, lambda: self.decisions, names)
+            self.informer.protect = self.binder.unresolved
+            self.informer.on_pod(self.binder.on_pod)
+            if warn_bypass:
+                self.informer.on_pod(BypassWarner(kube, self.informer.ledger, names, scheduler_name))
 
     @property
     def ledger(self) -> Ledger:
         return self.decisions.ledger
 
-    # ---- syncing with the API server ------------------------------------------------
-    async def start(self) -> None:
-        await self.resync()
-        self._tasks = [
-            asyncio.create_task(self._watch_loop("nodes")),
-            asyncio.create_task(self._watch_loop("pods")),
-        ]
-        self.ready = True
+    @property
+    def ready(self) -> bool:
+        """Synced once, and no watch failing for longer than ``stale_after`` seconds."""
+        return self.informer.synced and self.informer.stale_for() <= self.stale_after
 
-    async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        if self.kube is not None:
-            await self.kube.close()
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        """Tests and benchmarks without an API server mark the ledger as read."""
+        self.informer.synced = value
+
+    def remember(self, pod: dict[str, Any]) -> None:
+        if self.binder is not None:
+            self.binder.remember(pod)
+
+    async def start(self) -> None:
+        await self.informer.start()
 
     async def resync(self) -> None:
-        """List everything and rebuild the ledger, keeping binds still in flight."""
-        assert self.kube is not None
-        nodes, self._node_rv = await self.kube.list_nodes()
-        pods, self._pod_rv = await self.kube.list_pods()
-        old = self.ledger
-        fresh = Ledger(self.names)
-        for obj in nodes:
-            self._observe_node(fresh, obj)
-        for pod in pods:
-            self._observe_pod(fresh, pod)
-        for alloc in old.allocations():
-            if alloc.assumed and fresh.allocation(alloc.key) is None:
-                with contextlib.suppress(GPUShareError):
-                    fresh.commit(Placement(alloc.key, alloc.node, alloc.cards, alloc.containers, alloc.uid))
-        self.decisions = Decisions(fresh, self.policy, self.names)
-        log.info(
-            "ledger rebuilt from the API server: %d GPU nodes, %d pods holding slices",
-            len(fresh.node_names),
-            len(fresh.allocations()),
-        )
+        """Read the cluster again (on winning the Lease: the previous leader's last binds)."""
+        await self.informer.resync()
 
-    def _observe_node(self, ledger: Ledger, obj: dict[str, Any], deleted: bool = False) -> None:
-        name = (obj.get("metadata") or {}).get("name", "?")
-        mps = NodeMPS() if deleted else node_mps(obj)
-        if mps.enabled:
-            self._mps[name] = mps
-        else:
-            self._mps.pop(name, None)
-        try:
-            if deleted:
-                ledger.remove_node(name)
-            else:
-                for ignored in ledger.observe_node(obj):
-                    self._report_ignored(ignored)
-        except GPUShareError as err:
-            log.warning("ignoring node %s: %s", name, err)
-
-    def _observe_pod(self, ledger: Ledger, obj: dict[str, Any], deleted: bool = False) -> None:
-        try:
-            ignored = ledger.observe_pod(obj, deleted=deleted)
-        except GPUShareError as err:
-            log.warning("ignoring pod %s: %s", pod_key(obj), err)
-        else:
-            if ignored is not None:
-                self._report_ignored(ignored)
-        if deleted:
-            uid = str((obj.get("metadata") or {}).get("uid", ""))
-            self._warned.discard(uid)
-            self._reported = {r for r in self._reported if r[0] != uid}
-        elif self.warn_bypass:
-            self._check_bypass(ledger, obj)
+    async def stop(self) -> None:
+        await self.informer.stop()
+        if self.binder is not None:
+            await self.binder.stop()
+        if self.kube is not None:
+            await self.kube.close()
 
     def _report_ignored(self, ignored: IgnoredRecord) -> None:
         """A record the ledger refused: a metric, a log line and a Warning event on the pod, once."""
@@ -224,86 +167,32 @@ class ExtenderService:
         self._events.add(task)
         task.add_done_callback(self._events.discard)
 
-    def _check_bypass(self, ledger: Ledger, pod: dict[str, Any]) -> None:
-        """A pod that asks for our resource but got a node without our choice of card."""
-        # Cheap questions first: this runs on every pod event of the cluster.
-        spec = pod.get("spec") or {}
-        meta = pod.get("metadata") or {}
-        node = spec.get("nodeName")
-        if self.kube is None or not node or ledger.node(node) is None:
-            return
-        if ALLOCATION_ANNOTATION in (meta.get("annotations") or {}):
-            return
-        uid = str(meta.get("uid", ""))
-        if uid in self._warned or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return
-        try:
-            demand = demand_from_pod(pod, self.names)
-        except GPUShareError:
-            return
-        if demand is None:
-            return
-        self._warned.add(uid)
-        scheduler = spec.get("schedulerName") or "default-scheduler"
-        message = (
-            f"pod {demand.key} asks for {self.names.memory} but was placed on {spec['nodeName']} by "
-            f"{scheduler!r}, not by {self.scheduler_name!r}, so no card was chosen for it and the device "
-            f"plugin cannot give it one. Set spec.schedulerName: {self.scheduler_name} (GPUShareSpawner "
-            "does this) and recreate the pod."
-        )
-        log.warning(message)
-        task = asyncio.get_running_loop().create_task(self.kube.warn(pod, BYPASS_REASON, message))
-        self._events.add(task)
-        task.add_done_callback(self._events.discard)
-
-    async def _watch_loop(self, kind: str) -> None:
-        assert self.kube is not None
-        attempt = 0
-        while True:
-            rv = self._node_rv if kind == "nodes" else self._pod_rv
-            try:
-                await self.kube.watch(kind, rv, lambda t, o: self._on_event(kind, t, o))
-                attempt = 0
-            except asyncio.CancelledError:
-                raise
-            except ApiException as err:
-                if err.status == 410:
-                    log.info("%s watch expired (resource version too old): listing again", kind)
-                    await self.resync()
-                else:
-                    log.warning("%s watch failed: %s; retrying", kind, err.reason)
-                    await sleep_backoff(attempt)
-                    attempt += 1
-            except Exception as err:  # connection reset, API server restart, ...
-                log.warning("%s watch broke: %s; retrying", kind, err)
-                await sleep_backoff(attempt)
-                attempt += 1
-
-    def _on_event(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
-        rv = (obj.get("metadata") or {}).get("resourceVersion", "")
-        if etype == "BOOKMARK":
-            if kind == "nodes":
-                self._node_rv = rv or self._node_rv
-            else:
-                self._pod_rv = rv or self._pod_rv
-            return
-        deleted = etype == "DELETED"
-        if kind == "nodes":
-            self._node_rv = rv or self._node_rv
-            self._observe_node(self.ledger, obj, deleted)
+    def _track_mps(self, etype: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        mps = NodeMPS() if etype == "DELETED" else node_mps(obj)
+        if mps.enabled:
+            self._mps[name] = mps
         else:
-            self._pod_rv = rv or self._pod_rv
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "pod %s %s rv=%s node=%s",
-                    etype,
-                    pod_key(obj),
-                    rv,
-                    (obj.get("spec") or {}).get("nodeName"),
-                )
-            self._observe_pod(self.ledger, obj, deleted)
+            self._mps.pop(name, None)
 
-    # ---- bind ----------------------------------------------------------------------------
+    def _warn_mps_users(self, pod: dict[str, Any], placement: Placement) -> None:
+        """A pod of another UID than a card's MPS server would hang silently: say so on the pod."""
+        mps = self._mps.get(placement.node)
+        if mps is None or self.kube is None:
+            return
+        for clash in uid_mismatches(mps, placement.node, pod, [c.uuid for c in placement.cards]):
+            log.warning(clash.message())
+            task = asyncio.get_running_loop().create_task(
+                self.kube.warn(pod, MISMATCH_REASON, clash.message())
+            )
+            self._events.add(task)
+            task.add_done_callback(self._events.discard)
+
+    def _forget_reported(self, etype: str, pod: dict[str, Any]) -> None:
+        if etype == "DELETED":
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            self._reported = {r for r in self._reported if r[0] != uid}
+
     def _bind_refusal(self, args: BindingArgs) -> str:
         """Binds this replica must not do: without the pod's UID, or while another replica leads."""
         if not args.pod_uid:
@@ -318,68 +207,20 @@ class ExtenderService:
         return ""
 
     async def bind(self, args: BindingArgs) -> str:
-        """Choose the card and bind; returns "" or the error for ExtenderBindingResult.Error.
-
-        The card choice is recorded in the ledger before the first await, so that
-        concurrent binds see it. The annotations travel inside the Binding, which
-        the API server applies atomically: either the pod is bound with its card
-        written on it, or nothing changed and the ledger entry is dropped again.
-        """
+        """Bind for kube-scheduler; returns "" or the error for ExtenderBindingResult.Error."""
         refusal = self._bind_refusal(args)
         if refusal:
             return refusal
-        assert self.kube is not None
-        key = f"{args.pod_namespace}/{args.pod_name}"
-        pod = self._recent.pop(args.pod_uid, None) if args.pod_uid else None
-        if pod is None or pod_key(pod) != key:
-            try:
-                pod = await self.kube.get_pod(args.pod_namespace, args.pod_name)
-            except ApiException as err:
-                return f"pod {key}: cannot read it before binding ({err.status} {err.reason})"
-        uid = (pod.get("metadata") or {}).get("uid", "")
-        if args.pod_uid and uid != args.pod_uid:
-            return f"pod {key} was replaced (uid {uid}, scheduler asked for {args.pod_uid}); not binding"
-        if (pod.get("spec") or {}).get("nodeName"):
-            return f"pod {key} is already bound to {pod['spec']['nodeName']}"
-        try:
-            decision = self.decisions.bind(pod, args.node)
-        except GPUShareError as err:
-            return str(err)
-        annotations: dict[str, str] = {}
-        if decision is not None:
-            if not isinstance(decision, Placement):
-                return decision.reason
-            annotations = decision.record().pod_annotations(
-                self.decisions.card_units(decision), time.time_ns()
-            )
-        try:
-            await self.kube.bind(
-                args.pod_namespace, args.pod_name, args.pod_uid or uid, args.node, annotations
-            )
-        except ApiException as err:
-            if decision is not None:
-                self.ledger.release(key)
-            return f"binding pod {key} to {args.node} failed: {err.status} {err.reason}"
-        except BaseException:
-            if decision is not None:
-                self.ledger.release(key)
-            raise
-        if isinstance(decision, Placement):
-            self.metrics.placements.labels(decision.policy).inc()
-            cards = ", ".join(f"card {c.index} ({c.uuid}) {self.names.fmt(c.units)}" for c in decision.cards)
-            log.info("placed pod %s on node %s, %s, policy %s", key, args.node, cards, decision.policy)
-            self._warn_mps_users(pod, decision)
-        return ""
-
-    def _warn_mps_users(self, pod: dict[str, Any], placement: Placement) -> None:
-        """A pod of another UID than a card's MPS server would hang silently: say so on the pod."""
-        mps = self._mps.get(placement.node)
-        if mps is None or self.kube is None:
-            return
-        for clash in uid_mismatches(mps, placement.node, pod, [c.uuid for c in placement.cards]):
-            log.warning(clash.message())
-            task = asyncio.get_running_loop().create_task(
-                self.kube.warn(pod, MISMATCH_REASON, clash.message())
-            )
-            self._events.add(task)
-            task.add_done_callback(self._events.discard)
+        if self.binder is None:
+            return "the extender runs without an API server; it cannot bind"
+        result: BindResult = await self.binder.bind(
+            args.pod_namespace, args.pod_name, args.pod_uid, args.node
+        )
+        if result.placement is not None:
+            p = result.placement
+            self.metrics.placements.labels(p.policy).inc()
+            cards = ", ".join(f"card {c.index} ({c.uuid}) {self.names.fmt(c.units)}" for c in p.cards)
+            log.info("placed pod %s on node %s, %s, policy %s", result.pod, p.node, cards, p.policy)
+            if result.pod_object is not None:
+                self._warn_mps_users(result.pod_object, p)
+        return result.error()

@@ -66,6 +66,12 @@ class GPUShareDevicePlugin(Application):
         the driver and CUDA contexts (gpu-manager's deviceMemoryScaling).""",
     ).tag(config=True)
     kubeconfig = Unicode("", help="Kubeconfig file; empty means in-cluster.").tag(config=True)
+    served_file = Unicode(
+        "",
+        help="""File that remembers which containers were served until their pod is marked
+        ALIYUN_COM_GPU_MEM_ASSIGNED=true, so that a plugin restart in between cannot hand a
+        served container's card to another. Default: gpushare-hub-served.json in plugin_dir.""",
+    ).tag(config=True)
     node_config = Unicode(
         "",
         help="""ConfigMap NAMESPACE/NAME with per-node options: a JSON object under
@@ -139,6 +145,7 @@ class GPUShareDevicePlugin(Application):
         "reserve-fraction": "GPUShareDevicePlugin.reserve_fraction",
         "kubeconfig": "GPUShareDevicePlugin.kubeconfig",
         "node-config": "GPUShareDevicePlugin.node_config",
+        "served-file": "GPUShareDevicePlugin.served_file",
         "hook-host-path": "GPUShareDevicePlugin.hook_host_path",
         "mps": "GPUShareDevicePlugin.mps",
         "mps-multi-user": "GPUShareDevicePlugin.mps_multi_user",
@@ -265,6 +272,7 @@ class GPUShareDevicePlugin(Application):
             names=names,
             reserve_fraction=self.reserve_fraction,
             plugin_dir=self.plugin_dir,
+            served_file=self.served_file or str(Path(self.plugin_dir) / "gpushare-hub-served.json"),
             isolation=self.isolation(),
         )
         try:
@@ -287,7 +295,7 @@ class GPUShareDevicePlugin(Application):
             except Exception as err:
                 log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
 
-        runner = Runner(state, on_registered=publish)
+        runner = Runner(state, on_registered=publish, on_health=publish)
         self.start_usage(api, state, runner)
 
         def stop(*_: Any) -> None:

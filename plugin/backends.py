@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,9 +85,15 @@ def read_proc(pid: int, proc: Path = Path("/proc")) -> tuple[str, int | None, st
 
 
 class NVMLBackend:
-    """Real cards through NVML (``pynvml`` from nvidia-ml-py)."""
+    """Real cards through NVML (``pynvml`` from nvidia-ml-py).
+
+    A critical XID marks its card unhealthy. NVML sends no "recovered" event, so a card
+    that has had no critical XID for ``recover_after`` seconds is probed (its memory
+    info read through NVML) and reported healthy again if it answers.
+    """
 
     name = "nvml"
+    recover_after = 60.0
 
     def __init__(self) -> None:
         try:
@@ -100,6 +107,8 @@ class NVMLBackend:
             raise BackendUnavailable(self._explain(err)) from err
         self._events: Any = None
         self._handles: dict[str, Any] = {}
+        self._last_xid: dict[str, float] = {}  # unhealthy cards: when their last critical XID came
+        self._clock = time.monotonic
 
     def _explain(self, err: Exception) -> str:
         n = self.nvml
@@ -153,15 +162,36 @@ class NVMLBackend:
                     n.nvmlDeviceRegisterEvents(h, n.nvmlEventTypeXidCriticalError, self._events)
                 except n.NVMLError as err:
                     log.warning("card %s cannot report XID events (%s); its health is not watched", uuid, err)
+        out: list[HealthEvent] = []
         try:
             data = n.nvmlEventSetWait_v2(self._events, timeout_ms)
         except n.NVMLError_Timeout:
-            return []
-        xid = int(data.eventData)
-        if xid in APPLICATION_XIDS:
-            return []
-        uuid = self._text(n.nvmlDeviceGetUUID(data.device))
-        return [HealthEvent(uuid, False, f"XID {xid}")]
+            pass
+        else:
+            xid = int(data.eventData)
+            if xid not in APPLICATION_XIDS:
+                uuid = self._text(n.nvmlDeviceGetUUID(data.device))
+                self._last_xid[uuid] = self._clock()
+                out.append(HealthEvent(uuid, False, f"XID {xid}"))
+        return out + self._recovered()
+
+    def _recovered(self) -> list[HealthEvent]:
+        """Cards quiet for ``recover_after`` seconds that answer NVML again."""
+        n = self.nvml
+        out = []
+        for uuid, since in list(self._last_xid.items()):
+            quiet = self._clock() - since
+            if quiet < self.recover_after:
+                continue
+            try:
+                n.nvmlDeviceGetMemoryInfo(self._handles[uuid])
+            except n.NVMLError as err:
+                log.warning("card %s still does not answer NVML (%s); it stays unhealthy", uuid, err)
+                self._last_xid[uuid] = self._clock()
+                continue
+            del self._last_xid[uuid]
+            out.append(HealthEvent(uuid, True, f"no critical XID for {quiet:.0f}s and the card answers"))
+        return out
 
     def processes(self) -> list[GPUProcess]:
         """Compute processes on each card (and MPS clients, where NVML lists them apart)."""

@@ -47,13 +47,25 @@ def by_card(ids: Iterable[str]) -> dict[str, list[str]]:
 
 
 def preferred(
-    available: Sequence[str], must_include: Sequence[str], size: int, card_uuid: str | None
+    available: Sequence[str], must_include: Sequence[str], size: int, cards: str | Sequence[str] | None
 ) -> list[str]:
-    """``size`` device IDs, all from ``card_uuid`` where possible (then the must-includes)."""
+    """``size`` device IDs from ``cards`` where possible, split over them as the extender split
+    the container's units (then the must-includes); with no cards, all from one card."""
     chosen = list(dict.fromkeys(must_include))[:size]
     pool = [i for i in available if i not in chosen]
-    if card_uuid is not None:
-        pool.sort(key=lambda i: (card_of(i) != card_uuid, i))
+    wanted = (cards,) if isinstance(cards, str) else tuple(cards or ())
+    if wanted:
+        rank = {u: n for n, u in enumerate(wanted)}
+        share = {u: size // len(wanted) + (n < size % len(wanted)) for n, u in enumerate(wanted)}
+        for i in chosen:
+            share[card_of(i)] = share.get(card_of(i), 0) - 1
+        picked = []
+        for i in sorted(pool, key=lambda i: (rank.get(card_of(i), len(rank)), i)):
+            if share.get(card_of(i), 0) > 0:
+                share[card_of(i)] -= 1
+                picked.append(i)
+        rest = [i for i in pool if i not in set(picked)]
+        pool = picked + sorted(rest, key=lambda i: (card_of(i) not in rank, i))
     else:  # keep a container's units on one card: fullest group of available IDs first
         groups = by_card(pool)
         pool.sort(key=lambda i: (-len(groups[card_of(i)]), card_of(i), i))

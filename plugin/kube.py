@@ -19,6 +19,10 @@ from gpushare_hub.core.resources import ResourceNames
 
 from .server import PodSource
 
+# Seconds per API call. Allocate makes up to two (list the node's pods, mark one assigned)
+# and the kubelet calls it without a deadline: a slow API server must not stall admission.
+API_TIMEOUT = 5.0
+
 RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
@@ -47,7 +51,7 @@ class KubePods(PodSource):
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
         resp: Any = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", _preload_content=False
+            field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=API_TIMEOUT
         )
         items: list[dict[str, Any]] = json.loads(resp.data)["items"]
         return items
@@ -59,7 +63,13 @@ class KubePods(PodSource):
                 "annotations": {GPU_MEM_ASSIGNED: "true", GPU_MEM_ASSUME_TIME: str(time.time_ns())},
             }
         }
-        self.core.patch_namespaced_pod(name, namespace, body, _content_type="application/merge-patch+json")
+        self.core.patch_namespaced_pod(
+            name,
+            namespace,
+            body,
+            _content_type="application/merge-patch+json",
+            _request_timeout=API_TIMEOUT,
+        )
 
 
 def publish_isolation(api: Any, node: str, mps: bool, multi_user: bool) -> None:
@@ -96,12 +106,14 @@ def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -
             }
         },
         _content_type="application/merge-patch+json",
+        _request_timeout=API_TIMEOUT,
     )
     count = str(sum(1 for c in cards if c.healthy))
     core.patch_node_status(
         node,
         {"status": {"capacity": {names.count: count}, "allocatable": {names.count: count}}},
         _content_type="application/merge-patch+json",
+        _request_timeout=API_TIMEOUT,
     )
 
 

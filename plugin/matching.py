@@ -6,8 +6,8 @@ What makes the answer unambiguous:
 * the extender wrote, per container, the card UUID and units it chose
   (``gpushare-hub.io/allocation``);
 * on nodes served by this plugin (Node annotation ``gpushare-hub.io/allocator``)
-  the extender keeps all not-yet-allocated slices of one size on one card, so
-  every container still waiting for ``n`` units wants the same card;
+  the extender keeps the rule of :mod:`gpushare_hub.core.handout`: all unserved
+  containers whose Allocate will ask ``n`` devices want the same card(s);
 * the plugin marks each pod ``ALIYUN_COM_GPU_MEM_ASSIGNED=true`` once all its
   containers are served, and remembers containers it served in between.
 
@@ -16,10 +16,11 @@ asks the resource, is bound to this node, the cards are this node's, no card
 over-committed), the same reader the extender's ledger uses.
 
 So the candidates for an Allocate of ``n`` units are the unserved containers
-of ``n`` units on this node; if they disagree about the card, the call fails
-with the pods named rather than guessing (gpushare's plugin matched on the
-amount alone and swapped pods). Among agreeing candidates the oldest
-placement is served first; they are interchangeable.
+of ``n`` units on this node (their handouts of size ``n``); if they disagree
+about the card, the call fails with the pods named rather than guessing, even
+when the device IDs come from one card (gpushare's plugin matched on the amount
+alone and swapped pods). Among agreeing candidates the oldest placement is
+served first; they are interchangeable.
 """
 
 from __future__ import annotations
@@ -32,11 +33,10 @@ from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME
 from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.demand import pod_key
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.handout import handouts
 from gpushare_hub.core.ledger import Ledger
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
-
-from .devices import by_card
 
 
 class NoMatch(GPUShareError):
@@ -45,7 +45,10 @@ class NoMatch(GPUShareError):
 
 @dataclass(frozen=True)
 class Waiting:
-    """A container that the extender gave a slice to and that the plugin has not served yet."""
+    """A container that the extender gave a slice to and that the plugin has not served yet.
+
+    ``units``: what its Allocate asks; ``cards``: every card it gets (``uuid`` is the first).
+    """
 
     pod: str
     uid: str
@@ -54,6 +57,7 @@ class Waiting:
     units: int
     pod_units: int
     assumed_ns: int
+    cards: tuple[str, ...] = ()
 
 
 def waiting_containers(
@@ -91,9 +95,11 @@ def waiting_containers(
             assumed = int(ann.get(GPU_MEM_ASSUME_TIME, "0"))
         except ValueError:
             assumed = 0
-        for c in alloc.containers:
-            if (uid, c.container) not in served:
-                out.append(Waiting(alloc.key, uid, c.container, c.uuid, c.units, alloc.units, assumed))
+        for h in handouts(alloc.containers):
+            if (uid, h.container) not in served:
+                out.append(
+                    Waiting(alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards)
+                )
     return out
 
 
@@ -110,20 +116,16 @@ def match(device_ids: list[str], waiting: list[Waiting], node: str, unit: str = 
             f"(waiting sizes: {sizes or 'none'}); a pod that asks aliyun.com/gpu-mem must be scheduled by "
             "gpushare-scheduler, which writes the card it chose on the pod"
         )
-    cards = sorted({w.uuid for w in candidates})
-    if len(cards) > 1:
-        asked = by_card(device_ids)
-        if len(asked) == 1:
-            # The kubelet followed our preferred allocation: the IDs name the card.
-            only = next(iter(asked))
-            candidates = [w for w in candidates if w.uuid == only] or candidates
-        if len({w.uuid for w in candidates}) > 1:
-            who = ", ".join(f"{w.pod} ({w.container}, card {w.uuid})" for w in candidates[:4])
-            raise NoMatch(
-                f"ambiguous Allocate of {n} {unit} on node {node}: {who} all wait for that amount on "
-                "different cards. The extender prevents this on nodes annotated gpushare-hub.io/allocator; "
-                "check that the annotation is on the node and that only one extender serves the cluster"
-            )
+    if len({w.cards or (w.uuid,) for w in candidates}) > 1:
+        # Never guessed from the device IDs: which IDs the kubelet picked says nothing of the pod.
+        who = ", ".join(
+            f"{w.pod} ({w.container}, card {'+'.join(w.cards or (w.uuid,))})" for w in candidates[:4]
+        )
+        raise NoMatch(
+            f"ambiguous Allocate of {n} {unit} on node {node}: {who} all wait for that amount on "
+            "different cards. The extender prevents this on nodes annotated gpushare-hub.io/allocator; "
+            "check that the annotation is on the node and that only one extender serves the cluster"
+        )
     return min(candidates, key=lambda w: (w.assumed_ns, w.pod, w.container))
 
 
@@ -132,7 +134,7 @@ def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
     limit_mib = w.units * mib_per_unit
     fraction = f"{min(1.0, limit_mib / max(1, card.mib or limit_mib)):.3f}"
     return {
-        "NVIDIA_VISIBLE_DEVICES": w.uuid,
+        "NVIDIA_VISIBLE_DEVICES": ",".join(w.cards or (w.uuid,)),
         "ALIYUN_COM_GPU_MEM_IDX": str(card.index),
         "ALIYUN_COM_GPU_MEM_POD": str(w.pod_units),
         "ALIYUN_COM_GPU_MEM_CONTAINER": str(w.units),

@@ -85,6 +85,6 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
         env["XLA_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
     if iso.cdi:
-        cdi = (f"{CDI_KIND}={w.uuid}",)
+        cdi = tuple(f"{CDI_KIND}={u}" for u in (w.cards or (w.uuid,)))  # every card of a 2-card pod
         del env["NVIDIA_VISIBLE_DEVICES"]
     return ContainerResponse(envs=env, mounts=tuple(mounts), cdi_devices=cdi)

@@ -10,7 +10,9 @@ register again.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -56,6 +58,8 @@ class Settings:
     reserve_fraction: float = 0.0
     plugin_dir: str = DEFAULT_DIR
     socket_name: str = "gpushare-hub.sock"
+    # Containers served but whose pod is not marked assigned yet, kept across plugin restarts.
+    served_file: str = ""
     isolation: Isolation = field(default_factory=Isolation)
 
 
@@ -85,6 +89,37 @@ class PluginState:
         self._unmarked: dict[str, str] = {}  # pod UID -> key: every container served, mark not yet written
         self._lock = threading.Lock()
         self._warned: set[tuple[str, Ignored]] = set()  # ignored records already logged
+        self._load_served()
+
+    # ---- what has been served, on disk until the API server has it ---------------------------
+    def _load_served(self) -> None:
+        path = self.settings.served_file
+        if not path or not os.path.exists(path):
+            return
+        try:
+            with open(path) as fh:
+                data = json.load(fh)
+            self._served = {(str(u), str(c)) for u, c in data.get("served", [])}
+            self._unmarked = {str(k): str(v) for k, v in data.get("unmarked", {}).items()}
+        except (OSError, ValueError, TypeError, AttributeError) as err:
+            log.error(
+                "cannot read %s (%s): containers served before this restart may be matched again; "
+                "delete the file if it is damaged",
+                path,
+                err,
+            )
+            return
+        log.info("%d served container(s) not yet marked on their pods, from %s", len(self._served), path)
+
+    def _save_served(self) -> None:
+        """Written before Allocate answers, so that a restart cannot serve a container twice."""
+        path = self.settings.served_file
+        if not path:
+            return
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"served": sorted(self._served), "unmarked": self._unmarked}, fh)
+        os.replace(tmp, path)
 
     def _mark_served_pods(self) -> None:
         """Write ASSIGNED=true on fully served pods; then the API server remembers for us.
@@ -102,6 +137,7 @@ class PluginState:
             with self._lock:
                 self._unmarked.pop(uid, None)
                 self._served = {s for s in self._served if s[0] != uid}
+                self._save_served()
 
     def card(self, uuid: str) -> Card:
         for c in self.cards:
@@ -122,13 +158,16 @@ class PluginState:
             out.extend(pb.Device(ID=i, health=state) for i in device_ids(c))
         return out
 
-    def set_health(self, uuid: str, healthy: bool, reason: str) -> None:
+    def set_health(self, uuid: str, healthy: bool, reason: str) -> bool:
+        """Record a card's health; True if it changed."""
         with self.changed:
             if uuid in self.health and self.health[uuid] != healthy:
                 self.health[uuid] = healthy
                 self.generation += 1
                 log.warning("card %s is now %s (%s)", uuid, "healthy" if healthy else "UNHEALTHY", reason)
                 self.changed.notify_all()
+                return True
+        return False
 
     def _waiting(self) -> list[Waiting]:
         ignored: list[IgnoredRecord] = []
@@ -149,7 +188,7 @@ class PluginState:
         is the answer; with none waiting (or, against that rule, several cards) the plugin
         only keeps the units together on one card.
         """
-        cards = {w.uuid for w in self._waiting() if w.units == size}
+        cards = {w.cards or (w.uuid,) for w in self._waiting() if w.units == size}
         return preferred(available, must, size, cards.pop() if len(cards) == 1 else None)
 
     def allocate(self, ids: list[str]) -> ContainerResponse:
@@ -160,8 +199,18 @@ class PluginState:
             waiting = self._waiting()
             w = match(ids, waiting, self.settings.node, self.settings.names.unit)
             card = self.card(w.uuid)
+            sick = [u for u in (w.cards or (w.uuid,)) if not self.card(u).healthy]
+            if sick:
+                raise NoMatch(
+                    f"pod {w.pod} container {w.container}: card {', '.join(sick)} on node "
+                    f"{self.settings.node} is unhealthy; it is not handed out. Delete the pod so that "
+                    "it is placed on a healthy card"
+                )
             self._served.add((w.uid, w.container))
             rest = [x for x in waiting if x.uid == w.uid and (x.uid, x.container) not in self._served]
+            if not rest:
+                self._unmarked[w.uid] = w.pod
+            self._save_served()
         response = container_response(w, card, self.settings.names.mib_per_unit, self.settings.isolation)
         log.info(
             "allocated %s units of card %d (%s) to pod %s container %s",
@@ -171,8 +220,6 @@ class PluginState:
             w.pod,
             w.container,
         )
-        if not rest:
-            self._unmarked[w.uid] = w.pod
         self._mark_served_pods()
         return response
 
@@ -241,12 +288,20 @@ class Servicer(pbg.DevicePluginServicer):
 class Runner:
     """Serves the socket, registers with the kubelet, and starts over when the kubelet restarts."""
 
-    def __init__(self, state: PluginState, on_registered: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        state: PluginState,
+        on_registered: Callable[[], None] | None = None,
+        on_health: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_health``: called after a card's health changed (publishes the inventory, so
+        that the extender stops choosing an unhealthy card at once)."""
         self.state = state
         self.settings = state.settings
         self.stop = threading.Event()
         self.server: grpc.Server | None = None
         self.on_registered = on_registered
+        self.on_health = on_health
 
     @property
     def socket(self) -> Path:
@@ -324,8 +379,11 @@ class Runner:
     def _health_loop(self) -> None:
         while not self.stop.is_set():
             try:
+                changed = False
                 for ev in self.state.backend.health_events(1000):
-                    self.state.set_health(ev.uuid, ev.healthy, ev.reason)
+                    changed = self.state.set_health(ev.uuid, ev.healthy, ev.reason) or changed
+                if changed and self.on_health:
+                    self.on_health()
             except Exception as err:
                 log.warning("health check failed: %s", err)
                 time.sleep(1)

@@ -1,4 +1,5 @@
-"""Test tiers (DESIGN.md): each folder of tests/ is one tier and carries that tier's marker.
+"""Test tiers: each folder of tests/ is one tier and carries that tier's marker (listed, with what
+is real in each, under ``markers`` in pyproject.toml).
 
 The local-cluster fixtures live here so that every tier that needs the real control plane
 (cluster, kubelet) shares one per session; they start nothing until a test asks for them.

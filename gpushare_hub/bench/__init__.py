@@ -4,6 +4,7 @@
     gpushare-bench extender   filter / prioritize / bind latency and throughput of the extender
     gpushare-bench schedule   pods per second through the real kube-scheduler, with and without it
     gpushare-bench plugin     device plugin Allocate latency and ListAndWatch message size
+    gpushare-bench spawn      hub spawn to ready through the proxy, on local notebook nodes
 
 Each takes ``--json`` for one machine-readable object; its keys are stable.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import extender, plugin, replay, schedule
+from . import extender, plugin, replay, schedule, spawn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="gpushare-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = p.add_subparsers(dest="what", required=True)
-    for mod in (replay, extender, schedule, plugin):
+    for mod in (replay, extender, schedule, plugin, spawn):
         mod.add_parser(sub)
     args = p.parse_args(argv)
     return int(args.run(args))

@@ -70,13 +70,15 @@ def serve(nodes: int, port: int) -> None:
     from tornado.httpserver import HTTPServer
 
     from extender.app import make_app
-    from extender.decisions import Decisions
     from extender.service import ExtenderService
 
+    from ..kube import LedgerInformer
+
     async def run() -> None:
-        service = ExtenderService(kube=InstantKube(), warn_bypass=False)  # type: ignore[arg-type]
-        service.decisions = Decisions(build_ledger(nodes))
-        service.ready = True
+        informer = LedgerInformer(None)
+        informer.ledger = build_ledger(nodes)
+        informer.synced = True
+        service = ExtenderService(kube=InstantKube(), warn_bypass=False, informer=informer)  # type: ignore[arg-type]
         HTTPServer(make_app(service, PREFIX)).listen(port, "127.0.0.1")
         await asyncio.Event().wait()
 

@@ -39,11 +39,25 @@ def normalize_model(name: str) -> str:
     return "-".join(name.split())
 
 
+# Brand words that NVML puts before some model names and people leave out (or add).
+_BRANDS = frozenset({"nvidia", "tesla"})
+
+
+def _model_words(name: str) -> list[str]:
+    words = normalize_model(name).lower().split("-")
+    while len(words) > 1 and words[0] in _BRANDS:
+        words.pop(0)
+    return [w for w in words if w]
+
+
 def model_matches(card_model: str, wanted: str) -> bool:
-    """``"T4"``, ``"tesla-t4"`` and ``"Tesla T4"`` all match a card of model ``"Tesla-T4"``."""
-    have = normalize_model(card_model).lower()
-    want = normalize_model(wanted).lower()
-    return bool(want) and (have == want or have.endswith("-" + want))
+    """Both sides normalised the same way (case, spaces or dashes, a leading ``NVIDIA`` or
+    ``Tesla``), then ``wanted``'s words must appear in a row in the card's: ``"T4"``,
+    ``"tesla-t4"`` and ``"Tesla T4"`` match a ``Tesla-T4``; ``"NVIDIA A10"`` matches an
+    ``A10`` and ``"A10"`` an ``NVIDIA-A10``, but ``"A10"`` never an ``A100``."""
+    have, want = _model_words(card_model), _model_words(wanted)
+    n = len(want)
+    return n > 0 and any(have[i : i + n] == want for i in range(len(have) - n + 1))
 
 
 @dataclass(frozen=True, order=True)

@@ -95,6 +95,7 @@ class Ledger:
         self._nodes: dict[str, _NodeState] = {}
         self._allocs: dict[str, Allocation] = {}
         self._pending: dict[str, Allocation] = {}  # on nodes we do not know (yet)
+        self._unreadable: dict[str, str] = {}  # node -> why its card inventory cannot be read
         self._ignored: dict[str, IgnoredRecord] = {}  # records that do not count, and why
         self._blocked: dict[str, Allocation] = {}  # of those, the ones refused only for a full card
         # Bounded log of (sequence, node) changes, so that caches can catch up cheaply.
@@ -124,6 +125,7 @@ class Ledger:
 
     def set_node(self, node: Node) -> list[IgnoredRecord]:
         """Add or update a node; returns the records of its pods that cannot count on it."""
+        self._unreadable.pop(node.name, None)
         state = self._nodes.get(node.name)
         ignored: list[IgnoredRecord] = []
         if state is None:
@@ -149,8 +151,22 @@ class Ledger:
             return []
         return self.set_node(node)
 
+    def mark_unreadable(self, name: str, reason: str) -> None:
+        """The node's card inventory cannot be read: nothing is placed on it (its old cards
+        are not kept), its pods' holds wait, and ``reason`` is what users are told."""
+        self.remove_node(name)
+        self._unreadable[name] = reason
+
+    def unreadable(self, name: str) -> str | None:
+        """Why the node's inventory is unreadable, or None."""
+        return self._unreadable.get(name)
+
+    def unreadable_nodes(self) -> list[str]:
+        return sorted(self._unreadable)
+
     def remove_node(self, name: str) -> None:
         """Forget a node. Its pods' allocations wait until the node comes back or they go."""
+        self._unreadable.pop(name, None)
         state = self._nodes.pop(name, None)
         if state is None:
             return
@@ -389,6 +405,18 @@ class Ledger:
             "total": total,
             "nodes": nodes,
             "pending": sorted(self._pending),
+            "unreadable": [
+                {
+                    "name": name,
+                    "reason": reason,
+                    "pods": [
+                        {"pod": a.key, "units": a.units}
+                        for a in sorted(self._pending.values(), key=lambda a: a.key)
+                        if a.node == name
+                    ],
+                }
+                for name, reason in sorted(self._unreadable.items())
+            ],
         }
 
     def equivalent(self, other: Ledger) -> bool:

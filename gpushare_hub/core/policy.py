@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .annotations import CardShare, ContainerShare
-from .cards import Card
+from .cards import Card, Node
 from .demand import Demand
+from .handout import Handout, first_conflict, handouts, waiting_by_size
 from .ledger import Ledger, Placement, _NodeState
 from .resources import ResourceNames
 
@@ -265,34 +266,28 @@ class Placer:
                     f"{names.fmt(largest)}, the pod asks {names.fmt(demand.per_card)} on one card",
                 )
             fitting = [(c, f) for c, f in view.cards if f >= demand.per_card]
-            if node.allocator and count == 1:
-                pending = self._pending_cards(st, demand.per_card)
-                if pending:
-                    fitting = [(c, f) for c, f in fitting if c.uuid in pending]
-                    if not fitting:
-                        holder = sorted(pending.items())[0]
-                        return (
-                            NOT_NOW,
-                            f"node {node.name} is still handing a {names.fmt(demand.per_card)} "
-                            f"slice of card {holder[1]} to another pod; a second one on another "
-                            "card now would be ambiguous for the device plugin, so this pod "
-                            "waits until that allocation is done",
-                            *best,
-                            TRANSIENT,
-                        )
+            if node.allocator:
+                waiting = self._waiting(st)
+                if waiting:
+                    held = self._held_back(node, demand, fitting, waiting)
+                    if isinstance(held, str):
+                        return (NOT_NOW, held, *best, TRANSIENT)
+                    fitting = held
             if len(fitting) < count:
+                sick = [str(c.index) for c in node.cards if not c.healthy]
+                why = f"; card {', '.join(sick)} is unhealthy and not used" if sick else ""
                 if count == 1:
                     return (
                         NOT_NOW,
                         f"no {demand.model_phrase()}card on node {node.name} has "
                         f"{names.fmt(demand.per_card)} free; the largest free block is "
-                        f"{names.fmt(best[0])} (card {best[1]})",
+                        f"{names.fmt(best[0])} (card {best[1]}){why}",
                         *best,
                     )
                 return (
                     NOT_NOW,
                     f"node {node.name} has {len(fitting)} {demand.model_phrase()}card(s) "
-                    f"with {names.fmt(demand.per_card)} free, the pod asks {count}",
+                    f"with {names.fmt(demand.per_card)} free, the pod asks {count}{why}",
                     *best,
                 )
         pol = self.policy
@@ -309,19 +304,52 @@ class Placer:
         )
 
     @staticmethod
-    def _pending_cards(st: _NodeState, per_card: int) -> dict[str, int]:
-        """Cards (UUID -> index) holding a not yet allocated single-card slice of ``per_card`` units.
+    def _waiting(st: _NodeState) -> dict[int, set[tuple[str, ...]]]:
+        """Unserved handouts on the node, by size (see :mod:`~gpushare_hub.core.handout`)."""
+        return waiting_by_size(handouts(a.containers) for a in st.pods.values() if not a.assigned)
+
+    def _held_back(
+        self,
+        node: Node,
+        demand: Demand,
+        fitting: list[tuple[Card, int]],
+        waiting: dict[int, set[tuple[str, ...]]],
+    ) -> list[tuple[Card, int]] | str:
+        """The fitting cards on which the pod's handouts keep the rule of
+        :mod:`~gpushare_hub.core.handout`, or why the pod waits.
 
         The device plugin's Allocate learns only how many units a container gets,
-        not which pod it is for. Keeping every not-yet-allocated slice of one size
-        on one card makes its answer right whichever of those pods it is serving;
-        the plugin then marks one of them assigned and the next may go elsewhere.
+        not which pod it is for. Keeping every unserved handout of one size on one
+        card makes its answer right whichever of those containers it is serving;
+        the plugin then marks the pod assigned and the next may go elsewhere.
         """
-        out: dict[str, int] = {}
-        for a in st.pods.values():
-            if not a.assigned and len(a.cards) == 1 and a.cards[0].units == per_card:
-                out[a.cards[0].uuid] = a.cards[0].index
-        return out
+        sizes = [units for _, units in demand.containers] or [demand.per_card or 0]
+        index = {c.uuid: c.index for c in node.cards}
+        conflict: tuple[Handout, tuple[str, ...]] | None = None
+        if demand.count == 1:
+            kept = []
+            for c, f in fitting:
+                clash = first_conflict((Handout("", n, (c.uuid,)) for n in sizes), waiting)
+                if clash is None:
+                    kept.append((c, f))
+                else:
+                    conflict = conflict or clash
+            if kept or conflict is None:
+                return kept
+        else:  # several cards: wait until no handout of these sizes is pending here
+            for n in sizes:
+                if n in waiting:
+                    conflict = (Handout("", n, ()), sorted(waiting[n])[0])
+                    break
+            if conflict is None:
+                return fitting
+        held, cards = conflict
+        where = ", ".join(f"card {index.get(u, '?')}" for u in cards)
+        return (
+            f"node {node.name} is still handing a {self.names.fmt(held.size)} slice of {where} to "
+            "another pod; a second one on another card now would be ambiguous for the device "
+            "plugin, so this pod waits until that allocation is done"
+        )
 
     def _eval_node(self, name: str, st: _NodeState, shape: tuple[object, ...], demand: Demand) -> _Eval:
         entry = self._cache.get(name)
@@ -346,7 +374,12 @@ class Placer:
         for name in states.keys() if nodes is None else nodes:
             st = states.get(name)
             if st is None:
-                never[name] = f"node {name} offers no {self.names.memory} (no GPU-sharing cards known)"
+                why = self.ledger.unreadable(name)
+                never[name] = (
+                    f"node {name} offers no {self.names.memory} (no GPU-sharing cards known)"
+                    if why is None
+                    else f"node {name}: its card inventory is unreadable, so nothing is placed there ({why})"
+                )
                 continue
             ev = self._eval_node(name, st, shape, demand)
             kind = ev[0]
@@ -432,14 +465,7 @@ class Placer:
             )
             for c, _ in sorted(chosen, key=lambda cf: cf[0].index)
         )
-        containers = (
-            tuple(
-                ContainerShare(container=name, uuid=cards[0].uuid, units=units)
-                for name, units in demand.containers
-            )
-            if len(cards) == 1
-            else ()
-        )
+        containers = self._container_shares(demand, cards)
         return Placement(
             key=demand.key,
             node=node,
@@ -449,6 +475,20 @@ class Placer:
             policy=self.policy.name,
             cpu_milli=demand.cpu_milli,
             memory_mib=demand.memory_mib,
+        )
+
+    @staticmethod
+    def _container_shares(demand: Demand, cards: tuple[CardShare, ...]) -> tuple[ContainerShare, ...]:
+        """Each container's units split over the pod's cards as evenly as they go, the odd
+        units on the first cards; a container's Allocate asks their sum (its handout: see
+        handout.py). The split depends on the units alone, so that containers of one size
+        want the same cards, as the handout rule needs."""
+        n = len(cards)
+        return tuple(
+            ContainerShare(container=name, uuid=card.uuid, units=units // n + (j < units % n))
+            for name, units in demand.containers
+            for j, card in enumerate(cards)
+            if units // n + (j < units % n)
         )
 
     def place_and_commit(self, demand: Demand, nodes: Iterable[str] | None = None) -> Placement | Refusal:

@@ -2,6 +2,9 @@
 
 gpushare-localcluster build              # build or reuse the cache, print its bin folder
 gpushare-localcluster up --nodes 3       # a cluster with 3 simulated 2x T4 nodes until Ctrl-C
+gpushare-localcluster up --notebook-nodes 2 --hub   # ... and notebooks that really run, behind JupyterHub
+gpushare-localcluster proxy              # install configurable-http-proxy (npm, cached), print its path
+gpushare-localcluster agent --help       # the node agent of local notebook nodes (the harness starts it)
 """
 
 from __future__ import annotations
@@ -10,9 +13,27 @@ import argparse
 import signal
 import sys
 import time
+from typing import Any
 
 from . import build
 from .processes import HarnessError
+
+
+def _notebooks(cluster: Any, count: int, hub: bool) -> None:
+    """The gpushare scheduler, ``count`` local notebook nodes with their agent, and the hub."""
+    from .notebooknodes import NotebookNodes, spawner_config
+
+    cluster.start_gpushare_scheduler()
+    nodes = NotebookNodes(cluster)
+    names = nodes.add(count, cards=1)
+    nodes.start()
+    print(f"  notebook nodes: {', '.join(names)} (1 x Tesla T4 each; pods run as local processes)")
+    if hub:
+        from .hub import LocalHub
+
+        cluster.create_namespace("hub")
+        h = LocalHub(cluster, "hub", spawner_config()).start()
+        print(f"  JupyterHub: {h.url}/hub/ (any user name, any password: DummyAuthenticator)")
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -26,6 +47,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"local cluster up: {cluster.server}")
         print(f"  export KUBECONFIG={cluster.kubeconfig}")
         print(f"  nodes: {', '.join(names)} ({args.cards} x Tesla T4 each)")
+        if args.notebook_nodes:
+            _notebooks(cluster, args.notebook_nodes, args.hub)
         print(f"  logs:  {cluster.logs}")
         print("Ctrl-C stops everything.", flush=True)
         stop = False
@@ -62,7 +85,31 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--nodes", type=int, default=3)
     u.add_argument("--cards", type=int, default=2)
     u.add_argument("--keep", action="store_true", help="keep the work folder (logs, certificates)")
+    u.add_argument(
+        "--notebook-nodes",
+        type=int,
+        default=0,
+        help="also the gpushare scheduler and N local notebook nodes whose pods really run",
+    )
+    u.add_argument("--hub", action="store_true", help="with --notebook-nodes: JupyterHub asking 5 GiB slices")
+    sub.add_parser("proxy", help="install or reuse configurable-http-proxy (npm) and print its path")
+    sub.add_parser("agent", help="run the node agent (options: agent --help)", add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["agent"]:
+        from .nodeagent import main as agent_main
+
+        return agent_main(argv[1:])
     args = p.parse_args(argv)
+    if args.cmd == "proxy":
+        from .hub import proxy_command
+
+        try:
+            print(proxy_command())
+        except HarnessError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return 0
     if args.cmd == "build":
         rest = (["--force"] if args.force else []) + (["--only", *args.only] if args.only else [])
         return build.main(rest + (["--print-bin-dir"] if args.print_bin_dir else []))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import ssl
 import tempfile
 import time
@@ -207,6 +208,27 @@ class LocalCluster:
             ],
         )
         comp.wait_until(lambda: self._get("/readyz") == "ok", 120, "ready (/readyz)")
+
+    # ---- faults (the fault tests) ---------------------------------------------------------
+    @property
+    def apiserver(self) -> Component:
+        return self.components["kube-apiserver"]
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL the API server, as a crash or a node failure would; etcd keeps the data."""
+        self.apiserver.kill()
+
+    def start_apiserver_again(self, timeout: float = 120) -> None:
+        """Start the killed API server with the same flags and port; wait until it is ready."""
+        comp = self.apiserver.start()
+        comp.wait_until(lambda: self._get("/readyz") == "ok", timeout, "ready again (/readyz)")
+
+    def freeze(self, name: str) -> None:
+        """SIGSTOP a component: it holds its connections open and answers nothing."""
+        self.components[name].signal(signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        self.components[name].signal(signal.SIGCONT)
 
     def _start_controller_manager(self) -> None:
         """The controllers that make workloads and service accounts real (not the node lifecycle:

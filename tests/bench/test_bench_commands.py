@@ -34,3 +34,10 @@ def test_plugin_bench_reports_allocate_latency_and_a_small_list_and_watch(capsys
     assert isinstance(out["allocate_p99_ms"], float) and out["allocate_p99_ms"] > 0
     assert out["devices"] == 640
     assert out["list_and_watch_bytes"] < out["kubelet_limit_bytes"] < out["list_and_watch_bytes_mib_unit"]
+
+
+def test_spawn_bench_reports_spawn_to_ready_and_the_scheduling_share(capsys):
+    out = run_json(capsys, "spawn", "--spawns", "2")
+    assert out["spawns"] == 2 and len(out["spawn_to_ready_s"]) == 2
+    assert out["median_spawn_to_ready_s"] > out["median_scheduling_and_bind_s"] > 0
+    assert 0 < out["scheduling_and_bind_share"] < 1

@@ -112,13 +112,15 @@ def test_prioritize_follows_the_pods_policy_annotation():
     ]
 
 
-def test_bind_records_the_card_and_a_failed_bind_can_be_redone():
+def test_bind_records_the_card_and_a_stale_pod_copy_never_frees_it():
     d = decisions("gpu-1")
     p = d.bind(pod_obj("a", 5), "gpu-1")
     assert isinstance(p, Placement) and d.ledger.allocation("jhub/a").assumed
-    # the pod still has no nodeName: a retry after a failed bind starts afresh
+    # The pod copy has no nodeName, but the first bind may have gone through: the binder,
+    # not a second bind, decides when that reservation goes.
     again = d.bind(pod_obj("a", 5), "gpu-1")
-    assert isinstance(again, Placement) and d.ledger.totals()[0] == 5
+    assert not isinstance(again, Placement) and "already holds cards on node gpu-1" in again.reason
+    assert d.ledger.totals()[0] == 5 and d.ledger.allocation("jhub/a").cards == p.cards
 
 
 def test_same_size_pods_wait_for_allocation_rather_than_spread_over_cards_of_a_plugin_node():

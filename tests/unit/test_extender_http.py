@@ -61,7 +61,7 @@ def server() -> Iterator[tuple[int, ExtenderService]]:
     service = ExtenderService(kube=None)
     for name in ("gpu-1", "gpu-2"):
         service.ledger.observe_node(node_obj(name))
-    service.ready = True
+    service.informer.synced = True
     with serving(service) as port:
         yield port, service
 
@@ -158,14 +158,14 @@ def test_bind_without_the_pods_uid_is_refused(server):
 
 def test_not_ready_answers_503_not_an_empty_ledger(server, ops):
     port, service = server
-    service.ready = False
+    service.informer.synced = False
     try:
         body = json.dumps({"Pod": pod_obj("nb", 1), "NodeNames": ["gpu-1"]}).encode()
         status, out = call(port, "POST", f"{PREFIX}/filter", body)
         assert status == 503 and "still reading the cluster" in out["Error"]
         assert call(ops, "GET", "/readyz")[0] == 503
     finally:
-        service.ready = True
+        service.informer.synced = True
 
 
 json_values = st.recursive(
@@ -213,7 +213,7 @@ def test_tls_serves_https_with_the_given_certificate(tmp_path):
     pki = PKI(tmp_path)
     cred = pki.issue("extender", "gpushare-extender", server=True, hosts=("127.0.0.1",))
     service = ExtenderService(kube=None)
-    service.ready = True
+    service.informer.synced = True
     with serving(service, str(cred.cert), str(cred.key)) as port:
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)

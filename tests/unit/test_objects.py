@@ -70,6 +70,8 @@ def test_model_names_match_across_spellings():
     assert model_matches("Tesla-T4", "tesla t4")
     assert not model_matches("Tesla-T4", "A10")
     assert not model_matches("NVIDIA-A100-80GB", "A100-40GB")
+    assert model_matches("A10", "NVIDIA A10") and model_matches("NVIDIA-A10", "A10")
+    assert not model_matches("NVIDIA-A100-80GB", "A10") and model_matches("NVIDIA-A100-80GB", "a100")
 
 
 def test_demand_is_the_sum_of_container_limits():

@@ -126,10 +126,11 @@ def test_allocate_matches_by_size_and_card_never_by_guessing():
         match(["GPU-0-_-0"] * 4, waiting, "gpu-1")
 
 
-def test_same_size_on_different_cards_is_refused_unless_the_ids_say_which():
+def test_same_size_on_different_cards_is_refused_even_when_the_ids_name_one_card():
     pods = [placed("a", "GPU-0", 5), placed("b", "GPU-1", 5)]
     waiting = waiting_containers(pods, NODE, served=set())
-    assert match([f"GPU-1-_-{i}" for i in range(5)], waiting, "gpu-1").pod == "jhub/b"
+    with pytest.raises(NoMatch, match="ambiguous Allocate of 5 GiB on node gpu-1"):
+        match([f"GPU-1-_-{i}" for i in range(5)], waiting, "gpu-1")  # the kubelet's pick proves nothing
     mixed = ["GPU-0-_-0", "GPU-0-_-1", "GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"]
     with pytest.raises(NoMatch, match="ambiguous Allocate of 5 GiB on node gpu-1"):
         match(mixed, waiting, "gpu-1")
@@ -260,3 +261,68 @@ def test_a_failed_assigned_mark_keeps_the_container_served_and_is_retried():
     state.allocate(ids)  # serves b, not a again; a's mark is retried and written
     assert sorted(pods.assigned) == ["jhub/a", "jhub/b"]
     assert state._served == set() and state._unmarked == {}
+
+
+def test_nvml_card_that_turned_unhealthy_is_reported_healthy_again_once_quiet_and_answering():
+    """NVML sends no recovery event: the backend probes a card quiet for recover_after seconds."""
+
+    class Timeout(Exception):
+        pass
+
+    class FakeNVML:
+        NVMLError = Exception
+        NVMLError_Timeout = Timeout
+        nvmlEventTypeXidCriticalError = 8
+
+        def __init__(self):
+            self.events = [79]  # XID 79: fallen off the bus
+            self.answers = False
+
+        def nvmlEventSetCreate(self):
+            return "set"
+
+        def nvmlDeviceRegisterEvents(self, h, kind, events):
+            return None
+
+        def nvmlEventSetWait_v2(self, events, timeout_ms):
+            if not self.events:
+                raise Timeout()
+            return type("Data", (), {"eventData": self.events.pop(0), "device": "GPU-0"})()
+
+        def nvmlDeviceGetUUID(self, device):
+            return device
+
+        def nvmlDeviceGetMemoryInfo(self, h):
+            if not self.answers:
+                raise RuntimeError("GPU is lost")
+            return object()
+
+    now = [0.0]
+    backend = NVMLBackend.__new__(NVMLBackend)
+    backend.nvml, backend._events, backend._handles = FakeNVML(), None, {"GPU-0": "GPU-0"}
+    backend._last_xid, backend._clock = {}, lambda: now[0]
+    assert [(e.uuid, e.healthy) for e in backend.health_events(0)] == [("GPU-0", False)]
+    now[0] = 61.0
+    assert backend.health_events(0) == []  # quiet long enough, but the card does not answer
+    backend.nvml.answers = True
+    now[0] = 100.0
+    assert backend.health_events(0) == []  # the failed probe restarted the quiet time
+    now[0] = 122.0
+    [event] = backend.health_events(0)
+    assert event.uuid == "GPU-0" and event.healthy and "answers" in event.reason
+
+
+def test_a_plugin_restart_before_the_assigned_mark_does_not_serve_a_container_twice(tmp_path):
+    backend = SimulatedBackend("1x Tesla T4:15360", "gpu-1")
+    uuid = backend.discover()[0].uuid
+
+    class Unreachable(MemoryPods):
+        def mark_assigned(self, namespace, name, uid):
+            raise RuntimeError("API server unreachable")
+
+    pods = Unreachable([placed("a", uuid, 2, assume=1), placed("b", uuid, 2, assume=2)])
+    settings = Settings(node="gpu-1", served_file=str(tmp_path / "served.json"))
+    ids = [f"{uuid}-_-{i}" for i in range(2)]
+    PluginState(backend, pods, settings).allocate(ids)  # serves a; its mark cannot be written
+    restarted = PluginState(backend, pods, settings)
+    assert [w.pod for w in restarted._waiting()] == ["jhub/b"]  # a is remembered as served

@@ -132,6 +132,7 @@ def test_dynamic_mode_needs_time_columns(tmp_path, capsys):
 
 
 def test_plot_is_written(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot extra is optional: pip install 'gpushare-hub[plot]'")
     rows = [f"p{i},1000,1024,1,300,,LS,Running,{i * 10},{i * 10 + 300}," for i in range(10)]
     png = tmp_path / "replay.png"
     out = run_json(capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "2x2 T4", "--plot", str(png))

@@ -1,0 +1,251 @@
+"""One ledger per process, kept current from the API server (list + watch, as an informer does).
+
+:class:`LedgerInformer` lists Nodes and Pods, feeds them to one
+:class:`~gpushare_hub.core.ledger.Ledger`, then watches each kind from its own
+list's resourceVersion. The ledger object is never replaced: a watch that
+expires resumes from the last resourceVersion seen, and one that is too old
+(HTTP 410) lists that kind again and brings the same ledger in line with the
+list, in the same task that applies that kind's events, so no event is lost
+and none is applied to a ledger that was thrown away. Objects that vanished
+between two lists are removed, except reservations that their owner still
+protects (the extender's binds whose outcome is not known yet).
+
+Subscribers (``on_pod`` / ``on_node``) are called after the ledger has applied
+each event, with ``ADDED``, ``MODIFIED`` or ``DELETED`` and the object; a relist
+reports every listed object as ``ADDED`` and every vanished one as ``DELETED``
+(with only its name, namespace and UID). Every call has a timeout, and every
+watch ends on the server's side (``timeoutSeconds``) and, failing that, on ours.
+
+``stale_for()`` says how long a watch has been failing (0.0 while all are
+healthy, infinity before the first list): the extender's ``/readyz`` turns 503
+past a configured time, and comes back once the watches recover.
+
+Modelled on KubeSpawner's ``reflector.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from ..core.demand import pod_key
+from ..core.errors import GPUShareError
+from ..core.ledger import Ledger
+from ..core.records import IgnoredRecord
+from ..core.resources import DEFAULT_NAMES, ResourceNames
+from .api import DEFAULT_TIMEOUTS, ApiError, Resource, Timeouts
+
+log = logging.getLogger("gpushare.informer")
+
+Handler = Callable[[str, dict[str, Any]], None]
+IgnoredHandler = Callable[[IgnoredRecord], None]
+KINDS = ("nodes", "pods")
+
+
+def _backoff(attempt: int) -> float:
+    return float(min(5.0, 0.2 * 2**attempt))
+
+
+class LedgerInformer:
+    """Keeps :attr:`ledger` equal to what the API server holds (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient | None,
+        names: ResourceNames = DEFAULT_NAMES,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        protect: Callable[[str, float], bool] = lambda key, listed_at: False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``api`` None: no API server (unit tests feed events with :meth:`apply`).
+
+        ``protect(pod key, time the list was sent)``: True keeps that pod's assumed
+        reservation when a relist does not show the pod (its bind is still in flight, or
+        was confirmed after the list was taken; the binder decides).
+        """
+        self.ledger = Ledger(names)
+        self.names = names
+        self.timeouts = timeouts
+        self.protect = protect
+        self._clock = clock
+        self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
+        self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
+        self._handlers: dict[str, list[Handler]] = {k: [] for k in KINDS}
+        self._ignored_handlers: list[IgnoredHandler] = []
+        self._failing_since: dict[str, float | None] = dict.fromkeys(KINDS)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.synced = False
+        self.relists = 0
+
+    # ---- subscribing ---------------------------------------------------------------------
+    def on_pod(self, handler: Handler) -> None:
+        """Call ``handler(event type, pod)`` after the ledger applied each pod event."""
+        self._handlers["pods"].append(handler)
+
+    def on_node(self, handler: Handler) -> None:
+        """Call ``handler(event type, node)`` after the ledger applied each node event."""
+        self._handlers["nodes"].append(handler)
+
+    def on_ignored(self, handler: IgnoredHandler) -> None:
+        """Call ``handler(record)`` for each allocation record the ledger refused to count
+        (see :mod:`gpushare_hub.core.records`)."""
+        self._ignored_handlers.append(handler)
+
+    def _tell_ignored(self, records: list[IgnoredRecord]) -> None:
+        for rec in records:
+            for handler in self._ignored_handlers:
+                try:
+                    handler(rec)
+                except Exception:
+                    log.exception("an ignored-record handler failed")
+
+    # ---- health --------------------------------------------------------------------------
+    def stale_for(self) -> float:
+        """Seconds the longest-failing watch has been failing; 0.0 if none, inf before the first list."""
+        if not self.synced:
+            return math.inf
+        since = [t for t in self._failing_since.values() if t is not None]
+        return max(0.0, self._clock() - min(since)) if since else 0.0
+
+    def _failing(self, kind: str) -> None:
+        if self._failing_since[kind] is None:
+            self._failing_since[kind] = self._clock()
+
+    def _healthy(self, kind: str) -> None:
+        since = self._failing_since[kind]
+        if since is not None:
+            log.info("%s watch is back after %.1fs", kind, self._clock() - since)
+        self._failing_since[kind] = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        """List both kinds (nodes first, so pods find their cards), then watch both. Raises
+        if the first list fails; the caller retries."""
+        for kind in KINDS:
+            await self.relist(kind)
+        self.synced = True
+        self._tasks = [asyncio.create_task(self._watch_loop(kind), name=f"watch-{kind}") for kind in KINDS]
+        log.info(
+            "ledger read from the API server: %d GPU nodes, %d pods holding slices",
+            len(self.ledger.node_names),
+            len(self.ledger.allocations()),
+        )
+
+    async def resync(self) -> None:
+        """List both kinds again, the watches paused meanwhile so that no event interleaves
+        (the extender does this when it becomes the leader, to see the last leader's binds)."""
+        await self.stop()
+        for kind in KINDS:
+            await self.relist(kind)
+        self._tasks = [asyncio.create_task(self._watch_loop(kind), name=f"watch-{kind}") for kind in KINDS]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks = []
+
+    # ---- applying objects ----------------------------------------------------------------
+    def apply(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
+        """Apply one event to the ledger, then tell the subscribers."""
+        deleted = etype == "DELETED"
+        if kind == "nodes":
+            self._apply_node(obj, deleted)
+        else:
+            self._apply_pod(obj, deleted)
+        for handler in self._handlers[kind]:
+            try:
+                handler(etype, obj)
+            except Exception:
+                log.exception("a %s event handler failed", kind)
+
+    def _apply_node(self, obj: dict[str, Any], deleted: bool) -> None:
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        if deleted:
+            self.ledger.remove_node(name)
+            return
+        try:
+            self._tell_ignored(self.ledger.observe_node(obj))
+        except GPUShareError as err:
+            # Never keep the old cards of a node whose inventory broke: take it out of
+            # placement, keep its pods' holds (they wait in the ledger), and say why.
+            log.warning("node %s: %s", name, err)
+            self.ledger.mark_unreadable(name, str(err))
+
+    def _apply_pod(self, obj: dict[str, Any], deleted: bool) -> None:
+        try:
+            ignored = self.ledger.observe_pod(obj, deleted=deleted)
+        except GPUShareError as err:
+            log.warning("ignoring pod %s: %s", pod_key(obj), err)
+        else:
+            if ignored is not None:
+                self._tell_ignored([ignored])
+
+    async def relist(self, kind: str) -> None:
+        """List ``kind`` and bring the same ledger in line with it (no event is skipped:
+        this runs in the task that applies that kind's events)."""
+        listed_at = self._clock()
+        items, rv = await self._resources[kind].list()
+        listed: set[str] = set()
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            listed.add(str(meta.get("name")) if kind == "nodes" else pod_key(obj))
+            self.apply(kind, "ADDED", obj)
+        if kind == "nodes":
+            for name in [*self.ledger.node_names, *self.ledger.unreadable_nodes()]:
+                if name not in listed:
+                    self.apply(kind, "DELETED", {"metadata": {"name": name}})
+        else:
+            for alloc in self.ledger.allocations():
+                if alloc.key in listed or (alloc.assumed and self.protect(alloc.key, listed_at)):
+                    continue
+                namespace, _, name = alloc.key.partition("/")
+                gone = {"metadata": {"namespace": namespace, "name": name, "uid": alloc.uid}}
+                self.apply(kind, "DELETED", gone)
+        self._rv[kind] = rv
+        self.relists += 1
+        self._healthy(kind)
+
+    async def _watch_loop(self, kind: str) -> None:
+        attempt = 0
+        must_list = False
+        while True:
+            try:
+                if must_list:
+                    await self.relist(kind)
+                    must_list = False
+                async for etype, obj in self._resources[kind].watch(self._rv[kind]):
+                    self._healthy(kind)
+                    attempt = 0
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", "")
+                    if rv:
+                        self._rv[kind] = rv
+                    if etype != "BOOKMARK":
+                        self.apply(kind, etype, obj)
+                self._healthy(kind)  # the server ended the watch as asked: resume from _rv
+                attempt = 0
+            except asyncio.CancelledError:
+                raise
+            except ApiError as err:
+                if err.status == 410:
+                    log.info("%s watch expired (resource version too old): listing again", kind)
+                    must_list = True
+                    continue
+                self._failing(kind)
+                log.warning("%s watch failed: %s %s; retrying", kind, err.status, err.reason)
+                await asyncio.sleep(_backoff(attempt))
+                attempt += 1
+            except Exception as err:  # connection refused or reset, timeouts, API server restarts
+                self._failing(kind)
+                log.warning("%s watch broke: %s; retrying", kind, type(err).__name__ + f" {err}".rstrip())
+                await asyncio.sleep(_backoff(attempt))
+                attempt += 1

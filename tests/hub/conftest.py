@@ -1,0 +1,148 @@
+"""Hub tier: a real JupyterHub and configurable-http-proxy with a plain KubeSpawner, our scheduler
+and extender, and local notebook nodes whose node agent runs each notebook as a process on its
+pod IP after asking our device plugin to Allocate (fixtures for the cluster in tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpushare_hub.localcluster.cluster import LocalCluster
+from gpushare_hub.localcluster.hub import LocalHub
+from gpushare_hub.localcluster.nodeagent import Record, recorded_processes
+from gpushare_hub.localcluster.notebooknodes import NotebookNodes, spawner_config
+from tests.conftest import wait_for
+
+NAMESPACE = "hub"
+SCHEDULER = "gpushare-scheduler"
+
+
+@pytest.fixture(scope="session")
+def notebook_nodes(local_cluster: LocalCluster, gpushare: Any) -> NotebookNodes:
+    """Two local notebook nodes (nb-1, nb-2), one 15 GiB Tesla T4 each, served by the node agent."""
+    nodes = NotebookNodes(local_cluster)
+    nodes.add(2, cards=1)
+    nodes.start()
+    return nodes
+
+
+def hub_spawner_config() -> dict[str, Any]:
+    """A plain KubeSpawner asking 5 GiB by default, 10 GiB with ``slice-10``; ``broken`` exits at once."""
+    return {
+        **spawner_config(slice_gib=5, scheduler=SCHEDULER),
+        "profile_list": [
+            {"display_name": "Tesla T4 · 5 GiB slice", "slug": "slice-5", "default": True},
+            {
+                "display_name": "Tesla T4 · 10 GiB slice",
+                "slug": "slice-10",
+                "kubespawner_override": {"extra_resource_limits": {"aliyun.com/gpu-mem": "10"}},
+            },
+            {
+                "display_name": "A notebook command that fails at once",
+                "slug": "broken",
+                "kubespawner_override": {
+                    "cmd": [
+                        "python",
+                        "-c",
+                        "import sys; print('cannot read /etc/notebook.conf'); sys.exit(3)",
+                    ],
+                    "http_timeout": 30,  # the hub gives up on it soon
+                },
+            },
+        ],
+    }
+
+
+@pytest.fixture(scope="session")
+def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNodes) -> Iterator[LocalHub]:
+    local_cluster.create_namespace(NAMESPACE)
+    h = LocalHub(local_cluster, NAMESPACE, hub_spawner_config()).start()
+    yield h
+
+
+def pod_of(cluster: LocalCluster, user: str) -> dict[str, Any] | None:
+    import urllib.error
+
+    try:
+        return cluster.get_json(f"/api/v1/namespaces/{NAMESPACE}/pods/jupyter-{user}")  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            return None
+        raise
+
+
+def record_of(nodes: NotebookNodes, uid: str) -> Record | None:
+    return next((r for r in recorded_processes(nodes.state_dir) if r.uid == uid), None)
+
+
+def start_server(hub: LocalHub, user: str, profile: str = "slice-5") -> tuple[str, dict[str, Any]]:
+    token = hub.user_token(user)
+    status, body = hub.api("POST", f"/users/{user}/server", {"profile": profile})
+    assert status in (201, 202), (status, body)
+    hub.wait_ready(user)
+    return token, hub.api("GET", f"/users/{user}")[1]
+
+
+def stop_server(hub: LocalHub, cluster: LocalCluster, user: str) -> None:
+    status, body = hub.api("DELETE", f"/users/{user}/server")
+    assert status in (202, 204), (status, body)
+    assert wait_for(lambda: not hub.api("GET", f"/users/{user}")[1]["servers"], timeout=120)
+    assert wait_for(lambda: pod_of(cluster, user) is None, timeout=120), "the pod was not deleted"
+
+
+async def _run_code(hub: LocalHub, user: str, token: str, code: str) -> str:
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    status, kernel = hub.request("POST", f"{hub.url}/user/{user}/api/kernels", token, {"name": "python3"})
+    assert status == 201, (status, kernel)
+    ws_url = hub.url.replace("http://", "ws://") + f"/user/{user}/api/kernels/{kernel['id']}/channels"
+    conn = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}))
+    msg_id = uuid.uuid4().hex
+    conn.write_message(
+        json.dumps(
+            {
+                "header": {
+                    "msg_id": msg_id,
+                    "msg_type": "execute_request",
+                    "username": user,
+                    "session": uuid.uuid4().hex,
+                    "version": "5.3",
+                },
+                "parent_header": {},
+                "metadata": {},
+                "content": {"code": code, "silent": False, "store_history": False, "allow_stdin": False},
+                "channel": "shell",
+                "buffers": [],
+            }
+        )
+    )
+    out: list[str] = []
+    try:
+        while True:
+            raw = await asyncio.wait_for(conn.read_message(), timeout=120)
+            assert raw is not None, "the kernel's websocket closed"
+            msg = json.loads(raw)
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                raise AssertionError("\n".join(msg["content"]["traceback"]))
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+    finally:
+        conn.close()
+        hub.request("DELETE", f"{hub.url}/user/{user}/api/kernels/{kernel['id']}", token)
+    return "".join(out)
+
+
+def run_in_kernel(hub: LocalHub, user: str, token: str, code: str) -> str:
+    """Run ``code`` in a new kernel of the user's notebook server (through the proxy); its stdout."""
+    return asyncio.run(_run_code(hub, user, token, code))

@@ -1,0 +1,124 @@
+"""Issue 13, hub tier: inside a notebook spawned through the real hub, a kernel and a Jupyter
+terminal both get PyTorch capped to the 5 GiB slice by the start-up hook that the plugin's
+Allocate delivers (its mount, rewritten to a host folder by the node agent, and PYTHONPATH).
+
+The torch is the unit tests' fake (a torch 2.10 by its metadata, so the hook both adds the
+allocator setting before torch runs and queues ``set_per_process_memory_fraction`` for CUDA's
+start); it is uploaded into the notebook's working directory through the Contents API, as a
+person would upload files, and it logs what the hook made it do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from gpushare_hub.localcluster.hub import LocalHub
+from gpushare_hub.localcluster.notebooknodes import venv_bin
+from tests.unit.test_isolation_hook import fake_site
+
+from .conftest import run_in_kernel, start_server, stop_server
+
+SLICE_MIB = 5 * 1024
+
+# Run in a kernel and in the terminal's ``python -c``: import torch (the fake, from the working
+# directory), allocate, and print what the fake recorded. 'CAP' + 'S' keeps the terminal's echo
+# of the command from matching the result's marker.
+READ_CAP = (
+    "import json, os; os.environ['FAKE_LOG'] = os.path.abspath('{log}'); "
+    "import torch; torch.cuda.empty(1024); "
+    "print('CAP' + 'S', json.dumps([json.loads(line) for line in open('{log}')]))"
+)
+RESULT = re.compile(r"CAPS (\[.*?\])\r?\n")
+
+
+def upload(hub: LocalHub, user: str, token: str, root: Path) -> None:
+    """Put the files under ``root`` into the notebook's working directory (the Contents API)."""
+    base = f"{hub.url}/user/{user}/api/contents"
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_dir():
+            body: dict[str, Any] = {"type": "directory"}
+        else:
+            body = {"type": "file", "format": "text", "content": path.read_text()}
+        status, reply = hub.request("PUT", f"{base}/{rel}", token, body)
+        assert status in (200, 201), (rel, status, reply)
+
+
+async def _terminal(hub: LocalHub, user: str, token: str, command: str, timeout: float) -> str:
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    status, term = hub.request("POST", f"{hub.url}/user/{user}/api/terminals", token, {})
+    assert status == 200, (status, term)
+    ws_url = hub.url.replace("http://", "ws://") + f"/user/{user}/terminals/websocket/{term['name']}"
+    conn = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}))
+    out = ""
+    try:
+        conn.write_message(json.dumps(["stdin", command + "\r"]))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not RESULT.search(out):
+            left = deadline - loop.time()
+            try:
+                raw = await asyncio.wait_for(conn.read_message(), timeout=max(left, 0.001))
+            except TimeoutError:
+                raise AssertionError(f"no result in {timeout} s; the terminal showed:\n{out}") from None
+            assert raw is not None, f"the terminal's websocket closed; it showed:\n{out}"
+            kind, *rest = json.loads(raw)
+            if kind == "stdout":
+                out += rest[0]
+    finally:
+        conn.close()
+        hub.request("DELETE", f"{hub.url}/user/{user}/api/terminals/{term['name']}", token)
+    return out
+
+
+def run_in_terminal(hub: LocalHub, user: str, token: str, command: str, timeout: float = 120) -> str:
+    """Type ``command`` into a new Jupyter terminal of the user's server; what it showed up to the result."""
+    return asyncio.run(_terminal(hub, user, token, command, timeout))
+
+
+def recorded(text: str) -> list[list[Any]]:
+    m = RESULT.search(text)
+    assert m, text
+    return json.loads(m.group(1))  # type: ignore[no-any-return]
+
+
+def assert_capped(events: list[list[Any]], card_mib: int, where: str) -> None:
+    fraction = SLICE_MIB / card_mib
+    # Before torch ran, the allocator setting had the slice's fraction of the card ...
+    assert events[0] == ["import", f"per_process_memory_fraction:{fraction:.6f}"], (where, events)
+    # ... and when CUDA started, the exact fraction was set before the first allocation.
+    assert ["set_fraction", round(fraction, 4), 0] in events, (where, events)
+    assert events.index(["set_fraction", round(fraction, 4), 0]) < events.index(["alloc", 1024]), (
+        where,
+        events,
+    )
+
+
+def test_a_kernel_and_a_terminal_of_a_5_gib_notebook_both_get_pytorch_capped_by_the_hook(
+    local_cluster, hub, notebook_nodes, tmp_path
+):
+    user = "isolde"
+    token, _ = start_server(hub, user, "slice-5")
+    try:
+        upload(hub, user, token, fake_site(tmp_path, "2.10.0"))
+
+        kernel = recorded(run_in_kernel(hub, user, token, READ_CAP.format(log="kernel.log")))
+        assert_capped(kernel, notebook_nodes.mib, "kernel")
+
+        # The terminal runs a login shell (terminado's default), whose /etc/profile resets PATH:
+        # put the local image's programs first again, as a real image's PATH would have them.
+        # PYTHONPATH is left as the container got it.
+        code = READ_CAP.format(log=f"terminal-{uuid.uuid4().hex[:8]}.log")
+        command = f'export PATH="{venv_bin()}:$PATH"; command -v python; python -c "{code}"'
+        shown = run_in_terminal(hub, user, token, command)
+        assert f"{venv_bin()}/python\r\n" in shown, shown
+        assert_capped(recorded(shown), notebook_nodes.mib, "terminal")
+    finally:
+        stop_server(hub, local_cluster, user)

@@ -1,0 +1,95 @@
+"""Every container gets the card(s) the extender wrote for it, whatever the pod's shape and
+the order the kubelet admits pods in: several containers, init + main, two cards."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpushare_hub.core import ALLOCATION_ANNOTATION
+from tests.conftest import gpu_pod, wait_for
+
+from .conftest import NODE
+
+SCHED = "gpushare-scheduler"
+SELECTOR = {"test-group": NODE}
+
+
+def empty_node(cluster, device_manager) -> None:
+    """No pod on the node, in the API server and in the device manager (their devices are free)."""
+    assert device_manager.call("forget") == {"ok": True}
+    api = cluster.core_api()
+    for p in api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
+        api.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
+    assert wait_for(lambda: not api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items)
+
+
+def shaped(name: str, app: list[int], init: list[int] = (), count: int = 0) -> dict[str, Any]:
+    pod = gpu_pod(name, 1, SCHED, SELECTOR)
+    base = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [
+        {**base, "name": f"c{i}", "resources": {"limits": {"aliyun.com/gpu-mem": str(u)}}}
+        for i, u in enumerate(app)
+    ]
+    if count:
+        pod["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-count"] = str(count)
+    if init:
+        pod["spec"]["initContainers"] = [
+            {**base, "name": f"i{i}", "resources": {"limits": {"aliyun.com/gpu-mem": str(u)}}}
+            for i, u in enumerate(init)
+        ]
+    return pod
+
+
+def placed(cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    pod = cluster.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    ok = pod["spec"].get("nodeName") and ALLOCATION_ANNOTATION in (pod["metadata"].get("annotations") or {})
+    return pod if ok else None
+
+
+def expected_cards(pod: dict[str, Any], container: str) -> str:
+    record = json.loads(pod["metadata"]["annotations"][ALLOCATION_ANNOTATION])
+    return ",".join(c["uuid"] for c in record["containers"] if c["name"] == container)
+
+
+def admit(device_manager, pod: dict[str, Any]) -> list[str]:
+    """The kubelet's admission of one pod: Allocate per container, init containers first."""
+    problems = []
+    for c in (pod["spec"].get("initContainers") or []) + pod["spec"]["containers"]:
+        out = device_manager.call("allocate", pod=pod, container=c["name"])
+        want = expected_cards(pod, c["name"])
+        got = (out.get("envs") or {}).get("NVIDIA_VISIBLE_DEVICES")
+        if got != want:
+            problems.append(f"{pod['metadata']['name']}/{c['name']}: wanted {want}, got {got} ({out})")
+    return problems
+
+
+def test_pod_shapes_admitted_in_adversarial_orders_get_the_cards_the_extender_wrote(
+    local_cluster, device_manager, plugin, namespace
+):
+    empty_node(local_cluster, device_manager)
+    api = local_cluster.core_api()
+    shapes = {
+        "multi": shaped("multi", [2, 3]),  # 2 + 3 GiB on one card
+        "small": shaped("small", [2]),  # the same size as multi's first container
+        "init": shaped("init", [1], init=[1]),  # init + main
+        "two": shaped("two", [4], count=2),  # 2 GiB on each of two cards
+        "three": shaped("three", [3]),  # the same size as multi's second container
+    }
+    for body in shapes.values():
+        api.create_namespaced_pod(namespace, body)
+    admitted: list[str] = []
+    problems: list[str] = []
+
+    def progress() -> bool:
+        ready = [n for n in shapes if n not in admitted and placed(local_cluster, namespace, n)]
+        # Adversarial: the last placed first, and the multi-container pod after its look-alikes.
+        for name in sorted(ready, key=lambda n: (n == "multi", -list(shapes).index(n))):
+            problems.extend(admit(device_manager, placed(local_cluster, namespace, name)))
+            admitted.append(name)
+        return len(admitted) == len(shapes)
+
+    assert wait_for(progress, timeout=120, every=1.0), f"admitted only {admitted}"
+    assert problems == []
+    two = placed(local_cluster, namespace, "two")
+    assert len(expected_cards(two, "c0").split(",")) == 2  # the 2-card pod got both cards
