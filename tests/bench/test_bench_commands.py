@@ -41,3 +41,10 @@ def test_spawn_bench_reports_spawn_to_ready_and_the_scheduling_share(capsys):
     assert out["spawns"] == 2 and len(out["spawn_to_ready_s"]) == 2
     assert out["median_spawn_to_ready_s"] > out["median_scheduling_and_bind_s"] > 0
     assert 0 < out["scheduling_and_bind_share"] < 1
+
+
+def test_form_bench_reports_render_time_with_a_large_ledger(capsys):
+    out = run_json(capsys, "form", "--nodes", "200", "--renders", "20")
+    for key in ("cold_render_ms", "form_render_p50_ms", "form_render_p99_ms"):
+        assert isinstance(out[key], float) and out[key] > 0
+    assert out["nodes"] == 200 and out["slices"] == 4 and out["form_bytes"] > 0

@@ -59,10 +59,32 @@ def hub_spawner_config() -> dict[str, Any]:
     }
 
 
+# GPUShareSpawner's catalogue in the session's hub (the plain profiles above stay KubeSpawner's).
+SLICES = [
+    {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]},
+    {"slug": "t4-7g", "display_name": "Tesla T4 · 7 GiB", "gib": 7, "models": ["Tesla-T4"]},
+    {"slug": "any-16g", "display_name": "16 GiB of any card", "gib": 16},
+]
+QUOTA_GIB = 10
+
+
 @pytest.fixture(scope="session")
 def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNodes) -> Iterator[LocalHub]:
+    """The hub runs GPUShareSpawner: its catalogue beside the plain KubeSpawner profiles."""
     local_cluster.create_namespace(NAMESPACE)
-    h = LocalHub(local_cluster, NAMESPACE, hub_spawner_config()).start()
+    config = {
+        **hub_spawner_config(),
+        "slices": SLICES,
+        "quota_gib_per_user": QUOTA_GIB,
+        "gpushare_scheduler_name": SCHEDULER,
+    }
+    h = LocalHub(
+        local_cluster,
+        NAMESPACE,
+        config,
+        spawner_class="gpushare_hub.GPUShareSpawner",
+        extra_config="c.JupyterHub.allow_named_servers = True",
+    ).start()
     yield h
 
 

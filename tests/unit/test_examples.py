@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -52,3 +53,63 @@ def test_printed_scheduler_config_carries_the_client_certificate_for_mutual_tls(
         "keyFile": "/etc/sched/client.key",
         "caFile": "/etc/sched/extender-ca.crt",
     }
+
+
+def _load_config_file(path: Path) -> Any:
+    from traitlets.config import Config
+
+    c = Config()
+    namespace: dict[str, Any] = {"get_config": lambda: c, "__file__": str(path)}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    return c, namespace
+
+
+def test_hub_config_example_offers_the_t4_catalogue():
+    from gpushare_hub import GPUShareSpawner
+
+    c, _ = _load_config_file(EXAMPLES / "jupyterhub_config.py")  # runs check_config itself
+    assert c.JupyterHub.spawner_class is GPUShareSpawner
+    cat = GPUShareSpawner.check_config(c)
+    sizes = {s.slug: (s.gib, s.cards, s.models) for s in cat.slices}
+    assert sizes == {
+        "t4-3g": (3, 1, ("Tesla-T4",)),
+        "t4-5g": (5, 1, ("Tesla-T4",)),
+        "t4-7g": (7, 1, ("Tesla-T4",)),
+        "t4-whole": (None, 1, ("Tesla-T4",)),
+    }
+    assert cat.unknown_groups(c.JupyterHub.load_groups) == []
+    (role,) = c.JupyterHub.load_roles
+    assert "admin:server_state" in role["scopes"]  # the culler must see the slice in the state
+
+
+def test_cull_arbiter_hook_culls_idle_gpu_servers_sooner():
+    from datetime import timedelta
+
+    from gpushare_hub.spawner.spawner import STATE_SLICE
+
+    c, ns = _load_config_file(EXAMPLES / "idle_culler_config.py")
+    hook = c.IdleCuller.cull_arbiter_hook
+    gpu = {"name": "", "state": {STATE_SLICE: "t4-5g", "pod_name": "jupyter-alice"}}
+    cpu = {"name": "", "state": {"pod_name": "jupyter-bob"}}
+    idle = timedelta(seconds=ns["GPU_IDLE_LIMIT"] + 60)
+    assert hook(inactive=idle, inactive_limit=3600, server=gpu) is True
+    assert hook(inactive=idle, inactive_limit=3600, server=cpu) is False
+    assert hook(inactive=timedelta(hours=2), inactive_limit=3600, server=cpu) is True
+    assert hook(inactive=timedelta(minutes=1), inactive_limit=3600, server=gpu) is False
+    assert hook(inactive=idle, inactive_limit=3600, server={"name": "x"}) is False  # no state scope
+
+
+def test_z2jh_values_name_only_traits_the_spawner_has_and_pass_its_check():
+    from traitlets.config import Config
+
+    from gpushare_hub import GPUShareSpawner
+
+    hub = yaml.safe_load((EXAMPLES / "z2jh-values.yaml").read_text())["hub"]
+    settings = hub["config"]["GPUShareSpawner"]
+    traits = GPUShareSpawner.class_traits(config=True)
+    assert sorted(k for k in settings if k not in traits) == []
+    c = Config()
+    for key, value in settings.items():
+        setattr(c.GPUShareSpawner, key, value)
+    for code in hub["extraConfig"].values():
+        exec(code, {"c": c})  # runs GPUShareSpawner.check_config(c)

@@ -1,0 +1,107 @@
+# JupyterHub configuration offering slices of Tesla T4 cards (15 GiB each) with GPUShareSpawner.
+#
+# Run the hub with:   jupyterhub -f jupyterhub_config.py
+# The cluster needs the gpushare scheduler, extender and device plugin (see README.md).
+import sys
+
+from gpushare_hub import GPUShareSpawner
+
+c = get_config()  # noqa: F821  (JupyterHub provides get_config when it loads this file)
+
+c.JupyterHub.spawner_class = GPUShareSpawner
+
+# --- The catalogue ------------------------------------------------------------------------
+# One entry per choice on the spawn page. "slug" is what a REST request sends
+# ({"profile": "t4-5g"}) and what the pod's gpushare-hub.io/slice annotation says.
+# "gib" is GPU memory on one card; leave it out for whole cards. "models" are the card
+# models the slice may run on (NVML's names with dashes for spaces). A slice larger than
+# its model holds, an unknown model or a repeated slug stops the hub with the entry named.
+c.GPUShareSpawner.slices = [
+    {
+        "slug": "t4-3g",
+        "display_name": "Tesla T4 · 3 GiB",
+        "gib": 3,
+        "models": ["Tesla-T4"],
+        "description": "Teaching notebooks and small models.",
+        "default": True,
+    },
+    {
+        "slug": "t4-5g",
+        "display_name": "Tesla T4 · 5 GiB",
+        "gib": 5,
+        "models": ["Tesla-T4"],
+        "description": "Fine-tuning small models.",
+    },
+    {
+        "slug": "t4-7g",
+        "display_name": "Tesla T4 · 7 GiB",
+        "gib": 7,
+        "models": ["Tesla-T4"],
+        "description": "Half a card.",
+    },
+    {
+        # No "gib": the whole card, for members of the "gpu-power-users" group only.
+        "slug": "t4-whole",
+        "display_name": "Tesla T4 · whole card",
+        "cards": 1,
+        "models": ["Tesla-T4"],
+        "description": "All 15 GiB of one card.",
+        "groups": ["gpu-power-users"],
+    },
+]
+c.JupyterHub.load_groups = {"gpu-power-users": {"users": []}}
+
+# To give a slice image or CPU/memory choices, write an ordinary KubeSpawner profile and
+# attach the slice with "gpushare_slice"; that profile then replaces the slice on the form:
+#
+# c.GPUShareSpawner.profile_list = [
+#     {"display_name": "PyTorch on 5 GiB", "gpushare_slice": "t4-5g",
+#      "kubespawner_override": {"image": "quay.io/jupyter/pytorch-notebook:cuda12-latest"}},
+# ]
+
+# --- Limits ---------------------------------------------------------------------------------
+# GiB one user may hold at once over all their servers (a whole card counts as 15 GiB);
+# members of a listed group get that group's figure instead.
+c.GPUShareSpawner.quota_gib_per_user = 7
+c.GPUShareSpawner.quota_gib_per_group = {"gpu-power-users": 15}
+c.JupyterHub.allow_named_servers = True
+
+# When no card has room for the chosen slice: "wait" (the pod queues and the progress page
+# says why) or "refuse" (the spawn fails at once with the reason).
+c.GPUShareSpawner.when_unavailable = "wait"
+
+# --- Where GPU pods go ------------------------------------------------------------------
+c.GPUShareSpawner.gpushare_scheduler_name = "gpushare-scheduler"
+c.GPUShareSpawner.gpu_node_selector = {"gpushare": "true"}
+c.GPUShareSpawner.gpu_tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+# --- Culling idle GPU servers sooner (examples/idle_culler_config.py) ----------------------
+c.JupyterHub.services = [
+    {
+        "name": "idle-culler",
+        "command": [
+            sys.executable,
+            "-m",
+            "jupyterhub_idle_culler",
+            "--timeout=3600",
+            "--config-file=idle_culler_config.py",
+        ],
+    }
+]
+c.JupyterHub.load_roles = [
+    {
+        "name": "idle-culler",
+        # admin:server_state lets the culler see which servers hold a GPU slice.
+        "scopes": [
+            "list:users",
+            "read:users:activity",
+            "read:servers",
+            "delete:servers",
+            "admin:server_state",
+        ],
+        "services": ["idle-culler"],
+    }
+]
+
+# Check the catalogue now, so that a mistake stops the hub at start with the entry named.
+GPUShareSpawner.check_config(c)

@@ -1,0 +1,185 @@
+"""Server-side checks of what a user asked for (form or REST body), and GPU quotas.
+
+``user_options`` are untrusted: they come from the spawn form, or raw from
+``POST /hub/api/users/<u>/servers/<name>``. :func:`check_options` accepts only
+``profile`` (a slug the user may use) and the chosen profile's own options with
+one of their listed values; anything else is refused, so nothing of the request
+reaches the pod unchecked. Outcomes are values; :meth:`Refused.text` is what the
+user reads. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from .catalogue import Catalogue, Slice
+
+UNLISTED = "--unlisted-choice"
+
+
+class Reason(Enum):
+    MALFORMED = "malformed"
+    UNKNOWN_PROFILE = "unknown profile"
+    UNKNOWN_KEY = "unknown option"
+    BAD_CHOICE = "bad choice"
+    GROUP = "not in group"
+    QUOTA = "over quota"
+    UNAVAILABLE = "unavailable"
+    NEVER_FITS = "never fits"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a spawn request is refused; ``text()`` says what was wrong and the way out."""
+
+    reason: Reason
+    detail: str
+    fix: str = ""
+
+    def text(self) -> str:
+        return f"{self.detail}; {self.fix}" if self.fix else self.detail
+
+
+@dataclass(frozen=True)
+class Choice:
+    """An accepted request: the profile to load and the slice it runs on (``None``: no GPU)."""
+
+    profile: str | None
+    slice: Slice | None
+
+
+def _options_of(profile: Mapping[str, Any]) -> Mapping[str, Any]:
+    opts = profile.get("profile_options") or {}
+    return opts if isinstance(opts, Mapping) else {}
+
+
+def check_options(
+    options: Any, profiles: Sequence[Mapping[str, Any]], catalogue: Catalogue, groups: Iterable[str]
+) -> Choice | Refused:
+    """Check ``user_options`` against the initialised profile list the user was offered.
+
+    ``profiles``: KubeSpawner's initialised profile list (every entry has a slug);
+    ``groups``: the names of the user's hub groups.
+    """
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        return Refused(
+            Reason.MALFORMED,
+            f"user options must be a JSON object, got {type(options).__name__}",
+            'send {"profile": "<slug>"}',
+        )
+    groups = set(groups)
+    slugs = [str(p["slug"]) for p in profiles]
+    allowed = [s for s in slugs if (sl := catalogue.for_profile(s)) is None or sl.allows(groups)]
+    profile_slug = options.get("profile")
+    if profile_slug in (None, ""):
+        if not profiles:
+            profile = None
+        else:
+            profile = next((p for p in profiles if p.get("default")), profiles[0])
+            profile_slug = str(profile["slug"])
+    elif not isinstance(profile_slug, str) or profile_slug not in slugs:
+        return Refused(
+            Reason.UNKNOWN_PROFILE,
+            f"there is no profile {profile_slug!r}",
+            f"choose one of {', '.join(allowed) or '(none)'}",
+        )
+    else:
+        profile = profiles[slugs.index(profile_slug)]
+    chosen = catalogue.for_profile(profile_slug) if isinstance(profile_slug, str) else None
+    if chosen is not None and not chosen.allows(groups):
+        return Refused(
+            Reason.GROUP,
+            f"{chosen.display_name!r} ({chosen.slug}) is only for members of {', '.join(chosen.groups)}",
+            f"choose one of {', '.join(allowed) or '(none)'}, "
+            "or ask an admin to add you to one of those groups",
+        )
+    offered = _options_of(profile) if profile is not None else {}
+    for key, value in options.items():
+        if key == "profile":
+            continue
+        name = key[: -len(UNLISTED)] if isinstance(key, str) and key.endswith(UNLISTED) else key
+        if name not in offered:
+            known = ", ".join(sorted(["profile", *offered])) or "profile"
+            return Refused(
+                Reason.UNKNOWN_KEY,
+                f"option {key!r} is not offered by profile {profile_slug!r} (resources come from the "
+                "profile, not from the request)",
+                f"send only {known}",
+            )
+        if not isinstance(value, str):
+            return Refused(
+                Reason.BAD_CHOICE,
+                f"option {key!r} must be a string, got {value!r}",
+                "send one of the listed choices",
+            )
+        option = offered[name]
+        if key != name:
+            unlisted = option.get("unlisted_choice") or {}
+            regex = unlisted.get("validation_regex")
+            if not unlisted.get("enabled"):
+                return Refused(
+                    Reason.BAD_CHOICE,
+                    f"option {name!r} takes no free-text value",
+                    f"choose one of {', '.join(option.get('choices') or {})}",
+                )
+            if regex and not re.fullmatch(regex, value):
+                return Refused(
+                    Reason.BAD_CHOICE,
+                    f"{value!r} is not a valid {name!r}",
+                    unlisted.get("validation_message") or f"it must match {regex}",
+                )
+        elif value not in (option.get("choices") or {}):
+            return Refused(
+                Reason.BAD_CHOICE,
+                f"{value!r} is not a choice of option {name!r}",
+                f"choose one of {', '.join(option.get('choices') or {})}",
+            )
+    return Choice(profile=profile_slug if isinstance(profile_slug, str) else None, slice=chosen)
+
+
+# ---- quotas --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One of the user's other servers that holds (or is starting with) a slice."""
+
+    server: str
+    slug: str
+    gib: int
+
+
+def quota_for(per_user: int | None, per_group: Mapping[str, int], groups: Iterable[str]) -> int | None:
+    """The user's GiB quota: the largest override among their groups, else the per-user one.
+
+    ``None``: no limit.
+    """
+    overrides = [per_group[g] for g in groups if g in per_group]
+    return max(overrides) if overrides else per_user
+
+
+def check_quota(wanted: Slice, gib: int, limit: int | None, others: Sequence[Holding]) -> Refused | None:
+    """Refuse a spawn that would take the user's concurrent GiB over ``limit``."""
+    if limit is None:
+        return None
+    used = sum(h.gib for h in others)
+    if used + gib <= limit:
+        return None
+    servers = ", ".join(f"{h.server or 'default'!r} ({h.slug}, {h.gib} GiB)" for h in others)
+    if others:
+        detail = (
+            f"over your GPU quota of {limit} GiB: {wanted.slug} needs {gib} GiB and your servers "
+            f"{servers} already use {used} GiB"
+        )
+        room = limit - used
+        fix = "stop one of those servers" + (f", or choose a slice of at most {room} GiB" if room > 0 else "")
+    else:
+        detail = f"{wanted.slug} needs {gib} GiB, more than your GPU quota of {limit} GiB"
+        fix = f"choose a slice of at most {limit} GiB, or ask an admin for a larger quota"
+    return Refused(Reason.QUOTA, detail, fix)

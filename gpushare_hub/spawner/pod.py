@@ -1,0 +1,119 @@
+"""The edits that make KubeSpawner's pod ask for a slice. Pure: takes the V1Pod, returns it.
+
+Applied in :meth:`GPUShareSpawner.get_pod_manifest`, i.e. after every trait and
+profile override KubeSpawner has merged into the manifest, so no override can
+undo them. The notebook container (KubeSpawner's first) gets the slice in limits
+and requests; every other container loses any GPU-memory resource, so the pod's
+demand is exactly the slice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio.client import V1Pod, V1ResourceRequirements, V1Toleration
+
+from gpushare_hub.core import DEFAULT_NAMES, ResourceNames
+from gpushare_hub.core.annotations import EXCLUDE_MODELS_ANNOTATION, MODELS_ANNOTATION, PREFIX
+
+from .catalogue import Slice
+
+SLICE_ANNOTATION = f"{PREFIX}/slice"
+# KubeSpawner's own names for the hub user and server (kubectl inspect gpushare reads them);
+# re-set here because a profile's extra_annotations could have replaced them.
+USER_ANNOTATION = "hub.jupyter.org/username"
+SERVER_ANNOTATION = "hub.jupyter.org/servername"
+SLICE_LABEL = f"{PREFIX}/slice"
+
+
+@dataclass(frozen=True)
+class SlicePod:
+    """Everything the pod of a slice must carry besides what KubeSpawner made."""
+
+    slice: Slice
+    user: str
+    server: str
+    scheduler_name: str = "gpushare-scheduler"
+    tolerations: Sequence[Mapping[str, Any]] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    names: ResourceNames = DEFAULT_NAMES
+
+    def resources(self) -> dict[str, str]:
+        s = self.slice
+        out: dict[str, str] = {}
+        if s.gib is not None:
+            out[self.names.memory] = str(s.gib * s.cards)
+        if s.gib is None or s.cards > 1:
+            out[self.names.count] = str(s.cards)
+        return out
+
+    def annotations(self) -> dict[str, str]:
+        out = {SLICE_ANNOTATION: self.slice.slug, USER_ANNOTATION: self.user}
+        if self.server:
+            out[SERVER_ANNOTATION] = self.server
+        if self.slice.models:
+            out[MODELS_ANNOTATION] = ",".join(self.slice.models)
+        return out
+
+
+def _toleration(t: Mapping[str, Any]) -> V1Toleration:
+    return V1Toleration(
+        key=t.get("key"),
+        operator=t.get("operator"),
+        value=t.get("value"),
+        effect=t.get("effect"),
+        toleration_seconds=t.get("tolerationSeconds", t.get("toleration_seconds")),
+    )
+
+
+def _strip(container: Any, drop: set[str]) -> None:
+    """Remove ``drop`` from a container's limits and requests. KubeSpawner passes
+    ``extra_containers`` / ``init_containers`` through as plain dicts, so both forms occur."""
+    resources = container.get("resources") if isinstance(container, dict) else container.resources
+    if resources is None:
+        return
+    for part in ("limits", "requests"):
+        values = resources.get(part) if isinstance(resources, dict) else getattr(resources, part)
+        if values:
+            kept = {k: v for k, v in values.items() if k not in drop}
+            if isinstance(resources, dict):
+                resources[part] = kept
+            else:
+                setattr(resources, part, kept)
+
+
+def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
+    """Make ``pod`` ask for ``want.slice`` and go to the gpushare scheduler."""
+    ours = {want.names.memory, want.names.count}
+    spec = pod.spec
+    containers = list(spec.containers or [])
+    if not containers:
+        raise ValueError("the pod has no container to give the GPU slice to")
+    for c in [*containers[1:], *(spec.init_containers or [])]:
+        _strip(c, ours)
+    notebook = containers[0]
+    if notebook.resources is None:
+        notebook.resources = V1ResourceRequirements()
+    _strip(notebook, ours)
+    amounts = want.resources()
+    notebook.resources.limits = {**(notebook.resources.limits or {}), **amounts}
+    notebook.resources.requests = {**(notebook.resources.requests or {}), **amounts}
+
+    meta = pod.metadata
+    annotations = {
+        k: v
+        for k, v in (meta.annotations or {}).items()
+        if k not in (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION, SERVER_ANNOTATION)
+    }
+    annotations.update(want.annotations())
+    meta.annotations = annotations
+    meta.labels = {**(meta.labels or {}), SLICE_LABEL: want.slice.slug}
+
+    spec.scheduler_name = want.scheduler_name
+    if want.node_selector:
+        spec.node_selector = {**(spec.node_selector or {}), **want.node_selector}
+    if want.tolerations:
+        spec.tolerations = [*(spec.tolerations or []), *(_toleration(t) for t in want.tolerations)]
+    return pod

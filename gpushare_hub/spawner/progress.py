@@ -1,0 +1,154 @@
+"""What a user waiting for a GPU server is told: a value per moment, rendered at the edge.
+
+:func:`spawn_status` reads the ledger, the server's pod (API JSON) and the other
+pods waiting for the same scheduler, and answers :class:`Bound` (node and card
+chosen), :class:`Waiting` (why, and how many are ahead), or :class:`NeverFits`
+(the spawn should fail now rather than at ``start_timeout``). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpushare_hub.core import (
+    ALLOCATION_ANNOTATION,
+    AllocationRecord,
+    Demand,
+    GPUShareError,
+    Ledger,
+    demand_from_pod,
+    pod_key,
+)
+
+from .availability import Availability, availability
+
+
+@dataclass(frozen=True)
+class Bound:
+    node: str
+    card_index: int
+    uuid: str
+    model: str
+    units: int
+    card_units: int
+    cards: int = 1
+
+
+@dataclass(frozen=True)
+class Waiting:
+    demand: Demand
+    availability: Availability
+    ahead: int
+
+
+@dataclass(frozen=True)
+class NeverFits:
+    demand: Demand
+    availability: Availability
+
+
+SpawnStatus = Bound | Waiting | NeverFits
+
+
+def _created(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+
+def _models_overlap(a: Demand, b: Demand) -> bool:
+    if not a.models or not b.models:
+        return True
+    return bool({m.lower() for m in a.models} & {m.lower() for m in b.models})
+
+
+def queue_position(pod: Mapping[str, Any], queue: Iterable[Mapping[str, Any]], demand: Demand) -> int:
+    """Pods created before ``pod``, not yet bound, asking GPU memory of an overlapping model."""
+    mine = _created(pod)
+    key = pod_key(pod)
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    ahead = 0
+    for other in queue:
+        spec = other.get("spec") or {}
+        if pod_key(other) == key or spec.get("nodeName") or spec.get("schedulerName") != scheduler:
+            continue
+        if (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if _created(other) >= mine:
+            continue
+        try:
+            theirs = demand_from_pod(other)
+        except GPUShareError:
+            continue
+        if theirs is not None and _models_overlap(demand, theirs):
+            ahead += 1
+    return ahead
+
+
+def spawn_status(
+    ledger: Ledger, pod: Mapping[str, Any], queue: Iterable[Mapping[str, Any]] = ()
+) -> SpawnStatus | None:
+    """Where the server's pod stands. ``None``: it asks for no GPU memory."""
+    demand = demand_from_pod(pod, ledger.names)
+    if demand is None:
+        return None
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ALLOCATION_ANNOTATION)
+    if raw:
+        rec = AllocationRecord.from_json(raw, where=f"pod {demand.key}")
+        first = min(rec.cards, key=lambda c: c.index)
+        node = ledger.node(rec.node)
+        card = node.card(first.uuid) if node else None
+        return Bound(
+            node=rec.node,
+            card_index=first.index,
+            uuid=first.uuid,
+            model=card.model if card else "unknown",
+            units=first.units,
+            card_units=card.units if card else 0,
+            cards=len(rec.cards),
+        )
+    a = availability(ledger, demand)
+    if a.permanent:
+        return NeverFits(demand, a)
+    return Waiting(demand, a, queue_position(pod, queue, demand))
+
+
+def render(status: SpawnStatus, unit: str = "GiB") -> str:
+    """One line for the spawn-progress page."""
+    if isinstance(status, Bound):
+        more = f" (and {status.cards - 1} more card(s))" if status.cards > 1 else ""
+        size = f" of its {status.card_units} {unit}" if status.card_units else ""
+        return (
+            f"Your GPU: node {status.node}, card {status.card_index} ({status.model}, {status.uuid}){more}: "
+            f"{status.units} {unit}{size}"
+        )
+    d = status.demand
+    a = status.availability
+    models = "/".join(d.models) or "GPU"
+    if isinstance(status, NeverFits):
+        if not a.largest_card:
+            return f"This server can never start here: the cluster has no {models} card."
+        return (
+            f"This server can never start here: it asks {d.describe()}, and the largest {models} card "
+            f"holds {a.largest_card} {unit}."
+        )
+    if d.whole:
+        what = f"waiting for {d.count} entirely free {models} card{'s' if d.count > 1 else ''}"
+        why = (
+            "every card is at least partly in use"
+            if a.free == 0
+            else "a card is free; the scheduler is on it"
+        )
+    else:
+        what = f"waiting for a {models} with {d.per_card} {unit} free"
+        largest = max(a.largest_free.values(), default=0)
+        why = (
+            f"every card has less (the largest free block is {largest} {unit})"
+            if a.free == 0
+            else "a card has room; the scheduler is placing the server"
+        )
+    queue = ""
+    if status.ahead:
+        queue = f"; {status.ahead} pod{'s are' if status.ahead > 1 else ' is'} ahead of you"
+    return f"{what[0].upper()}{what[1:]}: {why}{queue}."

@@ -1,0 +1,539 @@
+"""GPUShareSpawner: KubeSpawner with a catalogue of GPU-memory slices.
+
+The glue between JupyterHub/KubeSpawner and the pure modules beside it:
+:mod:`.catalogue` (what is offered), :mod:`.options` (what a request may ask),
+:mod:`.availability` (what fits now), :mod:`.pod` (the manifest edits) and
+:mod:`.progress` (what a waiting user reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from jupyterhub.utils import maybe_future  # type: ignore[import-untyped]
+from kubernetes_asyncio.client import V1Pod
+from kubespawner import KubeSpawner  # type: ignore[import-untyped]
+from tornado import web
+from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
+
+from gpushare_hub.core import ResourceNames
+
+from .availability import Availability, availability
+from .availability import render as render_availability
+from .catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
+from .ledger_source import Informer, SharedLedger
+from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
+from .pod import SlicePod, apply_slice
+from .progress import Bound, NeverFits, spawn_status
+from .progress import render as render_status
+
+# How the availability note looks beside a slice's name on KubeSpawner's form.
+FORM_STYLE = (
+    "<style>.gpushare-availability{font-size:75%;font-weight:normal}"
+    ".gpushare-free{color:#3c763d}.gpushare-unavailable{color:#a94442}"
+    ".gpushare-unknown{color:#777}</style>\n"
+)
+STATE_SLICE = "gpushare_slice"
+STATE_GIB = "gpushare_gib"
+
+_STATUS = {
+    Reason.MALFORMED: 400,
+    Reason.UNKNOWN_PROFILE: 400,
+    Reason.UNKNOWN_KEY: 400,
+    Reason.BAD_CHOICE: 400,
+    Reason.GROUP: 403,
+    Reason.QUOTA: 403,
+    Reason.UNAVAILABLE: 409,
+    Reason.NEVER_FITS: 409,
+}
+
+
+class SpawnRefused(web.HTTPError):
+    """A spawn request refused with a reason the user reads (form, REST reply, progress page)."""
+
+    def __init__(self, refused: Refused) -> None:
+        super().__init__(_STATUS[refused.reason], "%s", refused.text())
+        self.refused = refused
+        self.jupyterhub_message = refused.text()
+
+    def __str__(self) -> str:
+        return self.refused.text()
+
+
+def escape(text: str) -> str:
+    """HTML-escape, braces included (some JupyterHub versions render the form as a template again)."""
+    return html.escape(text, quote=True).replace("{", "&#123;").replace("}", "&#125;")
+
+
+class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
+    """KubeSpawner whose profiles include GPU-memory slices placed by the gpushare scheduler."""
+
+    slices = List(
+        Dict(),
+        config=True,
+        help="""
+        The GPU slices users may choose, one dict per slice. Keys:
+
+        - ``slug`` (required): lower-case letters, digits and dashes, e.g. ``"t4-5g"``. It is the
+          value of ``user_options["profile"]`` (REST: ``{"profile": "t4-5g"}``) and of the pod
+          annotation ``gpushare-hub.io/slice``.
+        - ``display_name`` (required): the text on the spawn page, e.g. ``"Tesla T4 · 5 GiB"``.
+        - ``gib``: GiB of GPU memory per card. Leave it out for whole cards.
+        - ``cards``: how many cards (on one node), default 1.
+        - ``models``: the card models it may run on, e.g. ``["Tesla-T4"]`` (names as NVML
+          reports them, spaces as dashes; see ``gpushare_hub/core/cards.py``). Empty: any model.
+        - ``description``: a line under the name.
+        - ``groups``: hub groups whose members may use it; empty or absent: every user.
+        - ``default``: pre-select it on the form.
+
+        Example::
+
+            c.GPUShareSpawner.slices = [
+                {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]},
+                {"slug": "t4-whole", "display_name": "Tesla T4 · whole card", "cards": 1,
+                 "models": ["Tesla-T4"], "groups": ["gpu-power-users"]},
+            ]
+
+        To offer image, CPU or memory choices with a slice, write an ordinary ``profile_list``
+        entry (KubeSpawner's format) and add ``"gpushare_slice": "<slug>"`` to it; that entry then
+        replaces the slice on the form. Its slug defaults to the slice's.
+
+        A wrong entry (unknown model, more GiB than the model holds, duplicate slug, unknown
+        key) raises an error naming the entry and the fix when the spawner is configured;
+        call ``GPUShareSpawner.check_config(c)`` at the end of ``jupyterhub_config.py`` to stop
+        the hub at start instead. Groups are checked against the hub's database at first use.
+        """,
+    )
+
+    when_unavailable = Enum(
+        ["wait", "refuse"],
+        default_value="wait",
+        config=True,
+        help="""
+        What happens when a user starts a slice that no card can hold right now.
+
+        ``"wait"`` (default): the pod is created and waits for a card; the progress page says why
+        and how many pods are ahead. ``"refuse"``: the spawn is refused at once with the reason.
+        A slice that can never fit in this cluster (larger than every allowed card) is always
+        refused at once.
+        """,
+    )
+
+    quota_gib_per_user = Integer(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        GiB of GPU memory one user may hold at once, summed over all their servers (named
+        servers included; a whole card counts as its size). ``None`` (default): no limit.
+        A spawn over quota is refused, naming the servers that use it.
+        """,
+    )
+
+    quota_gib_per_group = Dict(
+        key_trait=Unicode(),
+        value_trait=Integer(),
+        config=True,
+        help="""
+        Per-group overrides of ``quota_gib_per_user``: ``{"gpu-power-users": 30}``. A member of
+        several listed groups gets the largest of their quotas.
+        """,
+    )
+
+    gpushare_scheduler_name = Unicode(
+        "gpushare-scheduler",
+        config=True,
+        help="""
+        ``spec.schedulerName`` of GPU-slice pods: the dedicated kube-scheduler that calls the
+        gpushare extender. Pods without a slice keep ``scheduler_name``.
+        """,
+    )
+
+    gpu_tolerations = List(
+        Dict(),
+        config=True,
+        help="""
+        Tolerations added to GPU-slice pods (Kubernetes format), e.g.
+        ``[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]``.
+        """,
+    )
+
+    gpu_node_selector = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        config=True,
+        help="""Node selector merged into GPU-slice pods, e.g. ``{"gpushare": "true"}``.""",
+    )
+
+    gpu_memory_resource = Unicode(
+        "aliyun.com/gpu-mem", config=True, help="Extended resource of GPU memory (GiB units)."
+    )
+    gpu_count_resource = Unicode(
+        "aliyun.com/gpu-count", config=True, help="Extended resource counting whole cards."
+    )
+
+    ledger_provider = Callable(
+        None,
+        allow_none=True,
+        config=True,
+        help="""
+        A callable returning the current ``gpushare_hub.core.Ledger``, or ``None`` while it is
+        not known. The form's availability, ``when_unavailable``, the progress messages and the
+        early failure of pods that never fit read it; while it returns ``None`` availability is
+        shown as unknown and spawns are not held back. Default (``None`` here): the hub
+        process's one shared watch of Nodes and Pods (see ``watch_ledger``).
+        """,
+    )
+
+    watch_ledger = Bool(
+        True,
+        config=True,
+        help="""
+        Without a ``ledger_provider``, keep one ledger in the hub process from a watch of the
+        API server's Nodes and Pods (the extender's informer), started on first use. The hub's
+        service account then needs ``list`` and ``watch`` on nodes and on pods in all namespaces.
+        """,
+    )
+
+    ledger_max_staleness = Float(
+        30.0,
+        config=True,
+        help="""
+        Seconds a failing watch may go on before its ledger is no longer trusted (availability
+        is then shown as unknown until the watch recovers).
+        """,
+    )
+
+    _shared_ledger: SharedLedger | None = None
+
+    never_fits_check_interval = Float(
+        2.0,
+        config=True,
+        help="Seconds between checks, while a GPU pod waits, of whether it can ever fit.",
+    )
+
+    # The slice of this server (kept in the hub's state; None: no GPU).
+    gpushare_slice: str | None = None
+    gpushare_gib: int = 0
+    _gpushare_chosen: Slice | None = None
+
+    @validate("slices")
+    def _validate_slices(self, proposal: Any) -> Any:
+        read_catalogue(proposal.value, (), self.resource_names)
+        return proposal.value
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        profiles = self.profile_list
+        if not callable(profiles):
+            read_catalogue(self.slices, self._sorted_dict_values(profiles), self.resource_names)
+
+    @classmethod
+    def check_config(cls, config: Any) -> Catalogue:
+        """Check the catalogue in a hub's config object; raise :class:`CatalogueError` if wrong.
+
+        Call it at the end of ``jupyterhub_config.py`` (``GPUShareSpawner.check_config(c)``) so
+        that a wrong catalogue stops the hub at start.
+        """
+        section = config.GPUShareSpawner
+        slices = section.get("slices", [])
+        profiles = section.get("profile_list", config.KubeSpawner.get("profile_list", []))
+        if isinstance(profiles, Mapping):
+            profiles = [profiles[k] for k in sorted(profiles)]
+        return read_catalogue(slices, [] if callable(profiles) else profiles)
+
+    @property
+    def resource_names(self) -> ResourceNames:
+        return ResourceNames(memory=self.gpu_memory_resource, count=self.gpu_count_resource)
+
+    # ---- the hub's side: groups, other servers --------------------------------------------
+    def _group_names(self) -> list[str]:
+        return [str(g.name) for g in (getattr(self.user, "groups", None) or [])]
+
+    def _check_groups(self, catalogue: Catalogue) -> None:
+        """Unknown groups in the catalogue are an admin error; the hub's database knows them."""
+        db = getattr(self.user, "db", None)
+        if db is None or not catalogue.groups():
+            return
+        from jupyterhub import orm  # type: ignore[import-untyped]
+
+        existing = [g.name for g in db.query(orm.Group)]
+        problems = catalogue.unknown_groups(existing)
+        if problems:
+            self.log.error("GPU slice catalogue: %s", "; ".join(problems))
+            raise CatalogueError("; ".join(problems))
+
+    def _holdings(self) -> list[Holding]:
+        """The user's other active servers that hold a slice."""
+        out = []
+        spawners = getattr(self.user, "spawners", None) or {}
+        for name, sp in sorted(spawners.items()):
+            if sp is self or name == self.name or not getattr(sp, "active", False):
+                continue
+            slug = getattr(sp, "gpushare_slice", None)
+            if slug:
+                out.append(Holding(server=name, slug=slug, gib=int(getattr(sp, "gpushare_gib", 0))))
+        return out
+
+    def _ledger(self) -> Any:
+        if self.ledger_provider is not None:
+            return self.ledger_provider()
+        shared = type(self)._shared_ledger
+        return shared() if shared is not None and self.watch_ledger else None
+
+    def _make_informer(self) -> Informer:
+        from gpushare_hub.kube.informer import LedgerInformer
+
+        return LedgerInformer(self.api.api_client, self.resource_names)
+
+    async def ensure_ledger(self) -> None:
+        """Start the shared watch on first use (when no ``ledger_provider`` is configured)."""
+        cls = type(self)
+        if self.ledger_provider is not None or not self.watch_ledger:
+            return
+        if cls._shared_ledger is None:
+            cls._shared_ledger = SharedLedger(self._make_informer, self.ledger_max_staleness)
+        await cls._shared_ledger.ensure_started()
+
+    # ---- profiles and the form ----------------------------------------------------------
+    async def _profiles(self) -> tuple[list[dict[str, Any]], Catalogue]:
+        """The admin's profiles (slices attached) followed by the catalogue's other slices."""
+        base = self._sorted_dict_values(self.profile_list)
+        if callable(base):
+            base = await maybe_future(base(self))
+        base = [dict(p) for p in (self._sorted_dict_values(base) or [])]
+        catalogue = read_catalogue(self.slices, base, self.resource_names)
+        self._check_groups(catalogue)
+        for p in base:
+            if PROFILE_KEY in p:
+                p.setdefault("slug", p[PROFILE_KEY])
+        shown = set(catalogue.attached.values())
+        for s in catalogue.slices:
+            if s.slug not in shown:
+                base.append(
+                    {
+                        "slug": s.slug,
+                        "display_name": escape(s.display_name),
+                        "description": escape(s.description),
+                        "default": s.default,
+                    }
+                )
+        return base, catalogue
+
+    def availability_of(self, s: Slice) -> Availability | None:
+        ledger = self._ledger()
+        return None if ledger is None else availability(ledger, s.demand())
+
+    async def render_form(self, spawner: Any = None) -> str:
+        """The spawn form: KubeSpawner's, with each slice's availability; slices the user's
+        groups may not use are left out."""
+        await self.ensure_ledger()
+        profiles, catalogue = await self._profiles()
+        groups = self._group_names()
+        shown = []
+        for p in profiles:
+            s = catalogue.for_profile(str(p.get("slug", "")))
+            if s is not None:
+                if not s.allows(groups):
+                    continue
+                a = self.availability_of(s)
+                state = "unknown" if a is None else "free" if a.placeable else "unavailable"
+                note = render_availability(a)
+                if (
+                    a is not None
+                    and not a.placeable
+                    and not a.permanent
+                    and self.when_unavailable == "refuse"
+                ):
+                    note += " (cannot start now)"
+                p = {
+                    **p,
+                    "display_name": f'{p["display_name"]} <span class="gpushare-availability '
+                    f'gpushare-{state}" data-gpushare-slice="{escape(s.slug)}">— {escape(note)}</span>',
+                }
+            shown.append(p)
+        return FORM_STYLE + str(self._render_options_form(shown))
+
+    @default("options_form")
+    def _options_form_default(self) -> Any:
+        if not self.slices and not self.profile_list:
+            return ""  # nothing to choose: JupyterHub starts the server without a form
+        return self.render_form
+
+    # ---- validation, quota, availability ------------------------------------------------
+    async def load_user_options(self) -> None:
+        """Check ``user_options`` (untrusted) and apply the chosen profile and slice."""
+        await self.ensure_ledger()
+        profiles, catalogue = await self._profiles()
+        initialised = self._get_initialized_profile_list(profiles)
+        outcome = check_options(self.user_options, initialised, catalogue, self._group_names())
+        if isinstance(outcome, Refused):
+            raise SpawnRefused(outcome)
+        if initialised:
+            self._load_profile(outcome.profile, initialised)
+        chosen = outcome.slice
+        self.gpushare_slice, self.gpushare_gib, self._gpushare_chosen = None, 0, None
+        if chosen is None:
+            return
+        gib = chosen.quota_gib(self.resource_names)
+        limit = quota_for(self.quota_gib_per_user, self.quota_gib_per_group, self._group_names())
+        over = check_quota(chosen, gib, limit, self._holdings())
+        if over is not None:
+            raise SpawnRefused(over)
+        a = self.availability_of(chosen)
+        if a is not None and a.permanent:
+            raise SpawnRefused(
+                Refused(
+                    Reason.NEVER_FITS,
+                    f"{chosen.display_name} cannot start: {render_availability(a)}",
+                    "choose a smaller slice, or ask an admin to add such a card",
+                )
+            )
+        if a is not None and not a.placeable and self.when_unavailable == "refuse":
+            raise SpawnRefused(
+                Refused(
+                    Reason.UNAVAILABLE,
+                    f"{chosen.display_name} cannot start now: {render_availability(a)}",
+                    "choose a smaller slice or try again when someone stops a server",
+                )
+            )
+        self.gpushare_slice, self.gpushare_gib = chosen.slug, gib
+        self._gpushare_chosen = chosen
+
+    # ---- the pod ------------------------------------------------------------------------
+    async def get_pod_manifest(self) -> V1Pod:
+        """KubeSpawner's manifest, then the slice: after every override, so none can undo it."""
+        pod: V1Pod = await super().get_pod_manifest()
+        chosen = self._gpushare_chosen
+        if chosen is None or self.gpushare_slice is None:
+            return pod
+        return apply_slice(pod, self.slice_pod(chosen))
+
+    def slice_pod(self, chosen: Slice) -> SlicePod:
+        return SlicePod(
+            slice=chosen,
+            user=str(self.user.name),
+            server=str(self.name or ""),
+            scheduler_name=self.gpushare_scheduler_name,
+            tolerations=list(self.gpu_tolerations),
+            node_selector=dict(self.gpu_node_selector),
+            names=self.resource_names,
+        )
+
+    # ---- state --------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = super().get_state()
+        if self.gpushare_slice:
+            state[STATE_SLICE] = self.gpushare_slice
+            state[STATE_GIB] = self.gpushare_gib
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        slug = state.get(STATE_SLICE)
+        self.gpushare_slice = slug if isinstance(slug, str) else None
+        self.gpushare_gib = int(state.get(STATE_GIB) or 0) if self.gpushare_slice else 0
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.gpushare_slice, self.gpushare_gib = None, 0
+
+    # ---- start and progress -------------------------------------------------------------
+    def _pod_object(self) -> Mapping[str, Any] | None:
+        reflector = self.pod_reflector
+        if reflector is None:
+            return None
+        pod: Mapping[str, Any] | None = reflector.pods.get(f"{self.namespace}/{self.pod_name}")
+        return pod
+
+    def _queue(self) -> Sequence[Mapping[str, Any]]:
+        reflector = self.pod_reflector
+        return list(reflector.pods.values()) if reflector is not None else []
+
+    def start(self) -> asyncio.Future[Any]:
+        """KubeSpawner's start, raced against a check that the pod can ever fit."""
+        self._start_future = asyncio.ensure_future(self._start_watched())
+        return self._start_future
+
+    async def _start_watched(self) -> Any:
+        inner = asyncio.ensure_future(self._start())
+        watcher = asyncio.ensure_future(self._watch_never_fits())
+        try:
+            done, _ = await asyncio.wait({inner, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled from outside: take KubeSpawner's start down too
+            inner.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if inner not in done:
+            inner.cancel()
+            await asyncio.gather(inner, return_exceptions=True)
+            return watcher.result()  # raises the refusal
+        return inner.result()
+
+    async def _watch_never_fits(self) -> None:
+        """Fail the spawn as soon as the ledger says this pod can never be placed."""
+        while True:
+            await asyncio.sleep(self.never_fits_check_interval)
+            ledger = self._ledger()
+            pod = self._pod_object()
+            if ledger is None or pod is None:
+                continue
+            status = spawn_status(ledger, pod)
+            if isinstance(status, NeverFits):
+                raise SpawnRefused(Refused(Reason.NEVER_FITS, render_status(status)))
+
+    def status_message(self) -> str | None:
+        """What the progress page shows about the GPU right now (``None``: nothing to say)."""
+        pod = self._pod_object()
+        if pod is None:
+            return None
+        ledger = self._ledger()
+        if ledger is None:
+            from gpushare_hub.core import Ledger
+
+            ledger = Ledger(self.resource_names)  # a bound pod still says where it went
+        status = spawn_status(ledger, pod, self._queue())
+        if status is None or (self._ledger() is None and not isinstance(status, Bound)):
+            return None
+        return render_status(status)
+
+    async def progress(self) -> AsyncIterator[dict[str, Any]]:
+        """KubeSpawner's events, interleaved with why the GPU pod waits or where it went."""
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for event in super(GPUShareSpawner, self).progress():
+                    await queue.put(event)
+            finally:
+                await queue.put(None)
+
+        task = asyncio.ensure_future(pump())
+        last: str | None = None
+        events_done = False
+        try:
+            while True:
+                if not events_done:
+                    try:
+                        event = await asyncio.wait_for(queue.get(), timeout=1.0)
+                    except TimeoutError:
+                        event = {}
+                    if event is None:
+                        events_done = True
+                    elif event:
+                        yield event
+                else:
+                    await asyncio.sleep(1.0)
+                message = self.status_message()
+                if message and message != last:
+                    last = message
+                    yield {"message": message}
+                future = self._start_future
+                if events_done and (future is None or future.done()):
+                    break
+        finally:
+            task.cancel()

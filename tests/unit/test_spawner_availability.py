@@ -1,0 +1,107 @@
+"""Availability for the form and progress messages, from the core ledger and placer."""
+
+from __future__ import annotations
+
+from gpushare_hub.core import Demand, Ledger, Placer
+from gpushare_hub.spawner.availability import availability, render
+from gpushare_hub.spawner.progress import Bound, NeverFits, Waiting, queue_position, spawn_status
+from gpushare_hub.spawner.progress import render as render_status
+
+from .helpers import node_obj, pod_obj
+
+
+def ledger_with(
+    *held: int, nodes: int = 1, cards: int = 2, model: str = "Tesla T4", mib: int = 15360
+) -> Ledger:
+    """``nodes`` nodes of ``cards`` cards; ``held`` slices placed by the binpack placer."""
+    ledger = Ledger.from_objects([node_obj(f"gpu-{i}", cards, model, mib) for i in range(nodes)], [])
+    placer = Placer(ledger)
+    for i, units in enumerate(held):
+        assert not hasattr(placer.place_and_commit(Demand(f"jhub/held-{i}", units, 1)), "reason")
+    return ledger
+
+
+def t4(gib: int | None, cards: int = 1) -> Demand:
+    return Demand("slice/x", gib, cards, models=("Tesla-T4",))
+
+
+def test_count_of_free_slices_is_per_card_arithmetic():
+    ledger = ledger_with(10)  # card 0: 5 free, card 1: 15 free
+    a = availability(ledger, t4(5))
+    assert (a.free, a.placeable, a.permanent) == (1 + 3, True, False)
+    assert render(a) == "4 free"
+    assert availability(ledger, t4(7)).free == 2
+
+
+def test_none_free_names_the_largest_free_block():
+    ledger = ledger_with(12, 12)  # 3 GiB left on each card
+    a = availability(ledger, t4(5))
+    assert (a.free, a.placeable, a.permanent) == (0, False, False)
+    assert a.largest_free == {"Tesla-T4": 3}
+    assert render(a) == "none free: the largest free block is 3 GiB"
+
+
+def test_a_slice_larger_than_every_card_is_permanent():
+    a = availability(ledger_with(), t4(16))
+    assert a.permanent and render(a) == "unavailable: the largest Tesla-T4 card here holds 15 GiB"
+    b = availability(ledger_with(), Demand("slice/x", 5, 1, models=("A10",)))
+    assert b.permanent and render(b) == "unavailable: this cluster has no A10 card"
+
+
+def test_whole_cards_count_only_empty_cards_and_multi_card_sets():
+    ledger = ledger_with(3, nodes=2, cards=2)  # gpu-0 card 0 used; 3 empty cards
+    assert availability(ledger, t4(None)).free == 3
+    assert availability(ledger, t4(None, cards=2)).free == 1  # only gpu-1 has two empty cards
+    assert (
+        render(availability(ledger_with(14, 14), t4(None))) == "none free: no Tesla-T4 card is entirely free"
+    )
+
+
+def test_unknown_ledger_renders_as_unknown():
+    assert render(None).startswith("availability unknown")
+
+
+def test_waiting_pod_is_told_why_and_how_many_are_ahead():
+    ledger = ledger_with(12, 12)
+    sched = {"schedulerName": "gpushare-scheduler"}
+    ann = {"gpushare-hub.io/card-models": "Tesla-T4"}
+    mine = pod_obj("jupyter-carol", 5, annotations=ann)
+    mine["spec"].update(sched)
+    mine["metadata"]["creationTimestamp"] = "2026-11-22T12:00:05Z"
+    earlier = [pod_obj(f"jupyter-{n}", 5, annotations=ann) for n in ("alice", "bob")]
+    for p in earlier:
+        p["spec"].update(sched)
+        p["metadata"]["creationTimestamp"] = "2026-11-22T12:00:00Z"
+    later = pod_obj("jupyter-dan", 5)
+    later["spec"].update(sched)
+    later["metadata"]["creationTimestamp"] = "2026-11-22T12:01:00Z"
+    other_scheduler = pod_obj("cpu", 5)
+    other_scheduler["metadata"]["creationTimestamp"] = "2026-11-22T11:00:00Z"
+    queue = [*earlier, later, other_scheduler, mine]
+    assert queue_position(mine, queue, t4(5)) == 2
+    status = spawn_status(ledger, mine, queue)
+    assert isinstance(status, Waiting) and status.ahead == 2
+    assert render_status(status) == (
+        "Waiting for a Tesla-T4 with 5 GiB free: every card has less (the largest free block is 3 GiB); "
+        "2 pods are ahead of you."
+    )
+
+
+def test_bound_pod_is_told_its_node_and_card():
+    ledger = ledger_with()
+    pod = pod_obj("jupyter-alice", 5)
+    placement = Placer(ledger).place_and_commit(Demand("jhub/jupyter-alice", 5, 1))
+    pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()
+    status = spawn_status(ledger, pod)
+    assert isinstance(status, Bound) and (status.node, status.card_index, status.units) == ("gpu-0", 0, 5)
+    assert render_status(status) == (
+        "Your GPU: node gpu-0, card 0 (Tesla-T4, GPU-sim-gpu-0-0): 5 GiB of its 15 GiB"
+    )
+
+
+def test_a_pod_that_never_fits_says_so():
+    pod = pod_obj("jupyter-big", 16)
+    status = spawn_status(ledger_with(), pod)
+    assert isinstance(status, NeverFits)
+    assert "can never start here" in render_status(status) and "holds 15 GiB" in render_status(status)
+    assert spawn_status(ledger_with(), pod_obj("cpu-only")) is None
