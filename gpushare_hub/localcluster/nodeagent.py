@@ -504,7 +504,9 @@ class NodeAgent:
         meta = pod["metadata"]
         body = exit_status(ended)
         try:
-            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], body)
+            # The event goes first: KubeSpawner ends a spawn as soon as it sees the pod
+            # Failed, and its progress stream (what the user reads) carries only the
+            # events that arrived before that.
             failed = body["status"]["phase"] == "Failed"
             event: Any = {
                 "metadata": {"generateName": f"{meta['name']}."},
@@ -524,6 +526,10 @@ class NodeAgent:
                 "count": 1,
             }
             self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as err:
+            log.warning("could not write the event for the end of pod %s: %s", pod_key(pod), err.reason)
+        try:
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], body)
         except ApiException as err:
             if err.status != 404:
                 log.warning("could not report the end of pod %s: %s", pod_key(pod), err.reason)
