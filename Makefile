@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup system-deps replay test test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
@@ -29,12 +29,23 @@ replay: setup
 k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
 
+## Debian packages the chart tier's image builds need, installed once (as root) when missing.
+SYSTEM_PACKAGES := buildah debootstrap
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "make test needs the Debian packages$$missing: sudo apt-get install$$missing" >&2; exit 1; fi; \
+	fi
+
 ## configurable-http-proxy for the hub tier, from npm at a pinned version into ~/.cache/gpushare-hub/npm (once).
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
 ## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need.
-test: setup k8s-binaries hub-proxy
+test: setup system-deps k8s-binaries hub-proxy
 	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
