@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse clean
+.PHONY: setup replay test test-unit test-chart k8s-binaries hub-proxy browser-deps lint bench proto chart wheelhouse clean
 
 setup: $(STAMP)
 
@@ -33,8 +33,16 @@ k8s-binaries: setup
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need.
-test: setup k8s-binaries hub-proxy
+## Headless Chromium for the browser tier, from Debian (apt) only if missing; Playwright drives it.
+CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser)
+browser-deps:
+	@if [ -z "$(CHROMIUM)" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
+	fi
+
+## Every test tier that can run here (unit, cluster, kubelet, hub, browser, chart, bench), after building what they need.
+test: setup k8s-binaries hub-proxy browser-deps
 	$(BIN)/ruff check gpushare_hub extender plugin tests helm
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
