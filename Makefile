@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-unit test-chart k8s-binaries hub-proxy browser-deps lint bench proto chart wheelhouse clean
+.PHONY: setup system-deps replay test test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
@@ -29,23 +29,28 @@ replay: setup
 k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
 
+## Debian packages installed once (as root) when missing: the chart tier's image builds need
+## buildah and debootstrap; the browser tier drives chromium headless with Playwright.
+SYSTEM_PACKAGES := buildah debootstrap chromium
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "make test needs the Debian packages$$missing: sudo apt-get install$$missing" >&2; exit 1; fi; \
+	fi
+
 ## configurable-http-proxy for the hub tier, from npm at a pinned version into ~/.cache/gpushare-hub/npm (once).
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Headless Chromium for the browser tier, from Debian (apt) only if missing; Playwright drives it.
-CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser)
-browser-deps:
-	@if [ -z "$(CHROMIUM)" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium; \
-	fi
-
 ## Every test tier that can run here (unit, cluster, kubelet, hub, browser, chart, bench), after building what they need.
-test: setup k8s-binaries hub-proxy browser-deps
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm
+test: setup system-deps k8s-binaries hub-proxy
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
+	$(BIN)/mypy images/build.py
 	$(BIN)/pytest -p no:cacheprovider
 
 test-unit: setup
@@ -56,10 +61,11 @@ test-chart: setup k8s-binaries
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm
-	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
+	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
+	$(BIN)/mypy images/build.py
 
 bench: setup
 	$(BIN)/gpushare-bench replay
@@ -84,6 +90,11 @@ wheelhouse: setup
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
 	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any wheelhouse/gpushare_hub-*.whl
+
+## The images, built here with buildah (chroot, vfs) on a debootstrap base, cached under
+## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.
+images: setup
+	$(BIN)/python images/build.py --check
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

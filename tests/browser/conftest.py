@@ -1,4 +1,4 @@
-"""Browser tier: headless Chromium (Debian's, installed by ``make browser-deps``) driven by
+"""Browser tier: headless Chromium (Debian's, installed by ``make system-deps``) driven by
 Playwright against the session's real hub (the hub tier's fixtures, one instance per session)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def chromium_path() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.fail("no chromium on PATH: run `make browser-deps` (apt-get install chromium)", pytrace=False)
+    pytest.fail("no chromium on PATH: run `make system-deps` (apt-get install chromium)", pytrace=False)
 
 
 @pytest.fixture
