@@ -29,8 +29,9 @@ replay: setup
 k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
 
-## Debian packages the chart tier's image builds need, installed once (as root) when missing.
-SYSTEM_PACKAGES := buildah debootstrap
+## Debian packages installed once (as root) when missing: the chart tier's image builds need
+## buildah and debootstrap; the browser tier drives chromium headless with Playwright.
+SYSTEM_PACKAGES := buildah debootstrap chromium
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -44,7 +45,7 @@ system-deps:
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need.
+## Every test tier that can run here (unit, cluster, kubelet, hub, browser, chart, bench), after building what they need.
 test: setup system-deps k8s-binaries hub-proxy
 	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy

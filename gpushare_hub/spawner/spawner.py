@@ -378,11 +378,8 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         self.gpushare_slice, self.gpushare_gib, self._gpushare_chosen = None, 0, None
         if chosen is None:
             return
-        gib = chosen.quota_gib(self.resource_names)
-        limit = quota_for(self.quota_gib_per_user, self.quota_gib_per_group, self._group_names())
-        over = check_quota(chosen, gib, limit, self._holdings())
-        if over is not None:
-            raise SpawnRefused(over)
+        # A slice no card here can ever hold is refused for that reason first: a larger quota
+        # would not help, so naming the quota would send the user the wrong way.
         a = self.availability_of(chosen)
         if a is not None and a.permanent:
             raise SpawnRefused(
@@ -392,6 +389,11 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                     "choose a smaller slice, or ask an admin to add such a card",
                 )
             )
+        gib = chosen.quota_gib(self.resource_names)
+        limit = quota_for(self.quota_gib_per_user, self.quota_gib_per_group, self._group_names())
+        over = check_quota(chosen, gib, limit, self._holdings())
+        if over is not None:
+            raise SpawnRefused(over)
         if a is not None and not a.placeable and self.when_unavailable == "refuse":
             raise SpawnRefused(
                 Refused(
