@@ -325,7 +325,9 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
 
     def availability_of(self, s: Slice) -> Availability | None:
         ledger = self._ledger()
-        return None if ledger is None else availability(ledger, s.demand())
+        if ledger is None:
+            return None
+        return availability(ledger, s.demand(), {**self.node_selector, **self.gpu_node_selector})
 
     async def render_form(self, spawner: Any = None) -> str:
         """The spawn form: KubeSpawner's, with each slice's availability; slices the user's

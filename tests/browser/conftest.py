@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.hub.conftest import hub, notebook_nodes, other_cards_full  # noqa: F401  (shared fixtures)
+from tests.hub.conftest import hub, notebook_nodes  # noqa: F401  (shared fixtures)
 
 # Screenshots land here (repository's out/, ignored by git); GPUSHARE_BROWSER_OUT overrides.
 OUT = Path(os.environ.get("GPUSHARE_BROWSER_OUT", Path(__file__).resolve().parents[2] / "out" / "browser"))

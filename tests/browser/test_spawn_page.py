@@ -21,7 +21,7 @@ def notes(page: Any) -> dict[str, str]:
 
 
 def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_taken(
-    local_cluster, hub, notebook_nodes, other_cards_full, browser_page
+    local_cluster, hub, notebook_nodes, browser_page
 ):
     page = browser_page
     # Card A: a 10 GiB plain-profile GPU server (5 GiB left); card B: a 7 GiB slice (8 left).

@@ -16,8 +16,8 @@ import pytest
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.hub import LocalHub
 from gpushare_hub.localcluster.nodeagent import Record, recorded_processes
-from gpushare_hub.localcluster.notebooknodes import LABEL, NotebookNodes, spawner_config
-from tests.conftest import gpu_pod, wait_for
+from gpushare_hub.localcluster.notebooknodes import NotebookNodes, spawner_config
+from tests.conftest import wait_for
 
 NAMESPACE = "hub"
 SCHEDULER = "gpushare-scheduler"
@@ -96,36 +96,6 @@ def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNode
     ).start()
     _SESSION["hub"] = h
     yield h
-
-
-@pytest.fixture
-def other_cards_full(local_cluster: LocalCluster) -> Iterator[list[str]]:
-    """Fill every card of the session's other (kwok) GPU nodes, so that the notebook nodes'
-    two T4s are the only room left in the ledger the hub reads; the pods go away afterwards."""
-    ns = f"fill-{uuid.uuid4().hex[:6]}"
-    local_cluster.create_namespace(ns)
-    api = local_cluster.core_api()
-    names = []
-    for node in local_cluster.get_json("/api/v1/nodes")["items"]:
-        labels = node["metadata"].get("labels") or {}
-        cap = node["status"].get("capacity") or {}
-        mem, count = int(cap.get("aliyun.com/gpu-mem", 0)), int(cap.get("aliyun.com/gpu-count", 0))
-        if labels.get(LABEL) == "true" or not mem or not count:
-            continue
-        for i in range(count):
-            name = f"fill-{node['metadata']['name']}-{i}"[:60]
-            pinned = {"kubernetes.io/hostname": node["metadata"]["name"]}
-            body = gpu_pod(name, mem // count, SCHEDULER, pinned)
-            api.create_namespaced_pod(ns, body)
-            names.append(name)
-
-    def bound() -> bool:
-        pods = local_cluster.get_json(f"/api/v1/namespaces/{ns}/pods")["items"]
-        return len(pods) == len(names) and all(p["spec"].get("nodeName") for p in pods)
-
-    assert wait_for(bound, timeout=120), "the filler pods on the kwok nodes were not placed"
-    yield names
-    api.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
 
 
 def pod_of(cluster: LocalCluster, user: str) -> dict[str, Any] | None:

@@ -97,7 +97,7 @@ def test_16_gib_is_refused_at_once_with_the_reason(local_cluster, hub, notebook_
 
 
 def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
-    local_cluster, hub, notebook_nodes, other_cards_full
+    local_cluster, hub, notebook_nodes
 ):
     # Two cards of 15 GiB; binpack puts 7 + 7 on one (1 GiB left) and 5 + 5 + 5 on the other.
     holders = {"fay": "t4-7g", "gus": "t4-7g", "hal": "t4-5g", "ida": "t4-5g", "kai": "t4-5g"}
