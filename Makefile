@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup replay test test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse clean
+.PHONY: setup system-deps replay test test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
@@ -34,16 +34,29 @@ k8s-binaries: setup
 	$(BIN)/gpushare-localcluster build
 	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build; done
 
+## Debian packages installed once (as root) when missing: the chart tier's image builds need
+## buildah and debootstrap; the browser tier drives chromium headless with Playwright.
+SYSTEM_PACKAGES := buildah debootstrap chromium
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "make test needs the Debian packages$$missing: sudo apt-get install$$missing" >&2; exit 1; fi; \
+	fi
+
 ## configurable-http-proxy for the hub tier, from npm at a pinned version into ~/.cache/gpushare-hub/npm (once).
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier that can run here (unit, cluster, kubelet, hub, chart, bench), after building what they need;
-## then the cluster and kubelet tiers again against each further pinned Kubernetes version.
-test: setup k8s-binaries hub-proxy
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm
+## Every test tier that can run here (unit, cluster, kubelet, hub, browser, chart, bench), after building what
+## they need; then the cluster and kubelet tiers again against each further pinned Kubernetes version.
+test: setup system-deps k8s-binaries hub-proxy
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
+	$(BIN)/mypy images/build.py
 	$(BIN)/pytest -p no:cacheprovider
 	$(MAKE) --no-print-directory test-k8s-also
 
@@ -59,10 +72,11 @@ test-chart: setup k8s-binaries
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm
-	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm
+	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
+	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
+	$(BIN)/mypy images/build.py
 
 bench: setup
 	$(BIN)/gpushare-bench replay
@@ -87,6 +101,11 @@ wheelhouse: setup
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
 	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any wheelhouse/gpushare_hub-*.whl
+
+## The images, built here with buildah (chroot, vfs) on a debootstrap base, cached under
+## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.
+images: setup
+	$(BIN)/python images/build.py --check
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -8,6 +8,11 @@ plain KubeSpawner asking 5 GiB. ``--spawns`` servers are started one after anoth
 * *scheduling + bind*: from the pod's appearance to its binding (a watch stamps both).
 
 Each server is stopped (and its pod gone) before the next starts. Medians are printed.
+
+``--compare-plain``: two hubs in the same cluster, one with ``GPUShareSpawner`` (a 5 GiB
+catalogue slice, REST ``{"profile": "t4-5g"}``, the gpushare scheduler) and one with a plain
+``KubeSpawner`` making the same pod without any GPU (default scheduler); spawns alternate
+between them, so both see the same machine, and the overhead ratio of the medians is printed.
 """
 
 from __future__ import annotations
@@ -39,6 +44,71 @@ def _watch(cluster: Any, namespace: str, seen: dict[str, dict[str, float]], stop
                     break
         except Exception:  # the cluster stopping under the watch, or a dropped connection
             time.sleep(0.2)
+
+
+SLICE = {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]}
+
+
+def _spawn_once(hub: Any, cluster: Any, namespace: str, user: str, body: Any) -> float:
+    """POST, then poll the server through the proxy; seconds to the first 200. Stops it again."""
+    token = hub.user_token(user)
+    t0 = time.monotonic()
+    status, reply = hub.api("POST", f"/users/{user}/server", body)
+    if status not in (201, 202):
+        raise RuntimeError(f"spawn of {user} refused: HTTP {status} {reply}")
+    while hub.proxy_get(f"/user/{user}/api/status", token, timeout=10)[0] != 200:
+        if time.monotonic() - t0 > 300:
+            raise RuntimeError(f"{user}'s server did not answer in 300 s; logs in {cluster.logs}")
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    hub.api("DELETE", f"/users/{user}/server")
+    while cluster.get_json(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        time.sleep(0.2)
+    return took
+
+
+def compare_plain(spawns: int) -> dict[str, Any]:
+    """GPUShareSpawner (5 GiB slice) vs plain KubeSpawner (same pod, no GPU), alternating."""
+    from ..localcluster import build
+    from ..localcluster.cluster import LocalCluster
+    from ..localcluster.hub import LocalHub
+    from ..localcluster.notebooknodes import NotebookNodes, spawner_config
+
+    build.build()
+    with LocalCluster() as cluster:
+        cluster.start()
+        cluster.start_scheduler()  # the plain pods' default scheduler
+        cluster.start_gpushare_scheduler()
+        nodes = NotebookNodes(cluster)
+        nodes.add(2, cards=1)
+        nodes.start()
+        plain_config = spawner_config()
+        plain_config.pop("extra_resource_limits")
+        plain_config["scheduler_name"] = "default-scheduler"
+        gpu_config = {**spawner_config(), "slices": [SLICE]}
+        gpu_config.pop("extra_resource_limits")
+        for ns in ("bench-gpu", "bench-plain"):
+            cluster.create_namespace(ns)
+        gpu_hub = LocalHub(
+            cluster, "bench-gpu", gpu_config, spawner_class="gpushare_hub.GPUShareSpawner", name="hub-gpu"
+        ).start()
+        plain_hub = LocalHub(cluster, "bench-plain", plain_config, name="hub-plain").start()
+        # One warm-up spawn each (first imports, the hub's shared ledger watch), not counted.
+        _spawn_once(gpu_hub, cluster, "bench-gpu", "warm", {"profile": "t4-5g"})
+        _spawn_once(plain_hub, cluster, "bench-plain", "warm", None)
+        gpu, plain = [], []
+        for i in range(spawns):
+            gpu.append(_spawn_once(gpu_hub, cluster, "bench-gpu", f"gpu{i}", {"profile": "t4-5g"}))
+            plain.append(_spawn_once(plain_hub, cluster, "bench-plain", f"plain{i}", None))
+    g, p = statistics.median(gpu), statistics.median(plain)
+    return {
+        "spawns_each": spawns,
+        "median_gpushare_s": round(g, 3),
+        "median_plain_s": round(p, 3),
+        "overhead_ratio": round(g / p - 1, 4),
+        "gpushare_s": [round(t, 2) for t in gpu],
+        "plain_s": [round(t, 2) for t in plain],
+    }
 
 
 def measure(spawns: int) -> dict[str, Any]:
@@ -93,10 +163,30 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("spawn", help="hub spawn to ready through the proxy, on local notebook nodes")
     p.add_argument("--spawns", type=int, default=10)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--compare-plain",
+        action="store_true",
+        help="GPUShareSpawner (5 GiB slice) vs plain KubeSpawner (same pod, no GPU), alternating",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare_plain:
+        cmp = compare_plain(args.spawns)
+        if args.json:
+            print(json.dumps(cmp))
+        else:
+            n = cmp["spawns_each"]
+            print(
+                f"{n} spawns each, alternating, POST /server -> 200 through the proxy (local notebook nodes)"
+            )
+            print(f"  GPUShareSpawner, 5 GiB slice, median   {cmp['median_gpushare_s']} s")
+            print(f"  plain KubeSpawner, no GPU, median      {cmp['median_plain_s']} s")
+            print(f"  overhead                               {cmp['overhead_ratio']:+.1%}")
+            print(f"  each (gpushare): {cmp['gpushare_s']}")
+            print(f"  each (plain):    {cmp['plain_s']}")
+        return 0
     out = measure(args.spawns)
     if args.json:
         print(json.dumps(out))

@@ -98,13 +98,17 @@ class LocalHub:
         spawner: Mapping[str, Any] | None = None,
         spawner_class: str = "kubespawner.KubeSpawner",
         extra_config: str = "",
+        name: str = "hub",
     ) -> None:
+        """``name`` tells hubs of one cluster apart (work folder, component and log names)."""
         self.cluster = cluster
+        self.name = name
+        self._suffix = "" if name == "hub" else f"-{name}"
         self.namespace = namespace
         self.spawner = dict(spawner or {})
         self.spawner_class = spawner_class
         self.extra_config = extra_config
-        self.workdir = cluster.workdir / "hub"
+        self.workdir = cluster.workdir / name
         self.token = secrets.token_hex(32)
         self.proxy_token = secrets.token_hex(32)
         self.url = ""
@@ -145,7 +149,7 @@ class LocalHub:
         proxy_api = f"http://127.0.0.1:{api}"
         env = {**os.environ, "CONFIGPROXY_AUTH_TOKEN": self.proxy_token}
         self.proxy = Component(
-            "configurable-http-proxy",
+            f"configurable-http-proxy{self._suffix}",
             [
                 str(chp),
                 "--ip=127.0.0.1",
@@ -155,7 +159,7 @@ class LocalHub:
                 f"--error-target=http://127.0.0.1:{hub_port}/hub/error",
                 "--log-level=info",
             ],
-            self.cluster.logs / "configurable-http-proxy.log",
+            self.cluster.logs / f"configurable-http-proxy{self._suffix}.log",
             env=env,
         ).start()
         self.cluster.components[self.proxy.name] = self.proxy
@@ -165,9 +169,9 @@ class LocalHub:
         config = self.workdir / "jupyterhub_config.py"
         config.write_text(self.config_text(hub_port, proxy_api))
         self.hub = Component(
-            "jupyterhub",
+            f"jupyterhub{self._suffix}",
             [sys.executable, "-m", "jupyterhub", "-f", str(config)],
-            self.cluster.logs / "jupyterhub.log",
+            self.cluster.logs / f"jupyterhub{self._suffix}.log",
             env={**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)},
         ).start()
         self.cluster.components[self.hub.name] = self.hub
@@ -237,4 +241,4 @@ class LocalHub:
 
     @property
     def hub_log(self) -> Path:
-        return self.cluster.logs / "jupyterhub.log"
+        return self.cluster.logs / f"jupyterhub{self._suffix}.log"

@@ -63,12 +63,20 @@ def _fits(slots: list[int], count: int) -> int:
     return best
 
 
-def availability(ledger: Ledger, demand: Demand) -> Availability:
-    """Count and explain, for ``demand`` (see :meth:`Slice.demand`), on ``ledger``."""
+def availability(
+    ledger: Ledger, demand: Demand, node_selector: Mapping[str, str] | None = None
+) -> Availability:
+    """Count and explain, for ``demand`` (see :meth:`Slice.demand`), on ``ledger``.
+
+    ``node_selector``: the labels the pod will carry as its nodeSelector; only nodes that
+    have them count (a free card on a node the pod may not use is no room for it).
+    """
     free = 0
     largest_free: dict[str, int] = {}
     largest_card = 0
-    for node in ledger.nodes():
+    wanted = dict(node_selector or {})
+    nodes = [n for n in ledger.nodes() if all(n.labels.get(k) == v for k, v in wanted.items())]
+    for node in nodes:
         slots = []
         for card in node.cards:
             if not card.healthy or not demand.model_allowed(card.model):
@@ -81,7 +89,7 @@ def availability(ledger: Ledger, demand: Demand) -> Availability:
             else:
                 slots.append(left // demand.per_card)
         free += _fits(slots, demand.count)
-    decision = placer_for(ledger).decide(demand)
+    decision = placer_for(ledger).decide(demand, [n.name for n in nodes] if wanted else None)
     placeable = isinstance(decision, Placement)
     permanent = not placeable and decision.permanent  # type: ignore[union-attr]
     return Availability(

@@ -108,7 +108,7 @@ def spawn_status(
             card_units=card.units if card else 0,
             cards=len(rec.cards),
         )
-    a = availability(ledger, demand)
+    a = availability(ledger, demand, (pod.get("spec") or {}).get("nodeSelector"))
     if a.permanent:
         return NeverFits(demand, a)
     return Waiting(demand, a, queue_position(pod, queue, demand))

@@ -325,7 +325,9 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
 
     def availability_of(self, s: Slice) -> Availability | None:
         ledger = self._ledger()
-        return None if ledger is None else availability(ledger, s.demand())
+        if ledger is None:
+            return None
+        return availability(ledger, s.demand(), {**self.node_selector, **self.gpu_node_selector})
 
     async def render_form(self, spawner: Any = None) -> str:
         """The spawn form: KubeSpawner's, with each slice's availability; slices the user's
@@ -378,11 +380,8 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         self.gpushare_slice, self.gpushare_gib, self._gpushare_chosen = None, 0, None
         if chosen is None:
             return
-        gib = chosen.quota_gib(self.resource_names)
-        limit = quota_for(self.quota_gib_per_user, self.quota_gib_per_group, self._group_names())
-        over = check_quota(chosen, gib, limit, self._holdings())
-        if over is not None:
-            raise SpawnRefused(over)
+        # A slice no card here can ever hold is refused for that reason first: a larger quota
+        # would not help, so naming the quota would send the user the wrong way.
         a = self.availability_of(chosen)
         if a is not None and a.permanent:
             raise SpawnRefused(
@@ -392,6 +391,11 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                     "choose a smaller slice, or ask an admin to add such a card",
                 )
             )
+        gib = chosen.quota_gib(self.resource_names)
+        limit = quota_for(self.quota_gib_per_user, self.quota_gib_per_group, self._group_names())
+        over = check_quota(chosen, gib, limit, self._holdings())
+        if over is not None:
+            raise SpawnRefused(over)
         if a is not None and not a.placeable and self.when_unavailable == "refuse":
             raise SpawnRefused(
                 Refused(

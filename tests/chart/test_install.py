@@ -23,6 +23,7 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU_MEM_IDX
+from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.pki import PKI
 from gpushare_hub.localcluster.processes import Component, free_port
@@ -34,9 +35,16 @@ NS = "gpushare-hub"
 RELEASE = "gpushare-hub"
 HUB_NS = "jhub"
 INSTALL_VALUES = [
+    "--set=mps.enabled=true",
     f"--set=hub.serviceAccount.namespace={HUB_NS}",
     f"--set=admission.policySetters={{system:serviceaccount:{HUB_NS}:hub}}",
 ]
+
+
+MPS_NODES = {
+    "gpu-1": {MPS_LABEL: "true"},
+    "gpu-2": {MPS_LABEL: "true", MPS_MULTI_USER_LABEL: "true"},
+}
 
 
 def sa(name: str, namespace: str = NS) -> tuple[str, list[str]]:
@@ -53,6 +61,9 @@ class Installed:
         self.docs = helm.template(*INSTALL_VALUES, namespace=NS, release=RELEASE)
         for ns in (NS, HUB_NS, "alice"):
             cluster.create_namespace(ns)
+        # As the device plugin labels MPS nodes (nodeOptions mps, mpsMultiUser).
+        for node, labels in MPS_NODES.items():
+            self.admin.patch_node(node, {"metadata": {"labels": labels}})
         self.install_output = helm.run(
             "install",
             RELEASE,
@@ -112,6 +123,20 @@ def test_workloads_get_their_pods_on_the_right_nodes(installed: Installed):
     assert len(schedulers) == 2 and all(p.spec.node_name for p in schedulers)
     assert sorted(p.spec.node_name for p in plugins) == ["gpu-1", "gpu-2"]  # not cpu-1: no gpushare=true
     assert all(p.status.phase == "Running" for p in schedulers + plugins)
+
+
+def test_one_mps_control_daemon_per_mps_node_multi_user_where_labelled(installed: Installed):
+    single = installed.pods("mps-control-daemon")
+    multi = installed.pods("mps-control-daemon-multi-user")
+    assert [p.spec.node_name for p in single] == ["gpu-1"]  # not gpu-2 (multi-user), not cpu-1
+    assert [p.spec.node_name for p in multi] == ["gpu-2"]
+    assert all(p.status.phase == "Running" for p in single + multi)
+    env = {e.name: e.value for e in multi[0].spec.containers[0].env}
+    assert env["MPS_MULTI_USER"] == "true"
+    # No API access at all: no token in the pod, no rights for its account.
+    assert not [v for p in single + multi for v in p.spec.volumes if v.projected]
+    user, groups = sa("gpushare-mps-control-daemon")
+    assert not [r for r in ALL_MUST if review(installed.api, user, groups, *r)]
 
 
 def test_the_sidecar_sees_only_the_extenders_token_and_the_scheduler_only_its_own(installed: Installed):
@@ -229,6 +254,10 @@ RIGHTS: dict[str, tuple[list[tuple[str, ...]], list[tuple[str, ...]]]] = {
 }
 
 
+# Everything any of the chart's accounts must be able to do.
+ALL_MUST = [r for must, _ in RIGHTS.values() for r in must]
+
+
 @pytest.mark.parametrize("account", sorted(RIGHTS))
 def test_each_service_account_has_exactly_its_must_and_none_of_its_must_not(installed: Installed, account):
     user, groups = sa(account)
@@ -270,10 +299,14 @@ def plugin_api(installed: Installed, node: str) -> client.CoreV1Api:
 
 def test_the_installed_policy_keeps_the_plugin_to_its_own_node(installed: Installed):
     api = plugin_api(installed, "gpu-1")
-    patch = {"metadata": {"annotations": {CARDS_ANNOTATION: "[]"}}}
     answers: list[str] = []
+    gpu2 = installed.admin.read_node("gpu-2").metadata.annotations[CARDS_ANNOTATION]
 
     def refused_elsewhere() -> bool:
+        # A real change each try: one let through before the policy was active must not make
+        # the next try a no-op, which only the node check would refuse.
+        current = (installed.admin.read_node("gpu-2").metadata.annotations or {}).get(CARDS_ANNOTATION)
+        patch = {"metadata": {"annotations": {CARDS_ANNOTATION: "[ ]" if current == "[]" else "[]"}}}
         try:
             api.patch_node("gpu-2", patch)
         except ApiException as err:
@@ -282,7 +315,9 @@ def test_the_installed_policy_keeps_the_plugin_to_its_own_node(installed: Instal
         answers.append("patched")
         return False
 
-    assert wait_for(refused_elsewhere, timeout=60), answers[-3:]
+    ok = wait_for(refused_elsewhere, timeout=60)
+    installed.admin.patch_node("gpu-2", {"metadata": {"annotations": {CARDS_ANNOTATION: gpu2}}})
+    assert ok, answers[-3:]
     assert "may not set gpushare-hub.io/cards on node gpu-2" in answers[-1], answers[-1]
     with pytest.raises(ApiException) as err:  # not even a label: the plugin is as narrow as a kubelet
         api.patch_node("gpu-2", {"metadata": {"labels": {"touched": "yes"}}})

@@ -22,11 +22,17 @@ from tests.conftest import wait_for
 NAMESPACE = "hub"
 SCHEDULER = "gpushare-scheduler"
 
+# One hub and one set of notebook nodes per session, even where another tier's conftest imports
+# these fixtures (tests/browser): pytest would otherwise make a second instance for that folder.
+_SESSION: dict[str, Any] = {}
+
 
 @pytest.fixture(scope="session")
 def notebook_nodes(local_cluster: LocalCluster, gpushare: Any) -> NotebookNodes:
     """Two local notebook nodes (nb-1, nb-2), one 15 GiB Tesla T4 each, served by the node agent."""
-    nodes = NotebookNodes(local_cluster)
+    if "nodes" in _SESSION:
+        return _SESSION["nodes"]  # type: ignore[no-any-return]
+    nodes = _SESSION["nodes"] = NotebookNodes(local_cluster)
     nodes.add(2, cards=1)
     nodes.start()
     return nodes
@@ -71,6 +77,9 @@ QUOTA_GIB = 10
 @pytest.fixture(scope="session")
 def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNodes) -> Iterator[LocalHub]:
     """The hub runs GPUShareSpawner: its catalogue beside the plain KubeSpawner profiles."""
+    if "hub" in _SESSION:
+        yield _SESSION["hub"]
+        return
     local_cluster.create_namespace(NAMESPACE)
     config = {
         **hub_spawner_config(),
@@ -85,6 +94,7 @@ def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNode
         spawner_class="gpushare_hub.GPUShareSpawner",
         extra_config="c.JupyterHub.allow_named_servers = True",
     ).start()
+    _SESSION["hub"] = h
     yield h
 
 

@@ -57,6 +57,23 @@ def test_whole_cards_count_only_empty_cards_and_multi_card_sets():
     )
 
 
+def test_only_nodes_the_pods_node_selector_admits_count():
+    """A free card on a node the notebook may not use is no room for it."""
+    notebook = node_obj("nb-1", 1)
+    notebook["metadata"]["labels"]["pool"] = "notebooks"
+    ledger = Ledger.from_objects([notebook, node_obj("other", 2)], [])
+    assert not hasattr(Placer(ledger).place_and_commit(Demand("jhub/held", 12, 1), ["nb-1"]), "reason")
+    everywhere = availability(ledger, t4(5))
+    assert (everywhere.free, everywhere.placeable) == (6, True)
+    mine = availability(ledger, t4(5), {"pool": "notebooks"})
+    assert (mine.free, mine.placeable, mine.permanent) == (0, False, False)
+    assert render(mine) == "none free: the largest free block is 3 GiB"
+    pod = pod_obj("nb", 5)
+    pod["spec"]["nodeSelector"] = {"pool": "notebooks"}
+    waiting = spawn_status(ledger, pod)
+    assert isinstance(waiting, Waiting) and waiting.availability.free == 0
+
+
 def test_unknown_ledger_renders_as_unknown():
     assert render(None).startswith("availability unknown")
 

@@ -1,0 +1,45 @@
+"""Browser tier: headless Chromium (Debian's, installed by ``make system-deps``) driven by
+Playwright against the session's real hub (the hub tier's fixtures, one instance per session)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.hub.conftest import hub, notebook_nodes  # noqa: F401  (shared fixtures)
+
+# Screenshots land here (repository's out/, ignored by git); GPUSHARE_BROWSER_OUT overrides.
+OUT = Path(os.environ.get("GPUSHARE_BROWSER_OUT", Path(__file__).resolve().parents[2] / "out" / "browser"))
+
+
+def chromium_path() -> str:
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail("no chromium on PATH: run `make system-deps` (apt-get install chromium)", pytrace=False)
+
+
+@pytest.fixture
+def browser_page() -> Iterator[Any]:
+    """A fresh page of a headless Chromium (one browser per test, so no cookie carries over)."""
+    from playwright.sync_api import sync_playwright
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=chromium_path(),
+            headless=True,
+            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"],
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1100, "height": 900})
+            context.set_default_timeout(60_000)
+            yield context.new_page()
+        finally:
+            browser.close()

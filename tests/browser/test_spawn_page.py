@@ -1,0 +1,77 @@
+"""A user logs in through the hub's login page, opens the spawn page and reads each slice's
+availability; another user's server takes the last 7 GiB slice, and after a reload the page says
+that no 7 GiB slice is free. Screenshots: out/browser/ (see conftest.OUT)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import wait_for
+from tests.hub.conftest import SLICES, pod_of, stop_server
+
+from .conftest import OUT
+
+
+def notes(page: Any) -> dict[str, str]:
+    """Availability text per slice slug, as the browser renders it."""
+    out = {}
+    for span in page.locator("span.gpushare-availability").all():
+        out[str(span.get_attribute("data-gpushare-slice"))] = span.inner_text().lstrip("— ").strip()
+    return out
+
+
+def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_taken(
+    local_cluster, hub, notebook_nodes, browser_page
+):
+    page = browser_page
+    # Card A: a 10 GiB plain-profile GPU server (5 GiB left); card B: a 7 GiB slice (8 left).
+    holders = [("mia", "slice-10"), ("ned", "t4-7g")]
+    started: list[str] = []
+    try:
+        for user, profile in holders:
+            hub.user_token(user)
+            status, body = hub.api("POST", f"/users/{user}/server", {"profile": profile})
+            assert status in (201, 202), (status, body)
+            started.append(user)
+            assert wait_for(lambda u=user: (pod_of(local_cluster, u) or {})["spec"].get("nodeName"), 120)
+        for user, _ in holders:
+            hub.wait_ready(user, timeout=400)
+
+        # Log in as a person would: the hub's login page (DummyAuthenticator), then the spawn page.
+        page.goto(f"{hub.url}/hub/login")
+        page.fill("input[name=username]", "pia")
+        if page.locator("input[name=password]").count():
+            page.fill("input[name=password]", "any")
+        page.click("input[type=submit], button[type=submit]")
+        page.wait_for_url("**/hub/**")
+        page.goto(f"{hub.url}/hub/spawn")
+        page.wait_for_selector("span.gpushare-availability")
+        for s in SLICES:
+            assert page.get_by_text(str(s["display_name"]), exact=False).count() >= 1, s
+        before = notes(page)
+        page.screenshot(path=str(OUT / "spawn-before.png"), full_page=True)
+        assert before == {
+            "t4-5g": "2 free",
+            "t4-7g": "1 free",
+            "any-16g": "unavailable: the largest GPU card here holds 15 GiB",
+        }, before
+
+        # Another user takes the last 7 GiB slice through the REST API.
+        hub.user_token("oli")
+        status, body = hub.api("POST", "/users/oli/server", {"profile": "t4-7g"})
+        assert status in (201, 202), (status, body)
+        started.append("oli")
+        assert wait_for(lambda: (pod_of(local_cluster, "oli") or {})["spec"].get("nodeName"), 120)
+
+        page.reload()
+        page.wait_for_selector("span.gpushare-availability")
+        after = notes(page)
+        page.screenshot(path=str(OUT / "spawn-after.png"), full_page=True)
+        assert after["t4-7g"] == "none free: the largest free block is 5 GiB", after
+        assert after["t4-5g"] == "1 free", after
+        unavailable = page.locator('span.gpushare-unavailable[data-gpushare-slice="t4-7g"]')
+        assert unavailable.count() == 1
+        assert unavailable.evaluate("e => getComputedStyle(e).color") == "rgb(169, 68, 66)"
+    finally:
+        for user in started:
+            stop_server(hub, local_cluster, user)
