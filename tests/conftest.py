@@ -7,6 +7,7 @@ The local-cluster fixtures live here so that every tier that needs the real cont
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,20 +45,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _CLUSTERS: list[LocalCluster] = []
 
 
-@pytest.fixture(scope="session")
-def local_cluster() -> Iterator[LocalCluster]:
-    """One control plane with the default scheduler and three 2x Tesla T4 kwok nodes."""
+@contextlib.contextmanager
+def running_cluster(scheduler: bool = True) -> Iterator[LocalCluster]:
+    """A started control plane (with the default scheduler unless told not to), whose logs a
+    failing test's report lists; everything stops on exit."""
     try:
         build.build()
     except build.BuildError as err:
         pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
     with LocalCluster(keep_workdir=True) as cluster:
         _CLUSTERS.append(cluster)
-        cluster.start()
-        cluster.start_scheduler()
+        try:
+            cluster.start()
+            if scheduler:
+                cluster.start_scheduler()
+            yield cluster
+        finally:
+            _CLUSTERS.remove(cluster)
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """One control plane with the default scheduler and three 2x Tesla T4 kwok nodes."""
+    with running_cluster() as cluster:
         cluster.add_gpu_nodes(3, cards=2)
         yield cluster
-        _CLUSTERS.remove(cluster)
 
 
 class Gpushare:

@@ -19,7 +19,7 @@ import yaml
 
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
-from tests.conftest import _CLUSTERS
+from tests.conftest import running_cluster
 
 ROOT = Path(__file__).parents[2]
 CHART = ROOT / "helm" / "gpushare-hub"
@@ -98,18 +98,10 @@ def helm() -> Helm:
 @pytest.fixture(scope="module")
 def chart_cluster() -> Iterator[LocalCluster]:
     """A control plane of the chart tier's own: default scheduler, two GPU nodes, one CPU node."""
-    try:
-        build.build()
-    except build.BuildError as err:
-        pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
-    with LocalCluster(keep_workdir=True) as cluster:
-        _CLUSTERS.append(cluster)
-        cluster.start()
-        cluster.start_scheduler()
+    with running_cluster() as cluster:
         cluster.add_gpu_nodes(2, cards=2)
         cpu = cluster.node_object("cpu-1", ())
         del cpu["metadata"]["labels"]["gpushare"]
         cluster.core_api().create_node(cpu)
         cluster.wait_nodes_ready(["cpu-1"])
         yield cluster
-        _CLUSTERS.remove(cluster)

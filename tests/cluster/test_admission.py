@@ -22,11 +22,10 @@ from gpushare_hub.core import ALLOCATION_ANNOTATION, AllocationRecord, CardShare
 from gpushare_hub.core.annotations import CARDS_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.resources import DEFAULT_NAMES
-from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from plugin.kube import RBAC_RULES as PLUGIN_RULES
 from plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
-from tests.conftest import _CLUSTERS, gpu_pod, wait_for
+from tests.conftest import gpu_pod, running_cluster, wait_for
 
 SCHED = "gpushare-scheduler"
 SYSTEM_NS = "gpushare-hub"
@@ -137,15 +136,8 @@ def denial(err: ApiException) -> str:
 
 @pytest.fixture(scope="module")
 def guarded() -> Iterator[Guarded]:
-    try:
-        build.build()
-    except build.BuildError as err:
-        pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
-    with LocalCluster(keep_workdir=True) as cluster:
-        _CLUSTERS.append(cluster)
-        cluster.start()
+    with running_cluster(scheduler=False) as cluster:
         yield Guarded(cluster)
-        _CLUSTERS.remove(cluster)
 
 
 def test_a_users_forged_annotations_are_refused_on_create_and_patch_and_the_extender_still_binds(guarded):
