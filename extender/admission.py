@@ -111,6 +111,36 @@ def _common_variables(ids: Identities) -> list[dict[str, str]]:
     ]
 
 
+def _policy(
+    ids: Identities,
+    suffix: str,
+    resources: list[str],
+    variables: list[dict[str, str]],
+    validations: list[dict[str, str]],
+) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy on CREATE and UPDATE of core ``resources``; failing closed."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{ids.name}-{suffix}", "labels": dict(ids.extra_labels)},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": resources,
+                    }
+                ]
+            },
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+
+
 def _pod_policy(ids: Identities) -> dict[str, Any]:
     protected = f"k == {_cel_str(ALLOCATION_ANNOTATION)} || k.startsWith({_cel_str(GPU_MEM_PREFIX)})"
     what = f"{ALLOCATION_ANNOTATION} and {GPU_MEM_PREFIX}*"
@@ -127,113 +157,87 @@ def _pod_policy(ids: Identities) -> dict[str, Any]:
         else ""
     )
     is_pod = "request.?subResource.orValue('') != 'binding'"
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": f"{ids.name}-pods", "labels": dict(ids.extra_labels)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["pods", "pods/status", "pods/binding"],
-                    }
-                ]
+    return _policy(
+        ids,
+        "pods",
+        ["pods", "pods/status", "pods/binding"],
+        variables=[
+            *_common_variables(ids),
+            {"name": "changed", "expression": _changed(protected)},
+            {"name": "changedAny", "expression": _changed("true")},
+        ],
+        validations=[
+            {
+                # Our annotations: the extender writes them; a node's plugin marks its pods served.
+                "expression": (
+                    "size(variables.changed) == 0 || variables.isAdmin || variables.isExtender || "
+                    f"(variables.isPlugin && {is_pod} && variables.changed.all(k, k in {plugin_keys}))"
+                    f"{setters}"
+                ),
+                "messageExpression": (
+                    f"'{what} on pods are written only by the gpushare extender ({extenders}); "
+                    f"the device plugin of the pod\\'s node ({plugins}) may set only "
+                    f"{' and '.join(PLUGIN_POD_KEYS)}. ' + request.userInfo.username + "
+                    "' may not set ' + variables.changed.join(', ') + "
+                    "'; remove them from the pod (users may set gpushare-hub.io/card-models)'"
+                ),
+                "reason": "Forbidden",
             },
-            "variables": [
-                *_common_variables(ids),
-                {"name": "changed", "expression": _changed(protected)},
-                {"name": "changedAny", "expression": _changed("true")},
-            ],
-            "validations": [
-                {
-                    # Our annotations: the extender writes them; a node's plugin marks its pods served.
-                    "expression": (
-                        "size(variables.changed) == 0 || variables.isAdmin || variables.isExtender || "
-                        f"(variables.isPlugin && {is_pod} && variables.changed.all(k, k in {plugin_keys}))"
-                        f"{setters}"
-                    ),
-                    "messageExpression": (
-                        f"'{what} on pods are written only by the gpushare extender ({extenders}); "
-                        f"the device plugin of the pod\\'s node ({plugins}) may set only "
-                        f"{' and '.join(PLUGIN_POD_KEYS)}. ' + request.userInfo.username + "
-                        "' may not set ' + variables.changed.join(', ') + "
-                        "'; remove them from the pod (users may set gpushare-hub.io/card-models)'"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    # The plugin is as narrow as a kubelet: pods bound to its own node, two annotations.
-                    "expression": (
-                        f"!variables.isPlugin || ({is_pod} && variables.tokenNode != '' && "
-                        "object.spec.?nodeName.orValue('') == variables.tokenNode && "
-                        f"variables.changedAny.all(k, k in {plugin_keys}) && "
-                        "(oldObject == null || object.metadata.?labels.orValue({}) == "
-                        "oldObject.metadata.?labels.orValue({})))"
-                    ),
-                    "messageExpression": (
-                        "'the gpushare device plugin may change only pods bound to its own node, and on them "
-                        f"only {' and '.join(PLUGIN_POD_KEYS)}: ' + request.userInfo.username + "
-                        "(variables.tokenNode == '' ? ' has no node name in its token (use a "
-                        "service-account token bound to the plugin\\'s pod)' : ' runs on node ' + "
-                        "variables.tokenNode) + ', the pod is on ' + "
-                        "(has(object.spec) ? object.spec.?nodeName.orValue('no node') : 'no node')"
-                    ),
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    }
+            {
+                # The plugin is as narrow as a kubelet: pods bound to its own node, two annotations.
+                "expression": (
+                    f"!variables.isPlugin || ({is_pod} && variables.tokenNode != '' && "
+                    "object.spec.?nodeName.orValue('') == variables.tokenNode && "
+                    f"variables.changedAny.all(k, k in {plugin_keys}) && "
+                    "(oldObject == null || object.metadata.?labels.orValue({}) == "
+                    "oldObject.metadata.?labels.orValue({})))"
+                ),
+                "messageExpression": (
+                    "'the gpushare device plugin may change only pods bound to its own node, and on them "
+                    f"only {' and '.join(PLUGIN_POD_KEYS)}: ' + request.userInfo.username + "
+                    "(variables.tokenNode == '' ? ' has no node name in its token (use a "
+                    "service-account token bound to the plugin\\'s pod)' : ' runs on node ' + "
+                    "variables.tokenNode) + ', the pod is on ' + "
+                    "(has(object.spec) ? object.spec.?nodeName.orValue('no node') : 'no node')"
+                ),
+                "reason": "Forbidden",
+            },
+        ],
+    )
 
 
 def _node_policy(ids: Identities) -> dict[str, Any]:
     protected = " || ".join(f"k == {_cel_str(k)}" for k in NODE_KEYS)
     plugins = ", ".join(ids.plugin)
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": f"{ids.name}-nodes", "labels": dict(ids.extra_labels)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": ["nodes", "nodes/status"],
-                    }
-                ]
+    return _policy(
+        ids,
+        "nodes",
+        ["nodes", "nodes/status"],
+        variables=[*_common_variables(ids), {"name": "changed", "expression": _changed(protected)}],
+        validations=[
+            {
+                "expression": (
+                    "size(variables.changed) == 0 || variables.isAdmin || "
+                    "(variables.isPlugin && variables.tokenNode == object.metadata.name)"
+                ),
+                "messageExpression": (
+                    f"'{' and '.join(NODE_KEYS)} on a Node are written only by the gpushare device "
+                    f"plugin ({plugins}) of that node; ' + request.userInfo.username + ' may not set ' + "
+                    "variables.changed.join(', ') + ' on node ' + object.metadata.name"
+                ),
+                "reason": "Forbidden",
             },
-            "variables": [*_common_variables(ids), {"name": "changed", "expression": _changed(protected)}],
-            "validations": [
-                {
-                    "expression": (
-                        "size(variables.changed) == 0 || variables.isAdmin || "
-                        "(variables.isPlugin && variables.tokenNode == object.metadata.name)"
-                    ),
-                    "messageExpression": (
-                        f"'{' and '.join(NODE_KEYS)} on a Node are written only by the gpushare device "
-                        f"plugin ({plugins}) of that node; ' + request.userInfo.username + ' may not set ' + "
-                        "variables.changed.join(', ') + ' on node ' + object.metadata.name"
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": "!variables.isPlugin || variables.tokenNode == object.metadata.name",
-                    "messageExpression": (
-                        "'the gpushare device plugin may change only its own Node: ' + "
-                        "request.userInfo.username + (variables.tokenNode == '' ? ' has no node name in its "
-                        "token' : ' runs on node ' + variables.tokenNode) + ', not ' + object.metadata.name"
-                    ),
-                    "reason": "Forbidden",
-                },
-            ],
-        },
-    }
+            {
+                "expression": "!variables.isPlugin || variables.tokenNode == object.metadata.name",
+                "messageExpression": (
+                    "'the gpushare device plugin may change only its own Node: ' + "
+                    "request.userInfo.username + (variables.tokenNode == '' ? ' has no node name in its "
+                    "token' : ' runs on node ' + variables.tokenNode) + ', not ' + object.metadata.name"
+                ),
+                "reason": "Forbidden",
+            },
+        ],
+    )
 
 
 def _binding(policy: dict[str, Any]) -> dict[str, Any]:
