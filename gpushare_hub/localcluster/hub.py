@@ -99,8 +99,10 @@ class LocalHub:
         spawner_class: str = "kubespawner.KubeSpawner",
         extra_config: str = "",
         name: str = "hub",
+        port: int | None = None,
     ) -> None:
-        """``name`` tells hubs of one cluster apart (work folder, component and log names)."""
+        """``name`` tells hubs of one cluster apart (work folder, component and log names);
+        ``port``: the proxy's public port (the hub's address), else one chosen free."""
         self.cluster = cluster
         self.name = name
         self._suffix = "" if name == "hub" else f"-{name}"
@@ -108,6 +110,7 @@ class LocalHub:
         self.spawner = dict(spawner or {})
         self.spawner_class = spawner_class
         self.extra_config = extra_config
+        self.port = port
         self.workdir = cluster.workdir / name
         self.token = secrets.token_hex(32)
         self.proxy_token = secrets.token_hex(32)
@@ -144,7 +147,7 @@ class LocalHub:
     def start(self) -> LocalHub:
         self.workdir.mkdir(parents=True, exist_ok=True)
         chp = proxy_command()
-        public, api, hub_port = free_port(), free_port(), free_port()
+        public, api, hub_port = self.port or free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{public}"
         proxy_api = f"http://127.0.0.1:{api}"
         env = {**os.environ, "CONFIGPROXY_AUTH_TOKEN": self.proxy_token}

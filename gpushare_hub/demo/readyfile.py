@@ -1,0 +1,64 @@
+"""The ready file: what ``gpushare-demo --ready-file PATH`` writes once everything is up.
+
+A contract for tools (tests, scripts): JSON with at least ``hub_url``, ``admin_token``,
+``users`` (``[{name, password}]``), ``dashboard_url``, ``kubeconfig`` and ``slices``
+(``[{slug, gib, model}]``). It is written atomically (a reader never sees half of it) with
+mode 0600 (it holds credentials), and removed when the demo stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .catalogue import Offered
+
+
+@dataclass(frozen=True)
+class DemoUser:
+    name: str
+    password: str
+    admin: bool = False
+
+
+@dataclass(frozen=True)
+class Ready:
+    hub_url: str
+    admin_token: str
+    users: tuple[DemoUser, ...]
+    dashboard_url: str
+    kubeconfig: Path
+    slices: tuple[Offered, ...]
+    logs: Path
+    pid: int = field(default_factory=os.getpid)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "hub_url": self.hub_url,
+            "admin_token": self.admin_token,
+            "users": [{"name": u.name, "password": u.password, "admin": u.admin} for u in self.users],
+            "dashboard_url": self.dashboard_url,
+            "kubeconfig": str(self.kubeconfig),
+            "slices": [s.as_json() for s in self.slices],
+            "logs": str(self.logs),
+            "pid": self.pid,
+        }
+
+
+def write_ready(path: Path, ready: Ready) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(ready.as_json(), fh, indent=2)
+        fh.write("\n")
+    tmp.replace(path)
+
+
+def remove_ready(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()

@@ -1,0 +1,143 @@
+"""gpushare-demo's pure parts: the --cards value, the catalogue, the ready file, what a notebook
+server shows about its slice, the demo logins, and the refusals before anything starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import stat
+
+import pytest
+
+from gpushare_hub.demo import cli
+from gpushare_hub.demo.auth import DemoAuthenticator
+from gpushare_hub.demo.cards import CardsError, parse_cards
+from gpushare_hub.demo.catalogue import demo_slices, offered, slug_prefix
+from gpushare_hub.demo.readyfile import DemoUser, Ready, remove_ready, write_ready
+from gpushare_hub.demo.sliceinfo import as_json, read_slice, render_html
+from gpushare_hub.spawner.catalogue import read_catalogue
+
+
+def test_cards_value_gives_count_model_and_the_models_size():
+    cards = parse_cards("2x Tesla T4")
+    assert (cards.count, cards.model, cards.mib, cards.gib) == (2, "Tesla T4", 15360, 15)
+    assert parse_cards(" 1 x  A10 ").gib == 22
+
+
+@pytest.mark.parametrize("bad", ["Tesla T4", "2 Tesla T4", "x Tesla T4", "0x Tesla T4", "2x", "", "9x T4"])
+def test_a_malformed_cards_value_is_refused_with_the_expected_form(bad):
+    with pytest.raises(CardsError, match=r'"COUNTx MODEL", e.g. --cards "2x Tesla T4"'):
+        parse_cards(bad)
+
+
+def test_an_unknown_card_model_is_refused_with_the_known_ones():
+    with pytest.raises(CardsError, match=r"unknown card model 'Tesla X9'; known models: .*Tesla T4"):
+        parse_cards("2x Tesla X9")
+
+
+def test_demo_catalogue_offers_3_5_7_gib_and_a_whole_card_and_the_spawner_accepts_it():
+    cards = parse_cards("2x Tesla T4")
+    assert [(o.slug, o.gib, o.model, o.whole) for o in offered(cards)] == [
+        ("t4-3g", 3, "Tesla T4", False),
+        ("t4-5g", 5, "Tesla T4", False),
+        ("t4-7g", 7, "Tesla T4", False),
+        ("t4-whole", 15, "Tesla T4", True),
+    ]
+    catalogue = read_catalogue(demo_slices(cards))
+    assert [(s.slug, s.gib, s.whole) for s in catalogue.slices] == [
+        ("t4-3g", 3, False),
+        ("t4-5g", 5, False),
+        ("t4-7g", 7, False),
+        ("t4-whole", None, True),
+    ]
+    assert [s.slug for s in catalogue.slices if s.default] == ["t4-5g"]
+    assert slug_prefix("A100-SXM4-40GB") == "a100-sxm4-40gb"
+    assert slug_prefix("NVIDIA A10") == "a10"
+
+
+def test_ready_file_has_the_contract_keys_is_private_and_goes_away(tmp_path):
+    cards = parse_cards("2x Tesla T4")
+    ready = Ready(
+        hub_url="http://127.0.0.1:8000",
+        admin_token="t0k",
+        users=(DemoUser("alice", "pw-a"), DemoUser("admin", "pw-x", admin=True)),
+        dashboard_url="http://127.0.0.1:8000/services/gpushare/",
+        kubeconfig=tmp_path / "admin.kubeconfig",
+        slices=tuple(offered(cards)),
+        logs=tmp_path / "logs",
+    )
+    path = tmp_path / "sub" / "ready.json"
+    write_ready(path, ready)
+    data = json.loads(path.read_text())
+    assert {"hub_url", "admin_token", "users", "dashboard_url", "kubeconfig", "slices"} <= set(data)
+    assert data["users"][0] == {"name": "alice", "password": "pw-a", "admin": False}
+    assert {"slug": "t4-5g", "gib": 5, "model": "Tesla T4", "whole": False} in data["slices"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in path.parent.iterdir()] == ["ready.json"]
+    remove_ready(path)
+    remove_ready(path)  # twice is fine
+    assert not path.exists()
+
+
+ALLOCATE_ENV = {
+    "JUPYTERHUB_USER": "alice",
+    "NVIDIA_VISIBLE_DEVICES": "GPU-sim-nb-1-0",
+    "ALIYUN_COM_GPU_MEM_IDX": "0",
+    "ALIYUN_COM_GPU_MEM_POD": "5",
+    "ALIYUN_COM_GPU_MEM_CONTAINER": "5",
+    "ALIYUN_COM_GPU_MEM_DEV": "15",
+    "GPUSHARE_MEMORY_LIMIT_MIB": "5120",
+    "GPUSHARE_CARD_MEMORY_MIB": "15360",
+    "CUPY_GPU_MEMORY_LIMIT": str(5120 * 1024 * 1024),
+    "PYTHONPATH": "/opt/gpushare-hub/pyhook",
+}
+
+
+def test_slice_info_reads_the_card_the_slice_and_the_pytorch_cap():
+    info = read_slice(ALLOCATE_ENV)
+    assert info.summary() == "5 GiB of card GPU-sim-nb-1-0 (15 GiB), PyTorch capped at 33.3%"
+    data = as_json(info)
+    assert data["card_uuids"] == ["GPU-sim-nb-1-0"] and data["slice_gib"] == 5
+    assert data["hook_on_path"] is True
+    page = render_html(info, "/user/alice/lab", "/user/alice/gpushare/api")
+    assert 'data-slice-gib="5"' in page and 'data-card="GPU-sim-nb-1-0"' in page
+    assert "33.3% of the card = 5120 MiB of 15360 MiB" in page
+
+
+def test_slice_info_on_an_mps_node_names_the_mps_limit_and_no_pytorch_fraction():
+    info = read_slice({**ALLOCATE_ENV, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M"}, hook_loaded=False)
+    assert info.torch_fraction is None
+    assert info.summary().endswith("MPS limit 0=5120M")
+
+
+def test_slice_info_without_a_card_says_so():
+    assert read_slice({}).summary().startswith("no GPU slice")
+
+
+def test_demo_logins_take_only_the_printed_password():
+    auth = DemoAuthenticator(passwords={"alice": "s3cret"})
+
+    def login(name, password):
+        return asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
+
+    assert login("alice", "s3cret") == "alice"
+    assert login("alice", "wrong") is None
+    assert login("mallory", "s3cret") is None
+
+
+def test_a_busy_port_stops_the_demo_before_anything_starts_and_names_the_option(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert cli.main(["--port", str(port), "--headless"]) == 1
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is in use" in err and "--port" in err
+
+
+def test_a_malformed_cards_option_exits_with_the_expected_form(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--cards", "two T4s"])
+    assert exit_.value.code == 2
+    assert '"COUNTx MODEL", e.g. --cards "2x Tesla T4"' in capsys.readouterr().err
