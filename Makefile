@@ -1,24 +1,35 @@
-# The two commands a newcomer needs: `make replay` (the main job) and `make test`.
-# Everything else is set up on the way: a virtualenv in .venv, and the pinned
-# Kubernetes binaries built from source into ~/.cache/gpushare-hub/k8s (once).
+# The commands a newcomer needs: `make demo` (the whole stack on this machine), `make replay`
+# (capacity planning on a real trace) and `make test`. Everything else is set up on the way: a
+# virtualenv in .venv, configurable-http-proxy from npm into ~/.cache/gpushare-hub/npm, and the
+# pinned Kubernetes binaries built from source into ~/.cache/gpushare-hub/k8s (once).
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup system-deps replay test test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup demo system-deps replay test test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
+	@echo "installing gpushare-hub and its Python packages into $(VENV) (about 1 to 3 min the first time) ..."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test,plot,dev,demo]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-## The main job: replay the Alibaba GPU-sharing trace with each policy; writes out/replay.png.
+## The first thing to try: GPU slices for JupyterHub, all of it on this machine, until Ctrl-C.
+## Options: make demo DEMO_ARGS='--nodes 3 --cards "1x Tesla T4" --port 8010 --headless'
+DEMO_ARGS ?=
+demo:
+	@echo "gpushare-demo: the first run installs Python packages, configurable-http-proxy and builds the"
+	@echo "  Kubernetes binaries from source: about 15 min on 2 cores; later runs start in about 1 min."
+	@$(MAKE) --no-print-directory setup
+	$(BIN)/gpushare-demo $(DEMO_ARGS)
+
+## The second thing to try, capacity planning: replay the Alibaba GPU-sharing trace with each policy; writes out/replay.png.
 replay: setup
 	@mkdir -p out
 	$(BIN)/gpushare-replay --policy binpack --plot out/replay.png

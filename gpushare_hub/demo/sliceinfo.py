@@ -63,6 +63,8 @@ class SliceInfo:
         text = f"{amount} of card {card}{whole}"
         if self.mps_limit:
             return f"{text}, MPS limit {self.mps_limit}"
+        if self.torch_fraction is not None and not self.hook_on_path:
+            return f"{text}, PyTorch NOT capped (the start-up hook is not loaded)"
         if self.torch_fraction is not None:
             return f"{text}, PyTorch capped at {self.torch_fraction:.1%}"
         return text

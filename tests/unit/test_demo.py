@@ -111,6 +111,11 @@ def test_slice_info_on_an_mps_node_names_the_mps_limit_and_no_pytorch_fraction()
     assert info.summary().endswith("MPS limit 0=5120M")
 
 
+def test_slice_info_says_when_the_pytorch_cap_is_not_in_force():
+    info = read_slice(ALLOCATE_ENV, hook_loaded=False)
+    assert info.summary().endswith("PyTorch NOT capped (the start-up hook is not loaded)")
+
+
 def test_slice_info_without_a_card_says_so():
     assert read_slice({}).summary().startswith("no GPU slice")
 
