@@ -118,10 +118,13 @@ def dashboard_config(slices: list[dict[str, Any]], kubeconfig: Path) -> str:
             "the GPU-slices dashboard (gpushare_hub.service) is not in this checkout; the hub runs without it"
         )
         return "# gpushare_hub.service is missing: no dashboard\n"
+    # The ready file's admin token (LocalHub's "harness" service) may read the ledger API too.
     return (
-        "from gpushare_hub.service import configure_hub\n"
+        "from gpushare_hub.service import configure_hub, admin_scope\n"
         f"configure_hub(c, name={SERVICE!r}, slices={slices!r}, admin_users=[{ADMIN_USER!r}], "
         f"kubeconfig={str(kubeconfig)!r})\n"
+        "c.JupyterHub.load_roles.append({'name': 'demo-scripts', "
+        f"'scopes': [admin_scope({SERVICE!r})], 'services': ['harness']}})\n"
     )
 
 
@@ -196,16 +199,16 @@ def announce(ready: Ready, started: float) -> None:
     lines = [
         "",
         f"gpushare-demo is up (started in {minutes(time.monotonic() - started)}).",
-        f"  JupyterHub:         {ready.hub_url}/hub/login",
-        f"  GPU-slices dashboard: {ready.dashboard_url} (log in as {ADMIN_USER})",
+        f"  JupyterHub: {ready.hub_url}/hub/login",
+        f"  GPU slices: {ready.dashboard_url} (the dashboard; log in as {ADMIN_USER})",
         "  demo logins (name / password):",
         *[
             f"    {u.name:<{width}}  {u.password}" + ("   (hub admin, sees every slice)" if u.admin else "")
             for u in ready.users
         ],
-        "  slices: " + ", ".join(f"{s.slug} ({s.gib} GiB)" for s in ready.slices),
-        f"  kubectl: export KUBECONFIG={ready.kubeconfig}",
-        f"  logs:    {ready.logs}",
+        "  slices:     " + ", ".join(f"{s.slug} ({s.gib} GiB)" for s in ready.slices),
+        f"  kubectl:    export KUBECONFIG={ready.kubeconfig}",
+        f"  logs:       {ready.logs}",
         "Log in as two users, start a 5 GiB slice for each, and see them share one card on the dashboard.",
         "Ctrl-C stops everything.",
     ]
