@@ -6,7 +6,9 @@ ledger, and bad queries and expired tokens get a clear 4xx."""
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,6 +17,15 @@ from gpushare_hub.core import ALLOCATION_ANNOTATION
 from tests.conftest import wait_for
 
 from .conftest import NAMESPACE, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
+
+
+# The answers of one run land here (repository's out/, ignored by git), as examples to read.
+OUT = Path(os.environ.get("GPUSHARE_HUB_OUT", Path(__file__).resolve().parents[2] / "out" / "hub-service"))
+
+
+def keep(name: str, body: Any) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / name).write_text(body if isinstance(body, str) else json.dumps(body, indent=1))
 
 
 def service(hub: Any, path: str, token: str) -> tuple[int, Any]:
@@ -147,6 +158,10 @@ def test_ledger_availability_me_and_metrics_follow_spawns_and_stops(local_cluste
         doc = ledger_matches_pods(hub, local_cluster, admin)
         status, text = service(hub, "metrics", SCRAPER_TOKEN)
         assert status == 200, (status, text)
+        keep("ledger.json", doc)
+        keep("metrics.txt", text)
+        keep("me.json", me)
+        keep("availability.json", availability(hub, ann))
         assert service(hub, "api/v1/ledger", SCRAPER_TOKEN)[0] == 403
         families = {f.name: f for f in text_string_to_metric_families(text)}
         used = {s.labels["card"]: s.value for s in families["gpushare_card_used_gib"].samples}
