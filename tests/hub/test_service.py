@@ -18,7 +18,6 @@ from tests.conftest import wait_for
 
 from .conftest import NAMESPACE, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
 
-
 # The answers of one run land here (repository's out/, ignored by git), as examples to read.
 OUT = Path(os.environ.get("GPUSHARE_HUB_OUT", Path(__file__).resolve().parents[2] / "out" / "hub-service"))
 
