@@ -75,7 +75,7 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         # The broken node is listed with the reason; the page still works.
         problem = page.locator(f"[data-problem='{BROKEN}']")
         problem.wait_for()
-        assert "card inventory unreadable" in problem.inner_text()
+        assert "card inventory unreadable" in problem.inner_text() and "not JSON" in problem.inner_text()
         assert page.locator("#fragmentation").count() == 1
         assert "Tesla-T4" in page.locator(".summary").inner_text()
         page.screenshot(path=str(OUT / "dashboard.png"), full_page=True)

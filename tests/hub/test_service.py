@@ -91,6 +91,14 @@ def test_ledger_availability_me_and_metrics_follow_spawns_and_stops(local_cluste
         doc = ledger_matches_pods(hub, local_cluster, admin)
         mine = {a["hub_user"]: a for a in doc["allocations"] if a["namespace"] == NAMESPACE}
         assert mine["ann"]["card_uuid"] == mine["ben"]["card_uuid"] != mine["cat"]["card_uuid"]
+
+        def joined() -> dict[str, Any] | None:  # the hub's servers are read every few seconds
+            _, doc = service(hub, "api/v1/ledger", admin)
+            ours = {a["hub_user"]: a for a in doc["allocations"] if a["namespace"] == NAMESPACE}
+            return ours if all(a["started"] for a in ours.values()) else None
+
+        mine = wait_for(joined, timeout=30)
+        assert mine, "the ledger never showed the hub's servers"
         for a in mine.values():  # joined with the hub's servers
             assert a["started"] and a["last_activity"] and a["since"], a
             assert isinstance(a["idle_seconds"], int) and a["idle_seconds"] >= 0, a
