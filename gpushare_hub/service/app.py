@@ -257,7 +257,7 @@ class GPUShareService(Application):
             "prefix": prefix,
             "service_name": os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpushare"),
             "cookie_secret": os.urandom(32),
-            "hub_auth": HubOAuth(),
+            "hub_auth": HubOAuth.instance(),  # one instance: it keeps the OAuth states in memory
         }
         routes: list[Any] = [
             (prefix, DashboardHandler),
@@ -271,24 +271,40 @@ class GPUShareService(Application):
         ]
         return web.Application(routes, **settings)
 
-    async def run(self) -> None:
+    async def _connect(self) -> None:
+        """Reach the API server (retrying every 10 s with the reason logged), then keep watching."""
         from gpushare_hub.kube.api import make_api_client
 
-        self._api = await make_api_client(self.kubeconfig or None, self.in_cluster)
-        cluster = Cluster(self._make_informer, self.resource_names, self.ledger_max_staleness)
+        while True:
+            try:
+                self._api = await make_api_client(self.kubeconfig or None, self.in_cluster)
+                break
+            except Exception as err:
+                log.error(
+                    "cannot set up a Kubernetes client (%s); the dashboard shows no cards until this "
+                    "works. Set KUBECONFIG (or --kubeconfig) to a kubeconfig that may list and watch "
+                    "nodes and pods, or run in a pod with --in-cluster. Retrying in 10 s.",
+                    err,
+                )
+                await asyncio.sleep(10)
+        await self.cluster.shared.ensure_started()
+        PeriodicCallback(self.cluster.shared.ensure_started, 5_000).start()
+
+    async def run(self) -> None:
+        self.cluster = Cluster(self._make_informer, self.resource_names, self.ledger_max_staleness)
         hub = HubServers(
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
             os.environ.get("JUPYTERHUB_API_TOKEN", ""),
         )
-        await cluster.shared.ensure_started()
+        connecting = asyncio.create_task(self._connect())
         await hub.poll()
-        PeriodicCallback(cluster.shared.ensure_started, 5_000).start()
         PeriodicCallback(hub.poll, self.hub_poll_seconds * 1000).start()
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
-        app = self.make_app(cluster, hub)
+        app = self.make_app(self.cluster, hub)
         app.listen(self.port or url.port or 80, self.ip or url.hostname or "127.0.0.1")
         log.info("gpushare service listening on %s", self.ip or url.geturl())
         await asyncio.Event().wait()
+        connecting.cancel()
 
     def start(self) -> None:
         asyncio.run(self.run())
@@ -397,7 +413,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
 class LedgerHandler(BaseHandler):
     def get(self) -> None:
         self.caller()
-        self.require(self.service.admin_scope, "the ledger")
+        self.require(self.service.admin_scope, "Reading the ledger")
         self.send(self.ledger_doc(self.filters(FILTER_KEYS)))
 
 
@@ -422,7 +438,7 @@ class MetricsHandler(BaseHandler):
     def get(self) -> None:
         self.caller()
         self.filters(())
-        self.require(self.service.metrics_scope, "the metrics")
+        self.require(self.service.metrics_scope, "Reading the metrics")
         body = render_metrics(self.ledger_doc(), self.hub.groups, self.service.quota_gib_per_group)
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.finish(body)
@@ -458,6 +474,8 @@ class DashboardHandler(BaseHandler):
             "refresh": filters.refresh or svc.refresh_seconds,
             "filters": {"node": filters.node, "model": filters.model, "user": filters.user},
             "user": self.current_user.get("name"),
+            # HubOAuth accepts the cookie on the page's own fetch() calls only with this token.
+            "xsrf": self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token,
         }
         self.set_header("Cache-Control", "no-store")
         self.finish(page.replace("/*SETTINGS*/{}", json.dumps(settings).replace("<", "\\u003c")))

@@ -212,6 +212,9 @@ def ledger_document(
         for card in node.cards:
             if not filters.keeps_card(node.name, card):
                 continue
+            held = [_alloc(p, card, hub, now) for p in card.pods if filters.keeps_pod(p)]
+            if filters.user and not held:  # a user filter shows the cards that hold their slices
+                continue
             fragment = card_fragment(card, catalogue.slices)
             fragment_total += fragment
             free = max(card.units - card.used, 0)
@@ -223,7 +226,6 @@ def ledger_document(
             total["used"] += card.used
             total["free"] += free
             total["fragment"] += fragment
-            held = [_alloc(p, card, hub, now) for p in card.pods if filters.keeps_pod(p)]
             allocations += [{**a, "node": node.name} for a in held]
             cards.append(
                 {
