@@ -161,18 +161,18 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
         assert len(cards) == 1, f"binpack puts both 5 GiB slices on one card: {shown}"
         (card,) = cards
 
-        # The dashboard, as the admin sees it: one card's bar has a segment for each user.
+        # The dashboard's ledger API, with the ready file's admin token.
+        on_card = {a["hub_user"]: a for a in ledger(ready)["allocations"] if a["card_uuid"] == card}
+        assert set(on_card) == set(shown), on_card
+        assert {a["slice"] for a in on_card.values()} == {"t4-5g"}, on_card
+
+        # The dashboard page, as the admin sees it: one card's bar has a segment for each user.
         log_in(page, ready["hub_url"], admin["name"], admin["password"])
         page.goto(ready["dashboard_url"])
         for name in shown:
             page.locator(f'div.card[data-card="{card}"] .seg.alloc[data-user="{name}"]').wait_for()
         page.screenshot(path=str(OUT / "demo-dashboard.png"), full_page=True)
         assert page.locator(f'div.card[data-card="{card}"] .seg.alloc').count() == 2
-        # The same from the ledger API, with the ready file's admin token.
-        on_card = {a["hub_user"]: a for a in ledger(ready)["allocations"] if a["card_uuid"] == card}
-        assert set(on_card) == set(shown), on_card
-        assert {a["slice"] for a in on_card.values()} == {"t4-5g"}, on_card
-
         # SIGTERM stops everything the demo started.
         workdir = str(Path(ready["logs"]).parent)
         procs = demo_processes(psutil.Process(proc.pid), workdir)
