@@ -116,6 +116,8 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
     ready_file = tmp_path / "demo-ready.json"
     output = tmp_path / "demo-output.log"
     port = free_port()
+    (OUT / "demo-failure.png").unlink(missing_ok=True)
+    started = time.monotonic()
     with output.open("wb") as out:
         proc = subprocess.Popen(
             [str(DEMO), "--headless", "--ready-file", str(ready_file), "--port", str(port)],
@@ -127,6 +129,7 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
     ready: dict[str, Any] = {}
     try:
         ready = wait_ready_file(proc, ready_file, output)
+        print(f"gpushare-demo: ready file after {time.monotonic() - started:.1f} s")
         assert ready["hub_url"] == f"http://127.0.0.1:{port}"
         assert {"slug": "t4-5g", "gib": 5, "model": "Tesla T4", "whole": False} in ready["slices"]
         assert sorted(s["gib"] for s in ready["slices"]) == [3, 5, 7, 15]
