@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import errno
 import importlib.util
+import os
 import secrets
 import signal
 import socket
@@ -38,7 +39,7 @@ from .readyfile import DemoUser, Ready, remove_ready, write_ready
 # Only what the demo runs (the Kubernetes build makes the kubelet too; helm is left out).
 DEMO_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
 # Measured on a 2-core machine (README, "Try it"): the first run builds Kubernetes from source.
-K8S_BUILD_ESTIMATE_S = 9 * 60
+K8S_BUILD_ESTIMATE_S = 10 * 60
 PROXY_ESTIMATE_S = 15
 NAMESPACE = "hub"
 SCHEDULER = "gpushare-scheduler"
@@ -215,6 +216,15 @@ def announce(ready: Ready, started: float) -> None:
     print("\n".join(lines), flush=True)
 
 
+def open_browser(url: str) -> None:
+    """The desktop's browser; never a text browser in this terminal (no display: say so)."""
+    if sys.platform != "darwin" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        say(f"no display here: open {url} in a browser yourself")
+        return
+    if not webbrowser.open(url):
+        say(f"could not start a browser: open {url} yourself")
+
+
 def run(args: argparse.Namespace, cards: DemoCards) -> int:
     from ..localcluster.cluster import LocalCluster
 
@@ -226,7 +236,7 @@ def run(args: argparse.Namespace, cards: DemoCards) -> int:
             write_ready(args.ready_file, ready)
         announce(ready, started)
         if not args.headless:
-            webbrowser.open(f"{ready.hub_url}/hub/login")
+            open_browser(f"{ready.hub_url}/hub/login")
         while all(c.alive() for c in cluster.components.values()):
             time.sleep(0.5)
         dead = [n for n, c in cluster.components.items() if not c.alive()]

@@ -146,3 +146,23 @@ def test_a_malformed_cards_option_exits_with_the_expected_form(capsys):
         cli.main(["--cards", "two T4s"])
     assert exit_.value.code == 2
     assert '"COUNTx MODEL", e.g. --cards "2x Tesla T4"' in capsys.readouterr().err
+
+
+def test_without_a_display_no_browser_is_started_and_the_address_is_said(monkeypatch, capsys):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    monkeypatch.setattr(cli.sys, "platform", "linux")
+    monkeypatch.setattr(cli.webbrowser, "open", lambda url: pytest.fail("no browser without a display"))
+    cli.open_browser("http://127.0.0.1:8000/hub/login")
+    assert "open http://127.0.0.1:8000/hub/login in a browser yourself" in capsys.readouterr().out
+
+
+def test_a_long_step_says_how_long_it_has_taken_and_what_is_left(capsys):
+    import time
+
+    with cli.step("building", estimate_s=600, every_s=0.05):
+        time.sleep(0.12)
+    out = capsys.readouterr().out
+    assert "building (about 10 min 00 s) ..." in out
+    assert "... building: 0 s so far; about 10 min 00 s left" in out
+    assert "building: done in 0 s" in out
