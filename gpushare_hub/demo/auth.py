@@ -5,7 +5,8 @@ Configured by ``gpushare-demo`` in the hub's configuration file::
     c.JupyterHub.authenticator_class = "gpushare_hub.demo.auth.DemoAuthenticator"
     c.DemoAuthenticator.passwords = {"alice": "...", "bob": "...", "admin": "..."}
 
-Only for a demo on one's own machine: the passwords sit in the demo's work folder (mode 0600).
+Only for a demo on one's own machine: the passwords sit in the hub's configuration file in the
+demo's work folder, which only its owner may enter (mode 0700).
 """
 
 from __future__ import annotations

@@ -28,13 +28,16 @@ import webbrowser
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..localcluster import build
 from ..localcluster.processes import HarnessError
 from .cards import CardsError, DemoCards, parse_cards
 from .catalogue import demo_slices, offered
 from .readyfile import DemoUser, Ready, remove_ready, write_ready
+
+if TYPE_CHECKING:
+    from ..localcluster.cluster import LocalCluster
 
 # Only what the demo runs (the Kubernetes build makes the kubelet too; helm is left out).
 DEMO_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
@@ -140,7 +143,9 @@ def hub_config(passwords: dict[str, str], slices: list[dict[str, Any]], kubeconf
     )
 
 
-def spawner_options(cards: DemoCards, slices: list[dict[str, Any]]) -> dict[str, Any]:
+def spawner_options(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """KubeSpawner's options for the local notebook nodes, GPUShareSpawner's catalogue, and the
+    notebook server opening on its slice page (``slicepage.py``)."""
     from ..localcluster.notebooknodes import spawner_config
     from .slicepage import PATH
 
@@ -157,7 +162,7 @@ def spawner_options(cards: DemoCards, slices: list[dict[str, Any]]) -> dict[str,
     return config
 
 
-def start(args: argparse.Namespace, cards: DemoCards, cluster: Any) -> Ready:
+def start(args: argparse.Namespace, cards: DemoCards, cluster: LocalCluster) -> Ready:
     """Everything, in order; returns what the ready file says."""
     from ..localcluster.hub import LocalHub
     from ..localcluster.notebooknodes import NotebookNodes
@@ -177,7 +182,7 @@ def start(args: argparse.Namespace, cards: DemoCards, cluster: Any) -> Ready:
         hub = LocalHub(
             cluster,
             NAMESPACE,
-            spawner_options(cards, slices),
+            spawner_options(slices),
             spawner_class="gpushare_hub.GPUShareSpawner",
             extra_config=hub_config(passwords, slices, cluster.kubeconfig),
             port=args.port,
