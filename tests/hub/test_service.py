@@ -218,3 +218,14 @@ def test_bad_queries_and_tokens_get_a_clear_4xx(hub):
         status, body = service(hub, "api/v1/me", token)
         assert status == 401, (token, status, body)
         assert "expired" in body["message"] and "token" in body["message"], body
+
+
+def test_a_hub_admin_sees_the_ledger_without_the_custom_scope(hub):
+    hub.api("POST", "/users/hub-boss")
+    status, body = hub.api("PATCH", "/users/hub-boss", {"admin": True})
+    assert status == 200 and body["admin"] is True, (status, body)
+    token = hub.user_token("hub-boss")
+    status, doc = service(hub, "api/v1/ledger", token)
+    assert status == 200 and "nodes" in doc, (status, doc)
+    status, text = service(hub, "metrics", token)
+    assert status == 200 and "gpushare_card_used_gib" in text, (status, text)
