@@ -28,8 +28,8 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import urlencode, urlparse
 
+# Handlers and the OAuth callback share HubOAuth.instance(), which keeps the OAuth (PKCE) states.
 from jupyterhub.services.auth import (  # type: ignore[import-untyped]
-    HubOAuth,
     HubOAuthCallbackHandler,
     HubOAuthenticated,
 )
@@ -39,7 +39,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
 from traitlets.config import Application, Config
 
-from gpushare_hub.core import Ledger, ResourceNames
+from gpushare_hub.core import Ledger, ResourceNames, pod_key
 from gpushare_hub.inspect.report import Report, build_report
 from gpushare_hub.spawner.catalogue import Catalogue, read_catalogue
 from gpushare_hub.spawner.ledger_source import Informer, SharedLedger
@@ -75,14 +75,14 @@ class Cluster:
         informer = self._make()
         self.nodes.clear()
         self.pods.clear()
-        informer.on_node(self._keep(self.nodes, lambda m: str(m.get("name"))))
-        informer.on_pod(self._keep(self.pods, lambda m: f"{m.get('namespace')}/{m.get('name')}"))
+        informer.on_node(self._keep(self.nodes, lambda obj: str((obj.get("metadata") or {}).get("name"))))
+        informer.on_pod(self._keep(self.pods, pod_key))
         return informer  # type: ignore[no-any-return]
 
     @staticmethod
     def _keep(store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
         def handler(etype: str, obj: dict[str, Any]) -> None:
-            k = key(obj.get("metadata") or {})
+            k = key(obj)
             if etype == "DELETED":
                 store.pop(k, None)
             else:
@@ -250,14 +250,13 @@ class GPUShareService(Application):
 
     def make_app(self, cluster: Cluster, hub: HubServers) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpushare/")
-        settings = {
+        settings: dict[str, Any] = {
             "service": self,
             "cluster": cluster,
             "hub": hub,
             "prefix": prefix,
             "service_name": os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpushare"),
             "cookie_secret": os.urandom(32),
-            "hub_auth": HubOAuth.instance(),  # one instance: it keeps the OAuth states in memory
         }
         routes: list[Any] = [
             (prefix, DashboardHandler),
@@ -318,14 +317,6 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
 
     json_errors = True
     _not_allowed: dict[str, Any] | None = None
-
-    @property
-    def hub_auth(self) -> HubOAuth:
-        return self.settings["hub_auth"]
-
-    @hub_auth.setter
-    def hub_auth(self, value: Any) -> None:  # HubAuthenticated's setter; ours is fixed
-        pass
 
     @property
     def service(self) -> GPUShareService:
