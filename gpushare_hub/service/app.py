@@ -70,6 +70,8 @@ class Cluster:
         self.pods: dict[str, dict[str, Any]] = {}
         self._make = make_informer
         self.shared = SharedLedger(self._subscribed, max_stale)
+        self._version = 0  # bumped on every event: the report is rebuilt only after a change
+        self._report: tuple[int, Report] | None = None
 
     def _subscribed(self) -> Informer:
         informer = self._make()
@@ -79,9 +81,9 @@ class Cluster:
         informer.on_pod(self._keep(self.pods, pod_key))
         return informer  # type: ignore[no-any-return]
 
-    @staticmethod
-    def _keep(store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
+    def _keep(self, store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
         def handler(etype: str, obj: dict[str, Any]) -> None:
+            self._version += 1
             k = key(obj)
             if etype == "DELETED":
                 store.pop(k, None)
@@ -94,7 +96,10 @@ class Cluster:
         return self.shared()
 
     def report(self) -> Report:
-        return build_report(list(self.nodes.values()), list(self.pods.values()), self.names)
+        if self._report is None or self._report[0] != self._version:
+            report = build_report(list(self.nodes.values()), list(self.pods.values()), self.names)
+            self._report = (self._version, report)
+        return self._report[1]
 
     def stale_for(self) -> float:
         informer = self.shared.informer

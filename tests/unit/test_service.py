@@ -245,3 +245,24 @@ def test_the_service_reads_its_settings_from_configure_hubs_environment_then_fil
     monkeypatch.setenv(CONFIG_ENV, json.dumps({"GPUShareService": {"slices": [{"slug": "Bad Slug"}]}}))
     with pytest.raises(CatalogueError, match="slug"):
         GPUShareService().initialize([])
+
+
+def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_after_one():
+    from gpushare_hub.core import DEFAULT_NAMES
+    from gpushare_hub.kube.informer import LedgerInformer
+    from gpushare_hub.service.app import Cluster
+
+    cluster = Cluster(lambda: LedgerInformer(None), DEFAULT_NAMES, 30.0)
+    informer = cluster._subscribed()  # what SharedLedger starts; fed by hand here (no API server)
+    nodes, pods = fixture_cluster()
+    for node in nodes:
+        informer.apply("nodes", "ADDED", node)
+    for pod in pods:
+        informer.apply("pods", "ADDED", pod)
+    report = cluster.report()
+    assert cluster.report() is report  # nothing changed: the same report
+    held = {p.name for n in report.nodes for c in n.cards for p in c.pods}
+    assert {"jupyter-alice", "jupyter-bob"} <= held
+    informer.apply("pods", "DELETED", pods[0])  # alice's server stopped
+    held = {p.name for n in cluster.report().nodes for c in n.cards for p in c.pods}
+    assert "jupyter-alice" not in held and "jupyter-bob" in held
