@@ -28,8 +28,8 @@ from importlib.resources import files
 from typing import Any
 from urllib.parse import urlencode, urlparse
 
+# Handlers and the OAuth callback share HubOAuth.instance(), which keeps the OAuth (PKCE) states.
 from jupyterhub.services.auth import (  # type: ignore[import-untyped]
-    HubOAuth,
     HubOAuthCallbackHandler,
     HubOAuthenticated,
 )
@@ -39,7 +39,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
 from traitlets.config import Application, Config
 
-from gpushare_hub.core import Ledger, ResourceNames
+from gpushare_hub.core import Ledger, ResourceNames, pod_key
 from gpushare_hub.inspect.report import Report, build_report
 from gpushare_hub.spawner.catalogue import Catalogue, read_catalogue
 from gpushare_hub.spawner.ledger_source import Informer, SharedLedger
@@ -70,19 +70,21 @@ class Cluster:
         self.pods: dict[str, dict[str, Any]] = {}
         self._make = make_informer
         self.shared = SharedLedger(self._subscribed, max_stale)
+        self._version = 0  # bumped on every event: the report is rebuilt only after a change
+        self._report: tuple[int, Report] | None = None
 
     def _subscribed(self) -> Informer:
         informer = self._make()
         self.nodes.clear()
         self.pods.clear()
-        informer.on_node(self._keep(self.nodes, lambda m: str(m.get("name"))))
-        informer.on_pod(self._keep(self.pods, lambda m: f"{m.get('namespace')}/{m.get('name')}"))
+        informer.on_node(self._keep(self.nodes, lambda obj: str((obj.get("metadata") or {}).get("name"))))
+        informer.on_pod(self._keep(self.pods, pod_key))
         return informer  # type: ignore[no-any-return]
 
-    @staticmethod
-    def _keep(store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
+    def _keep(self, store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
         def handler(etype: str, obj: dict[str, Any]) -> None:
-            k = key(obj.get("metadata") or {})
+            self._version += 1
+            k = key(obj)
             if etype == "DELETED":
                 store.pop(k, None)
             else:
@@ -94,7 +96,10 @@ class Cluster:
         return self.shared()
 
     def report(self) -> Report:
-        return build_report(list(self.nodes.values()), list(self.pods.values()), self.names)
+        if self._report is None or self._report[0] != self._version:
+            report = build_report(list(self.nodes.values()), list(self.pods.values()), self.names)
+            self._report = (self._version, report)
+        return self._report[1]
 
     def stale_for(self) -> float:
         informer = self.shared.informer
@@ -250,14 +255,13 @@ class GPUShareService(Application):
 
     def make_app(self, cluster: Cluster, hub: HubServers) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpushare/")
-        settings = {
+        settings: dict[str, Any] = {
             "service": self,
             "cluster": cluster,
             "hub": hub,
             "prefix": prefix,
             "service_name": os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpushare"),
             "cookie_secret": os.urandom(32),
-            "hub_auth": HubOAuth.instance(),  # one instance: it keeps the OAuth states in memory
         }
         routes: list[Any] = [
             (prefix, DashboardHandler),
@@ -318,14 +322,6 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
 
     json_errors = True
     _not_allowed: dict[str, Any] | None = None
-
-    @property
-    def hub_auth(self) -> HubOAuth:
-        return self.settings["hub_auth"]
-
-    @hub_auth.setter
-    def hub_auth(self, value: Any) -> None:  # HubAuthenticated's setter; ours is fixed
-        pass
 
     @property
     def service(self) -> GPUShareService:

@@ -326,9 +326,8 @@ def availability_document(
                 "never_fits": bool(a and a.permanent),
                 "largest_free": dict(a.largest_free) if a else {},
                 "text": render(a),
-                "reason": ""
-                if a is None or a.placeable
-                else render(a) + (f" ({a.reason})" if a.reason else ""),
+                # The placer's own words (what the spawn would be told), else the short text.
+                "reason": "" if a is None or a.placeable else (a.reason or render(a)),
             }
         )
     return {

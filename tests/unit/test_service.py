@@ -222,3 +222,47 @@ def test_configure_hub_refuses_a_wrong_catalogue_naming_the_entry():
     c = Config()
     with pytest.raises(CatalogueError, match=r"slices\[0\].*unknown"):
         configure_hub(c, slices=[{"slug": "x", "display_name": "X", "gib": 5, "models": ["T9000"]}])
+
+
+def test_the_service_reads_its_settings_from_configure_hubs_environment_then_file_then_command_line(
+    tmp_path, monkeypatch
+):
+    from gpushare_hub.service.app import GPUShareService
+
+    c = hub_config()
+    configure_hub(c, port=12345)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    monkeypatch.setenv(CONFIG_ENV, svc["environment"][CONFIG_ENV])
+    extra = tmp_path / "service_config.py"
+    extra.write_text("c.GPUShareService.refresh_seconds = 9\n")
+    app = GPUShareService()
+    app.initialize([f"--config={extra}", "--port=4321", "--GPUShareService.refresh_seconds=11"])
+    assert [s.slug for s in app.catalogue.slices] == ["t4-5g", "t4-7g"]
+    assert app.node_selector == {"pool": "gpu", "gpushare": "true"}
+    assert app.quota_gib_per_group == {"gpu-power": 15}
+    assert (app.port, app.refresh_seconds) == (4321, 11)  # the command line wins over the file
+
+    monkeypatch.setenv(CONFIG_ENV, json.dumps({"GPUShareService": {"slices": [{"slug": "Bad Slug"}]}}))
+    with pytest.raises(CatalogueError, match="slug"):
+        GPUShareService().initialize([])
+
+
+def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_after_one():
+    from gpushare_hub.core import DEFAULT_NAMES
+    from gpushare_hub.kube.informer import LedgerInformer
+    from gpushare_hub.service.app import Cluster
+
+    cluster = Cluster(lambda: LedgerInformer(None), DEFAULT_NAMES, 30.0)
+    informer = cluster._subscribed()  # what SharedLedger starts; fed by hand here (no API server)
+    nodes, pods = fixture_cluster()
+    for node in nodes:
+        informer.apply("nodes", "ADDED", node)
+    for pod in pods:
+        informer.apply("pods", "ADDED", pod)
+    report = cluster.report()
+    assert cluster.report() is report  # nothing changed: the same report
+    held = {p.name for n in report.nodes for c in n.cards for p in c.pods}
+    assert {"jupyter-alice", "jupyter-bob"} <= held
+    informer.apply("pods", "DELETED", pods[0])  # alice's server stopped
+    held = {p.name for n in cluster.report().nodes for c in n.cards for p in c.pods}
+    assert "jupyter-alice" not in held and "jupyter-bob" in held
