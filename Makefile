@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 DEMO_ARGS ?=
 demo:
 	@echo "gpushare-demo: the first run installs Python packages, configurable-http-proxy and builds the"
-	@echo "  Kubernetes binaries from source: about 15 min on 2 cores; later runs start in about 1 min."
+	@echo "  Kubernetes binaries from source: about 11 min on 2 cores; later runs start in about 20 s."
 	@$(MAKE) --no-print-directory setup
 	$(BIN)/gpushare-demo $(DEMO_ARGS)
 
