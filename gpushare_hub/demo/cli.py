@@ -258,11 +258,16 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpushare-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--nodes", type=int, default=2, help="local notebook nodes (default 2)")
+    p.add_argument("--nodes", type=int, default=2, metavar="N", help="local notebook nodes (default 2)")
     p.add_argument(
-        "--cards", default="2x Tesla T4", help='simulated cards on each node (default "2x Tesla T4")'
+        "--cards",
+        default="2x Tesla T4",
+        metavar='"COUNTx MODEL"',
+        help='simulated cards on each node (default "2x Tesla T4")',
     )
-    p.add_argument("--port", type=int, default=8000, help="the hub's port on 127.0.0.1 (default 8000)")
+    p.add_argument(
+        "--port", type=int, default=8000, metavar="P", help="the hub's port on 127.0.0.1 (default 8000)"
+    )
     p.add_argument("--headless", action="store_true", help="open no browser")
     p.add_argument("--ready-file", type=Path, metavar="PATH", help="write JSON here once everything is up")
     return p

@@ -166,3 +166,41 @@ def test_a_long_step_says_how_long_it_has_taken_and_what_is_left(capsys):
     assert "building (about 10 min 00 s) ..." in out
     assert "... building: 0 s so far; about 10 min 00 s left" in out
     assert "building: done in 0 s" in out
+
+
+def test_the_demo_hub_configuration_loads_with_logins_dashboard_and_the_slice_page(tmp_path):
+    """LocalHub's configuration file with the demo's additions, executed as JupyterHub would."""
+    from types import SimpleNamespace
+
+    from traitlets.config import Config
+
+    from gpushare_hub.localcluster.hub import LocalHub
+
+    cards = parse_cards("2x Tesla T4")
+    slices = demo_slices(cards)
+    passwords = {"alice": "a", "bob": "b", "admin": "x"}
+    hub = LocalHub(
+        SimpleNamespace(workdir=tmp_path),  # only its work folder is read
+        "hub",
+        cli.spawner_options(slices),
+        spawner_class="gpushare_hub.GPUShareSpawner",
+        extra_config=cli.hub_config(passwords, slices, tmp_path / "admin.kubeconfig"),
+        port=8123,
+    )
+    c = Config()
+    exec(hub.config_text(8081, "http://127.0.0.1:8001"), {"get_config": lambda: c})
+    assert c.JupyterHub.authenticator_class == "gpushare_hub.demo.auth.DemoAuthenticator"
+    assert c.DemoAuthenticator.passwords == passwords
+    assert c.Authenticator.allowed_users == {"alice", "bob", "admin"}
+    assert c.Authenticator.admin_users == {"admin"}
+    assert [s["name"] for s in c.JupyterHub.services] == ["harness", "gpushare"]
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert roles["demo-scripts"] == {
+        "name": "demo-scripts",
+        "scopes": ["custom:gpushare:admin"],
+        "services": ["harness"],
+    }
+    assert roles["admin"]["services"] == ["harness"]  # the ready file's admin_token
+    assert c.GPUShareSpawner.default_url == "/gpushare"
+    assert "--ServerApp.jpserver_extensions=gpushare_hub.demo.slicepage=True" in c.GPUShareSpawner.args
+    assert [s["slug"] for s in c.GPUShareSpawner.slices] == ["t4-3g", "t4-5g", "t4-7g", "t4-whole"]
