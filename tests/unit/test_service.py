@@ -266,3 +266,16 @@ def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_af
     informer.apply("pods", "DELETED", pods[0])  # alice's server stopped
     held = {p.name for n in cluster.report().nodes for c in n.cards for p in c.pods}
     assert "jupyter-alice" not in held and "jupyter-bob" in held
+
+
+def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    c = hub_config()
+    configure_hub(c, port=12345)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    env = svc["environment"]
+    assert json.loads(env[CONFIG_ENV])["GPUShareService"]["in_cluster"] is True
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.96.0.1", "443")
+    assert "KUBECONFIG" not in env
