@@ -381,7 +381,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             raise web.HTTPError(400, str(err)) from err
 
     def ledger_doc(self, filters: Filters | None = None) -> dict[str, Any]:
-        return ledger_document(
+        doc = ledger_document(
             self.cluster.report(),
             self.hub.servers,
             self.service.catalogue,
@@ -389,6 +389,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             filters or Filters(),
             stale_seconds=self.cluster.stale_for(),
         )
+        if self.hub.error:  # start and activity are then the last ones read
+            doc["warnings"].append(self.hub.error)
+        return doc
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
