@@ -401,7 +401,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             self.finish(json.dumps({"status": status_code, "message": message}))
             return
         self.set_header("Content-Type", "text/html; charset=UTF-8")
-        self.finish(ERROR_PAGE.format(status=status_code, message=escape(message)))
+        self.finish(ERROR_PAGE.format(status=status_code, message=escape(message), home=escape(hub_home())))
 
     def send(self, doc: Any) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
@@ -473,6 +473,7 @@ class DashboardHandler(BaseHandler):
             "refresh": filters.refresh or svc.refresh_seconds,
             "filters": {"node": filters.node, "model": filters.model, "user": filters.user},
             "user": self.current_user.get("name"),
+            "home": hub_home(),
             # HubOAuth accepts the cookie on the page's own fetch() calls only with this token.
             "xsrf": self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token,
         }
@@ -486,8 +487,13 @@ ERROR_PAGE = """<!doctype html>
 <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;color:#222}}
 h1{{font-size:1.4rem}} .msg{{background:#fdecea;border-left:4px solid #a94442;padding:.8rem 1rem}}</style>
 </head><body><h1>GPU slices: {status}</h1><p class="msg" id="gpushare-error">{message}</p>
-<p><a href="/hub/home">Back to the hub</a></p></body></html>
+<p><a href="{home}">Back to the hub</a></p></body></html>
 """
+
+
+def hub_home() -> str:
+    """The hub's home page, under the hub's base URL (JupyterHub gives it to its services)."""
+    return url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/home")  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> None:
