@@ -95,7 +95,8 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         assert page.locator("section.node").get_attribute("data-node") == "nb-1"
         page.select_option("#f-node", "")
         page.select_option("#f-model", "Tesla-T4")
-        assert page.locator("section.node[data-node=nb-2] .seg.alloc").count() == 2
+        page.wait_for_url("**model=Tesla-T4*")
+        assert page.locator(f"[data-card='{segs['amy']['card']}'] .seg.alloc").count() == 2
         page.select_option("#f-model", "")
 
         # Another spawn shows up without a reload.
