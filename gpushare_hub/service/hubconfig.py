@@ -118,6 +118,10 @@ def configure_hub(
         "admin_scope": admin_scope(name),
         "metrics_scope": metrics_scope(name),
     }
+    # The spawner's namespace: only pods there are attributed to hub users (see hub_namespaces).
+    for section in (kube, spawner):
+        if isinstance(section.get("namespace"), str) and section["namespace"]:
+            service_config["hub_namespaces"] = [section["namespace"]]
     for key in ("quota_gib_per_user", "quota_gib_per_group", "gpu_memory_resource", "gpu_count_resource"):
         if key in spawner:
             service_config[key] = spawner[key]
