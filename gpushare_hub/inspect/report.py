@@ -9,7 +9,7 @@ pods that no node has taken yet, with the scheduler's reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -162,8 +162,14 @@ def build_report(
     pods: Iterable[Mapping[str, Any]],
     names: ResourceNames = DEFAULT_NAMES,
     only_node: str | None = None,
+    hub_namespaces: Collection[str] | None = None,
 ) -> Report:
-    """The report for every GPU-sharing node (or ``only_node``) and the active GPU pods."""
+    """The report for every GPU-sharing node (or ``only_node``) and the active GPU pods.
+
+    ``hub_namespaces``: where the hub's spawner creates its pods. The hub user and server
+    annotations are believed only on pods there (anyone who may create a pod elsewhere could
+    write another user's name on it); None believes them everywhere (the CLI, run by admins).
+    """
     warnings: list[str] = []
     ledger = Ledger(names)
     node_objs: dict[str, Mapping[str, Any]] = {}
@@ -199,8 +205,11 @@ def build_report(
         ann = meta.get("annotations") or {}
         node_name = (pod.get("spec") or {}).get("nodeName")
         units = demand.per_card * demand.count if demand.per_card is not None else 0
+        namespace = str(meta.get("namespace") or "default")
+        if hub_namespaces is not None and namespace not in hub_namespaces:
+            ann = {}
         row = PodRow(
-            namespace=str(meta.get("namespace") or "default"),
+            namespace=namespace,
             name=str(meta.get("name") or ""),
             units=units,
             hub_user=str(ann.get(HUB_USER) or ""),

@@ -21,10 +21,11 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from html import escape
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlparse
 
@@ -64,8 +65,15 @@ log = logging.getLogger("gpushare.service")
 class Cluster:
     """The ledger and the Node/Pod objects, kept by one informer (see the module docstring)."""
 
-    def __init__(self, make_informer: Callable[[], Any], names: ResourceNames, max_stale: float) -> None:
+    def __init__(
+        self,
+        make_informer: Callable[[], Any],
+        names: ResourceNames,
+        max_stale: float,
+        hub_namespaces: Collection[str] | None = None,
+    ) -> None:
         self.names = names
+        self.hub_namespaces = hub_namespaces
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         self._make = make_informer
@@ -97,7 +105,12 @@ class Cluster:
 
     def report(self) -> Report:
         if self._report is None or self._report[0] != self._version:
-            report = build_report(list(self.nodes.values()), list(self.pods.values()), self.names)
+            report = build_report(
+                list(self.nodes.values()),
+                list(self.pods.values()),
+                self.names,
+                hub_namespaces=self.hub_namespaces,
+            )
             self._report = (self._version, report)
         return self._report[1]
 
@@ -198,6 +211,18 @@ class GPUShareService(Application):
         "~/.kube/config). It needs only list and watch on nodes and on pods in all namespaces.",
     )
     in_cluster = Bool(False, config=True, help="Use the pod's service account instead of a kubeconfig.")
+    hub_namespaces = List(
+        Unicode(),
+        config=True,
+        help="""
+        Namespaces where the hub's spawner creates notebook pods (KubeSpawner's ``namespace``;
+        ``configure_hub`` passes it). Only pods there are attributed to a hub user and count in
+        ``api/v1/me``: the ``hub.jupyter.org/username`` annotation is believed nowhere else,
+        since whoever may create a pod in another namespace could write someone else's name on
+        it. Empty: the namespace of the service's own pod when it runs in one, else ``default``
+        (as KubeSpawner chooses).
+        """,
+    )
     refresh_seconds = Integer(
         5,
         config=True,
@@ -247,6 +272,16 @@ class GPUShareService(Application):
         self.update_config(self.cli_config)  # the command line wins
         self.catalogue: Catalogue = read_catalogue(self.slices, (), self.resource_names)
 
+    def trusted_namespaces(self) -> frozenset[str]:
+        """:attr:`hub_namespaces`, or KubeSpawner's default namespace when it is empty."""
+        if self.hub_namespaces:
+            return frozenset(self.hub_namespaces)
+        own = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        try:
+            return frozenset([own.read_text().strip() or "default"])
+        except OSError:
+            return frozenset(["default"])
+
     # ---- wiring --------------------------------------------------------------------------------
     def _make_informer(self) -> Any:
         from gpushare_hub.kube.informer import LedgerInformer
@@ -295,7 +330,12 @@ class GPUShareService(Application):
         PeriodicCallback(self.cluster.shared.ensure_started, 5_000).start()
 
     async def run(self) -> None:
-        self.cluster = Cluster(self._make_informer, self.resource_names, self.ledger_max_staleness)
+        self.cluster = Cluster(
+            self._make_informer,
+            self.resource_names,
+            self.ledger_max_staleness,
+            hub_namespaces=self.trusted_namespaces(),
+        )
         hub = HubServers(
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
             os.environ.get("JUPYTERHUB_API_TOKEN", ""),
@@ -381,7 +421,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             raise web.HTTPError(400, str(err)) from err
 
     def ledger_doc(self, filters: Filters | None = None) -> dict[str, Any]:
-        return ledger_document(
+        doc = ledger_document(
             self.cluster.report(),
             self.hub.servers,
             self.service.catalogue,
@@ -389,6 +429,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             filters or Filters(),
             stale_seconds=self.cluster.stale_for(),
         )
+        if self.hub.error:  # start and activity are then the last ones read
+            doc["warnings"].append(self.hub.error)
+        return doc
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = (kwargs.get("exc_info") or (None, None, None))[1]
@@ -398,7 +441,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             self.finish(json.dumps({"status": status_code, "message": message}))
             return
         self.set_header("Content-Type", "text/html; charset=UTF-8")
-        self.finish(ERROR_PAGE.format(status=status_code, message=escape(message)))
+        self.finish(ERROR_PAGE.format(status=status_code, message=escape(message), home=escape(hub_home())))
 
     def send(self, doc: Any) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
@@ -470,6 +513,7 @@ class DashboardHandler(BaseHandler):
             "refresh": filters.refresh or svc.refresh_seconds,
             "filters": {"node": filters.node, "model": filters.model, "user": filters.user},
             "user": self.current_user.get("name"),
+            "home": hub_home(),
             # HubOAuth accepts the cookie on the page's own fetch() calls only with this token.
             "xsrf": self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token,
         }
@@ -483,8 +527,13 @@ ERROR_PAGE = """<!doctype html>
 <style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;color:#222}}
 h1{{font-size:1.4rem}} .msg{{background:#fdecea;border-left:4px solid #a94442;padding:.8rem 1rem}}</style>
 </head><body><h1>GPU slices: {status}</h1><p class="msg" id="gpushare-error">{message}</p>
-<p><a href="/hub/home">Back to the hub</a></p></body></html>
+<p><a href="{home}">Back to the hub</a></p></body></html>
 """
+
+
+def hub_home() -> str:
+    """The hub's home page, under the hub's base URL (JupyterHub gives it to its services)."""
+    return url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/home")  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -97,8 +97,8 @@ def configure_hub(
     ``c.GPUShareSpawner.slices``. ``node_selector``: the labels GPU pods carry as their node
     selector (availability counts only such nodes); None merges ``c.GPUShareSpawner.node_selector``
     (or KubeSpawner's) with ``c.GPUShareSpawner.gpu_node_selector``. ``kubeconfig``: passed to
-    the service as ``KUBECONFIG`` (None: the hub's own ``$KUBECONFIG`` if set; in a pod the
-    service account is used). ``environment``: more variables for the service's process.
+    the service as ``KUBECONFIG`` (None: the hub's own ``$KUBECONFIG`` if set; else, when the hub
+    runs in a pod, the pod's service account). ``environment``: more variables for the service's process.
     """
     spawner = _section(c, "GPUShareSpawner")
     kube = _section(c, "KubeSpawner")
@@ -118,6 +118,10 @@ def configure_hub(
         "admin_scope": admin_scope(name),
         "metrics_scope": metrics_scope(name),
     }
+    # The spawner's namespace: only pods there are attributed to hub users (see hub_namespaces).
+    for section in (kube, spawner):
+        if isinstance(section.get("namespace"), str) and section["namespace"]:
+            service_config["hub_namespaces"] = [section["namespace"]]
     for key in ("quota_gib_per_user", "quota_gib_per_group", "gpu_memory_resource", "gpu_count_resource"):
         if key in spawner:
             service_config[key] = spawner[key]
@@ -126,10 +130,17 @@ def configure_hub(
 
     read_catalogue(slices)
 
-    env: dict[str, str] = {CONFIG_ENV: json.dumps({"GPUShareService": service_config})}
+    env: dict[str, str] = {}
     kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        # The hub runs in a pod: the service (a child of the hub, same pod) uses its service
+        # account; JupyterHub passes a service only the variables it is given.
+        service_config["in_cluster"] = True
+        for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+            env[var] = os.environ.get(var, "")
+    env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
     env.update(environment or {})
 
     url = f"http://127.0.0.1:{port or _free_port()}"

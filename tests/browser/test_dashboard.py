@@ -89,6 +89,15 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         assert "user=amy" in page.url
         page.screenshot(path=str(OUT / "dashboard-filtered.png"), full_page=True)
         page.select_option("#f-user", "")
+        # By node and by model: only that node's box; a model no card has leaves no card.
+        page.select_option("#f-node", "nb-1")
+        page.wait_for_function("document.querySelectorAll('section.node').length === 1")
+        assert page.locator("section.node").get_attribute("data-node") == "nb-1"
+        page.select_option("#f-node", "")
+        page.select_option("#f-model", "Tesla-T4")
+        page.wait_for_url("**model=Tesla-T4*")
+        assert page.locator(f"[data-card='{segs['amy']['card']}'] .seg.alloc").count() == 2
+        page.select_option("#f-model", "")
 
         # Another spawn shows up without a reload.
         spawn(hub, local_cluster, "cy", "t4-7g")

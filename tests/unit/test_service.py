@@ -28,7 +28,7 @@ from gpushare_hub.service.view import (
 )
 from gpushare_hub.spawner.catalogue import CatalogueError, read_catalogue
 from tests.unit.helpers import node_obj
-from tests.unit.test_inspect import fixture_cluster
+from tests.unit.test_inspect import fixture_cluster, placed
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 SLICES = [
@@ -90,6 +90,28 @@ def test_me_shows_only_the_callers_own_slices():
     me = me_document(doc(), "bob")
     assert [(a["pod"], a["server"]) for a in me["allocations"]] == [("jupyter-bob", "big")]
     assert me_document(doc(), "nobody")["allocations"] == []
+
+
+def test_a_pod_outside_the_hubs_namespace_is_never_attributed_to_a_hub_user():
+    """Someone who may create pods in another namespace writes alice's name on one: it holds its
+    card on the dashboard, but under no user, and is not in alice's api/v1/me."""
+    nodes, pods = fixture_cluster()
+    forged = placed("forged", 3, "gpu-b", 0, "alice")
+    forged["metadata"]["namespace"] = "team-x"
+    report = build_report(nodes, [*pods, forged], hub_namespaces={"jhub"})
+    ledger = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW)
+    mine = [a["pod"] for a in me_document(ledger, "alice")["allocations"]]
+    assert mine == ["jupyter-alice"]
+    held = {a["pod"]: a["hub_user"] for a in ledger["allocations"]}
+    assert held["forged"] == "" and held["jupyter-alice"] == "alice"
+    # Without the boundary (the CLI, run by admins) the annotation is shown as written.
+    open_report = build_report(nodes, [*pods, forged])
+    assert any(
+        p.hub_user == "alice" and p.name == "forged"
+        for n in open_report.nodes
+        for c in n.cards
+        for p in c.pods
+    )
 
 
 @pytest.mark.parametrize(
@@ -179,6 +201,7 @@ def hub_config() -> Config:
     c.GPUShareSpawner.node_selector = {"pool": "gpu"}
     c.GPUShareSpawner.gpu_node_selector = {"gpushare": "true"}
     c.GPUShareSpawner.quota_gib_per_group = {"gpu-power": 15}
+    c.GPUShareSpawner.namespace = "jhub"
     c.JupyterHub.services = [{"name": "harness", "api_token": "x"}]
     c.JupyterHub.load_roles = [{"name": "admin", "services": ["harness"]}]
     return c
@@ -198,6 +221,7 @@ def test_configure_hub_adds_the_service_scopes_and_least_privilege_roles():
     passed = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
     assert passed["slices"] == SLICES and passed["node_selector"] == {"pool": "gpu", "gpushare": "true"}
     assert passed["quota_gib_per_group"] == {"gpu-power": 15}
+    assert passed["hub_namespaces"] == ["jhub"]  # only the spawner's pods name hub users
     assert set(c.JupyterHub.custom_scopes) == {admin_scope(), metrics_scope()}
     roles = {r["name"]: r for r in c.JupyterHub.load_roles}
     assert roles["admin"] == {"name": "admin", "services": ["harness"]}
@@ -266,3 +290,16 @@ def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_af
     informer.apply("pods", "DELETED", pods[0])  # alice's server stopped
     held = {p.name for n in cluster.report().nodes for c in n.cards for p in c.pods}
     assert "jupyter-alice" not in held and "jupyter-bob" in held
+
+
+def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    c = hub_config()
+    configure_hub(c, port=12345)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    env = svc["environment"]
+    assert json.loads(env[CONFIG_ENV])["GPUShareService"]["in_cluster"] is True
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.96.0.1", "443")
+    assert "KUBECONFIG" not in env
