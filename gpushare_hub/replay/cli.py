@@ -146,7 +146,7 @@ def share_of_used_cards_pct(unit_hours: float, r: DynamicResult, units: Units, i
     if not capacity_hours:
         return 0.0
     share = 100 * unit_hours / capacity_hours
-    return 100 - share if idle else share
+    return max(0.0, 100 - share) if idle else share
 
 
 def _dynamic(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, Any], DynamicResult]:
