@@ -242,7 +242,8 @@ def _report(out: dict[str, Any]) -> str:
         f"{out['unit']} ({out['units_per_card']} per card)"
     ]
     if out["catalogue"]:
-        lines.append(f"  catalogue       {', '.join(map(str, out['catalogue']))} slices; larger pods: a whole card")
+        sizes = ", ".join(map(str, out["catalogue"]))
+        lines.append(f"  catalogue       {sizes} slices; larger pods: a whole card")
     if out["unit"] == "slices":
         lines.append(f"  rounding adds {out['rounding_overhead_pct']}% to sharing pods' demand")
     if out["mode"] == "dynamic":
