@@ -163,3 +163,70 @@ def test_the_readme_links_every_page_in_its_documentation_section():
     section = readme[readme.index("## Documentation") : readme.index("## What is here")]
     linked = {t.partition("#")[0] for t in LINK.findall(section)}
     assert {f"docs/{p.name}" for p in PAGES} <= linked
+
+
+def write_doc(tmp_path: Path, text: str) -> Path:
+    docs = tmp_path / "docs"
+    docs.mkdir(exist_ok=True)
+    (docs / "page.md").write_text(text)
+    return docs
+
+
+def test_a_block_is_read_as_a_shell_would_split_it(tmp_path: Path, monkeypatch):
+    import tests.doccommands as dc
+
+    monkeypatch.setattr(dc, "ROOT", tmp_path)
+    docs = write_doc(
+        tmp_path,
+        "<!-- chart-tier: one -->\n```sh\nhelm install x \\\n    --set 'a={b,c}'  # why\n\n"
+        "kubectl label node <gpu-node-1> k=v\n```\n",
+    )
+    (block,) = dc.run_blocks(CHART, docs).values()
+    assert block.commands() == [
+        ["helm", "install", "x", "--set", "a={b,c}"],
+        ["kubectl", "label", "node", "<gpu-node-1>", "k=v"],
+    ]
+    assert dc.substitute(block.commands()[1], {"<gpu-node-1>": "gpu-1"})[3] == "gpu-1"
+    with pytest.raises(dc.DocError, match="no value for <gpu-node-1>"):
+        dc.substitute(block.commands()[1], {})
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("```sh\nls\n```\n", "page.md:1: a ```sh block needs"),
+        ("<!-- chart-tier: a -->\n```sh\nhelm list | wc -l\n```\n", "shell syntax ('|')"),
+        (
+            "<!-- chart-tier: a -->\n```sh\nhelm list\n```\n<!-- chart-tier: a -->\n```sh\nhelm list\n```\n",
+            "also at",
+        ),
+    ],
+    ids=["unmarked", "pipe", "twice"],
+)
+def test_a_block_that_cannot_be_run_as_written_is_refused_with_its_place(
+    tmp_path: Path, monkeypatch, text, words
+):
+    import tests.doccommands as dc
+
+    monkeypatch.setattr(dc, "ROOT", tmp_path)
+    with pytest.raises(dc.DocError, match=re.escape(words)):
+        dc.run_blocks(CHART, write_doc(tmp_path, text))
+
+
+def test_the_kubectl_stand_in_reads_commands_and_columns_as_kubectl_does():
+    from tests.chart.docrun import _column, _split, _table
+
+    assert kubectl_command(["kubectl", "get", "pods", "-A", "-o", "x"]) == ("get", "pods")
+    assert kubectl_command(["kubectl", "delete", "service", "s", "--namespace", "kube-system"]) == (
+        "delete",
+        "service",
+    )
+    words, opts = _split(["label", "node", "a", "b", "k=v", "--overwrite", "-n", "ns", "--selector=x=y"])
+    assert (words, opts) == (
+        ["label", "node", "a", "b", "k=v"],
+        {"--overwrite": "true", "-n": "ns", "--selector": "x=y"},
+    )
+    node = {"status": {"allocatable": {"aliyun.com/gpu-mem": "30"}}, "metadata": {"annotations": {}}}
+    assert _column(node, r".status.allocatable.aliyun\.com/gpu-mem") == "30"
+    assert _column(node, ".metadata.annotations.ALIYUN_COM_GPU_MEM_IDX") == "<none>"
+    assert _table([["NODE", "SLICES"], ["gpu-1", "30"]]) == "NODE    SLICES\ngpu-1   30\n"
