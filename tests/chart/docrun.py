@@ -8,7 +8,8 @@ What is substituted, and nothing else:
 - ``kubectl`` is :class:`Kubectl`, which performs the few kubectl commands the docs use through
   the API (the machines that run the tests have no kubectl of a pinned version). A docs command it
   does not know fails the test; ``tests/unit/test_docs.py`` checks every run block against
-  :data:`KUBECTL_COMMANDS` without a cluster.
+  :data:`KUBECTL_COMMANDS` without a cluster. ``GPUSHARE_KUBECTL=/path/to/kubectl`` runs a real
+  kubectl instead (with this virtualenv's ``bin`` on ``PATH`` for ``kubectl inspect gpushare``).
 """
 
 from __future__ import annotations
@@ -215,16 +216,20 @@ def run_block(
             argv = extra(argv)
         if argv[0] not in PROGRAMS:
             raise DocError(f"{block.where}: {shlex.join(argv)}: the chart tier runs only {sorted(PROGRAMS)}")
+        real_kubectl = os.environ.get("GPUSHARE_KUBECTL")
         if argv[0] == "kubectl":
             if kubectl is None:
                 raise DocError(f"{block.where}: {shlex.join(argv)} needs a cluster")
-            outputs.append(kubectl.run(argv))
-            continue
+            if not real_kubectl:
+                outputs.append(kubectl.run(argv))
+                continue
         env = dict(os.environ)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         if kubectl is not None:
             env["KUBECONFIG"] = str(kubectl.kubeconfig)
+        binary = str(helm) if argv[0] == "helm" else str(real_kubectl)
         proc = subprocess.run(
-            [str(helm), *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+            [binary, *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
         )
         if proc.returncode != 0:
             raise DocError(
