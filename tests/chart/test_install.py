@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import sys
 import time
 import urllib.request
@@ -275,6 +276,9 @@ def test_install_prints_the_next_steps(installed: Installed):
     notes = installed.install_output
     assert "kubectl label node <node> gpushare=true" in notes
     assert "examples/z2jh-values.yaml" in notes
+    # The notes' node check is the docs' (docs/install.md, "Check it"), quoted for a shell.
+    (check,) = [shlex.split(line) for line in notes.splitlines() if "custom-columns" in line]
+    assert check == doc_block("install-check").commands()[0]
 
 
 def rows(table: str) -> list[list[str]]:
