@@ -23,13 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+import yaml
+from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from tests.doccommands import ROOT, Block, DocError, substitute
 
 # kubectl VERB KIND: what the stand-in performs (kind as the docs write it).
 KUBECTL_COMMANDS = {
+    ("apply", ""),
     ("label", "node"),
     ("annotate", "node"),
     ("create", "namespace"),
@@ -49,7 +51,7 @@ PROGRAMS = {"helm", "kubectl"}
 
 def kubectl_command(argv: list[str]) -> tuple[str, str]:
     """(verb, kind) of a kubectl argv; the unit tier checks the docs with this."""
-    words = [a for a in argv[1:] if not a.startswith("-")]
+    words = _split(argv[1:])[0]
     return (words[0], words[1]) if len(words) >= 2 else (words[0] if words else "", "")
 
 
@@ -108,6 +110,7 @@ class Kubectl:
             return self._inspect(argv[3:])
         words, opts = _split(argv[1:])
         ns = opts.get("-n") or opts.get("--namespace") or "default"
+        words += [""] * (2 - len(words))  # `apply -f FILE` names no kind
         handler: Callable[[str, list[str], dict[str, str], str], str] = getattr(self, f"_{verb}")
         return handler(kind, words[2:], opts, ns)
 
@@ -132,6 +135,22 @@ class Kubectl:
                 )
             self.core.patch_node(node, {"metadata": {field: changes}})
             out.append(f"node/{node} {'labeled' if field == 'labels' else 'annotated'}")
+        return "\n".join(out) + "\n"
+
+    def _apply(self, kind: str, names: list[str], opts: dict[str, str], ns: str) -> str:
+        """``apply -f FILE``, relative to the repository root; Pods only, created (not patched)."""
+        path = opts.get("-f") or opts.get("--filename") or ""
+        out = []
+        for doc in yaml.safe_load_all((ROOT / path).read_text()):
+            if not doc:
+                continue
+            if doc.get("kind") != "Pod":
+                raise DocError(f"{path}: the chart tier's kubectl applies Pods only, not {doc.get('kind')}")
+            namespace = doc["metadata"].get("namespace", ns)
+            # Sent as written (an int quantity such as `aliyun.com/gpu-mem: 5` included), as kubectl does.
+            pods = dynamic.DynamicClient(self.api).resources.get(api_version="v1", kind="Pod")
+            pods.create(body=doc, namespace=namespace)
+            out.append(f"pod/{doc['metadata']['name']} created")
         return "\n".join(out) + "\n"
 
     def _label(self, kind: str, names: list[str], opts: dict[str, str], ns: str) -> str:

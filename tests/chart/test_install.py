@@ -603,16 +603,16 @@ def run_rendered_pair(installed: Installed, docs: list[dict[str, Any]], pod: Pod
     )
 
 
+def placed(installed: Installed, name: str, namespace: str) -> Any:
+    """The pod once it is bound with our allocation record, else None."""
+    pod = installed.admin.read_namespaced_pod(name, namespace)
+    ann = pod.metadata.annotations or {}
+    return pod if pod.spec.node_name and ALLOCATION_ANNOTATION in ann else None
+
+
 def place(installed: Installed, name: str) -> Any:
-    admin = installed.admin
-    admin.create_namespaced_pod("alice", gpu_pod(name, 5, "gpushare-scheduler"))
-
-    def placed() -> Any:
-        pod = admin.read_namespaced_pod(name, "alice")
-        ann = pod.metadata.annotations or {}
-        return pod if pod.spec.node_name and ALLOCATION_ANNOTATION in ann else None
-
-    pod = wait_for(placed, timeout=120)
+    installed.admin.create_namespaced_pod("alice", gpu_pod(name, 5, "gpushare-scheduler"))
+    pod = wait_for(lambda: placed(installed, name, "alice"), timeout=120)
     assert pod, f"{name} not placed; see {installed.cluster.logs}"
     assert pod.spec.node_name in ("gpu-1", "gpu-2")
     return pod
@@ -627,6 +627,11 @@ def test_the_installed_scheduler_config_runs_in_kube_scheduler_as_the_charts_acc
     scheduler = run_rendered_pair(installed, docs, Pod(tmp_path), leader_elect=True)
     try:
         place(installed, "notebook")
+        # docs/install.md, "Try a slice without JupyterHub": the example pod, applied as written.
+        installed.run_doc("try-a-slice")
+        example = wait_for(lambda: placed(installed, "notebook-alice", "default"), timeout=120)
+        assert example and example.spec.node_name in ("gpu-1", "gpu-2"), installed.cluster.logs
+        assert GPU_MEM_IDX in example.metadata.annotations
         lease = client.CoordinationV1Api(installed.api).read_namespaced_lease("gpushare-scheduler", NS)
         assert lease.spec.holder_identity  # leader election ran on the chart's Lease, with the chart's Role
     finally:
