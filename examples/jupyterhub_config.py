@@ -5,6 +5,7 @@
 import sys
 
 from gpushare_hub import GPUShareSpawner
+from gpushare_hub.service import configure_hub
 
 c = get_config()  # noqa: F821  (JupyterHub provides get_config when it loads this file)
 
@@ -102,6 +103,13 @@ c.JupyterHub.load_roles = [
         "services": ["idle-culler"],
     }
 ]
+
+# --- The "GPU slices" dashboard, JSON API and metrics (README: "The hub service") ----------
+# A hub-managed service at /services/gpushare/; its catalogue and node selector are the
+# spawner's above. Members of "gpu-admins" see every user's slices; every user may read
+# availability and their own slices. Call it after the spawner's settings and services.
+c.JupyterHub.load_groups["gpu-admins"] = {"users": []}
+configure_hub(c, admin_groups=["gpu-admins"])
 
 # Check the catalogue now, so that a mistake stops the hub at start with the entry named.
 GPUShareSpawner.check_config(c)

@@ -9,10 +9,12 @@ pods that no node has taken yet, with the scheduler's reason.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
+from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME, PREFIX
 from gpushare_hub.core.demand import demand_from_pod, pod_key
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
@@ -20,6 +22,7 @@ from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 HUB_USER = "hub.jupyter.org/username"
 HUB_SERVER = "hub.jupyter.org/servername"
+SLICE = f"{PREFIX}/slice"  # GPUShareSpawner's catalogue slug (gpushare_hub.spawner.pod)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class PodRow:
     hub_user: str = ""
     hub_server: str = ""
     reason: str = ""
+    slice: str = ""  # the hub's catalogue slug, when the spawner wrote one
+    since: str = ""  # RFC 3339 UTC: when the card was assigned (else the pod started or was made)
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,16 @@ def _offers_gpu_memory(node: Mapping[str, Any], names: ResourceNames) -> bool:
     return raw not in (None, "0", 0)
 
 
+def _since(pod: Mapping[str, Any]) -> str:
+    """When the pod got its card: the extender's assume time, else its start or creation."""
+    meta = pod.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(GPU_MEM_ASSUME_TIME)
+    if isinstance(raw, str) and raw.isdigit() and len(raw) <= 20:
+        when = datetime.fromtimestamp(int(raw) / 1e9, tz=UTC)
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str((pod.get("status") or {}).get("startTime") or meta.get("creationTimestamp") or "")
+
+
 def _scheduling_reason(pod: Mapping[str, Any]) -> str:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
@@ -147,8 +162,14 @@ def build_report(
     pods: Iterable[Mapping[str, Any]],
     names: ResourceNames = DEFAULT_NAMES,
     only_node: str | None = None,
+    hub_namespaces: Collection[str] | None = None,
 ) -> Report:
-    """The report for every GPU-sharing node (or ``only_node``) and the active GPU pods."""
+    """The report for every GPU-sharing node (or ``only_node``) and the active GPU pods.
+
+    ``hub_namespaces``: where the hub's spawner creates its pods. The hub user and server
+    annotations are believed only on pods there (anyone who may create a pod elsewhere could
+    write another user's name on it); None believes them everywhere (the CLI, run by admins).
+    """
     warnings: list[str] = []
     ledger = Ledger(names)
     node_objs: dict[str, Mapping[str, Any]] = {}
@@ -184,12 +205,17 @@ def build_report(
         ann = meta.get("annotations") or {}
         node_name = (pod.get("spec") or {}).get("nodeName")
         units = demand.per_card * demand.count if demand.per_card is not None else 0
+        namespace = str(meta.get("namespace") or "default")
+        if hub_namespaces is not None and namespace not in hub_namespaces:
+            ann = {}
         row = PodRow(
-            namespace=str(meta.get("namespace") or "default"),
+            namespace=namespace,
             name=str(meta.get("name") or ""),
             units=units,
             hub_user=str(ann.get(HUB_USER) or ""),
             hub_server=str(ann.get(HUB_SERVER) or ""),
+            slice=str(ann.get(SLICE) or ""),
+            since=_since(pod),
         )
         rows[key] = row
         if only_node and node_name != only_node:

@@ -43,3 +43,13 @@ def browser_page() -> Iterator[Any]:
             yield context.new_page()
         finally:
             browser.close()
+
+
+def login(page: Any, hub_url: str, user: str) -> None:
+    """Sign in on the hub's login page as a person would (DummyAuthenticator: any password)."""
+    page.goto(f"{hub_url}/hub/login")
+    page.fill("input[name=username]", user)
+    if page.locator("input[name=password]").count():
+        page.fill("input[name=password]", "any")
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_url("**/hub/**")

@@ -9,7 +9,7 @@ from typing import Any
 from tests.conftest import wait_for
 from tests.hub.conftest import SLICES, pod_of, stop_server
 
-from .conftest import OUT
+from .conftest import OUT, login
 
 
 def notes(page: Any) -> dict[str, str]:
@@ -38,12 +38,7 @@ def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_tak
             hub.wait_ready(user, timeout=400)
 
         # Log in as a person would: the hub's login page (DummyAuthenticator), then the spawn page.
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("input[name=username]", "pia")
-        if page.locator("input[name=password]").count():
-            page.fill("input[name=password]", "any")
-        page.click("input[type=submit], button[type=submit]")
-        page.wait_for_url("**/hub/**")
+        login(page, hub.url, "pia")
         page.goto(f"{hub.url}/hub/spawn")
         page.wait_for_selector("span.gpushare-availability")
         for s in SLICES:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -73,6 +74,25 @@ SLICES = [
 ]
 QUOTA_GIB = 10
 
+# The gpushare hub service (gpushare_hub.service.configure_hub) in the session's hub: SERVICE_ADMIN
+# holds custom:gpushare:admin; the service "scraper" (token SCRAPER_TOKEN) may read only metrics.
+SERVICE = "gpushare"
+SERVICE_ADMIN = "gpu-admin"
+SCRAPER_TOKEN = secrets.token_hex(32)
+
+
+def service_config() -> str:
+    """The lines that add the service to the hub's config (after the spawner's)."""
+    return "\n".join(
+        [
+            "from gpushare_hub.service import configure_hub",
+            f"scraper = {{'name': 'scraper', 'api_token': {SCRAPER_TOKEN!r}}}",
+            "c.JupyterHub.services = [*c.JupyterHub.services, scraper]",
+            f"configure_hub(c, name={SERVICE!r}, admin_users=[{SERVICE_ADMIN!r}], "
+            "metrics_services=['scraper'])",
+        ]
+    )
+
 
 @pytest.fixture(scope="session")
 def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNodes) -> Iterator[LocalHub]:
@@ -92,7 +112,7 @@ def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNode
         NAMESPACE,
         config,
         spawner_class="gpushare_hub.GPUShareSpawner",
-        extra_config="c.JupyterHub.allow_named_servers = True",
+        extra_config="c.JupyterHub.allow_named_servers = True\n" + service_config(),
     ).start()
     _SESSION["hub"] = h
     yield h

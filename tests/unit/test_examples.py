@@ -78,8 +78,12 @@ def test_hub_config_example_offers_the_t4_catalogue():
         "t4-whole": (None, 1, ("Tesla-T4",)),
     }
     assert cat.unknown_groups(c.JupyterHub.load_groups) == []
-    (role,) = c.JupyterHub.load_roles
-    assert "admin:server_state" in role["scopes"]  # the culler must see the slice in the state
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert "admin:server_state" in roles["idle-culler"]["scopes"]  # the culler must see the slice
+    # The hub service, with the spawner's catalogue, for the gpu-admins group.
+    assert {s["name"] for s in c.JupyterHub.services} == {"idle-culler", "gpushare"}
+    assert roles["gpushare-admins"]["groups"] == ["gpu-admins"]
+    assert "custom:gpushare:admin" in c.JupyterHub.custom_scopes
 
 
 def test_cull_arbiter_hook_culls_idle_gpu_servers_sooner():

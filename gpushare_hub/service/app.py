@@ -1,0 +1,543 @@
+"""The gpushare hub service: tornado handlers with JupyterHub OAuth, and their data sources.
+
+Two watchers keep what the handlers read current:
+
+- :class:`~gpushare_hub.kube.informer.LedgerInformer` (the extender's and the spawner's
+  watch code) keeps the core ledger, through the spawner's
+  :class:`~gpushare_hub.spawner.ledger_source.SharedLedger` (trusted only while fresh); its
+  subscribers keep the Node and Pod objects that
+  :func:`~gpushare_hub.inspect.report.build_report` reads for names, slices and reasons;
+- :class:`HubServers` polls the hub's REST API (``GET /hub/api/users?state=active``) with the
+  service's own token for each server's start and last activity and each user's groups.
+
+Access: every handler needs ``access:services!service=<name>`` (JupyterHub's default for a
+service). The dashboard and ``api/v1/ledger`` also need ``custom:<name>:admin`` (or a hub
+admin); ``metrics`` needs ``custom:<name>:metrics`` (or the admin scope, which includes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+from html import escape
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlparse
+
+# Handlers and the OAuth callback share HubOAuth.instance(), which keeps the OAuth (PKCE) states.
+from jupyterhub.services.auth import (  # type: ignore[import-untyped]
+    HubOAuthCallbackHandler,
+    HubOAuthenticated,
+)
+from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
+from tornado import httpclient, web
+from tornado.ioloop import PeriodicCallback
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
+from traitlets.config import Application, Config
+
+from gpushare_hub.core import Ledger, ResourceNames, pod_key
+from gpushare_hub.inspect.report import Report, build_report
+from gpushare_hub.spawner.catalogue import Catalogue, read_catalogue
+from gpushare_hub.spawner.ledger_source import Informer, SharedLedger
+
+from .hubconfig import CONFIG_ENV
+from .metrics import render_metrics
+from .view import (
+    FILTER_KEYS,
+    Filters,
+    HubServer,
+    QueryError,
+    availability_document,
+    ledger_document,
+    me_document,
+    parse_query,
+    servers_from_users,
+)
+
+log = logging.getLogger("gpushare.service")
+
+
+class Cluster:
+    """The ledger and the Node/Pod objects, kept by one informer (see the module docstring)."""
+
+    def __init__(
+        self,
+        make_informer: Callable[[], Any],
+        names: ResourceNames,
+        max_stale: float,
+        hub_namespaces: Collection[str] | None = None,
+    ) -> None:
+        self.names = names
+        self.hub_namespaces = hub_namespaces
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self._make = make_informer
+        self.shared = SharedLedger(self._subscribed, max_stale)
+        self._version = 0  # bumped on every event: the report is rebuilt only after a change
+        self._report: tuple[int, Report] | None = None
+
+    def _subscribed(self) -> Informer:
+        informer = self._make()
+        self.nodes.clear()
+        self.pods.clear()
+        informer.on_node(self._keep(self.nodes, lambda obj: str((obj.get("metadata") or {}).get("name"))))
+        informer.on_pod(self._keep(self.pods, pod_key))
+        return informer  # type: ignore[no-any-return]
+
+    def _keep(self, store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
+        def handler(etype: str, obj: dict[str, Any]) -> None:
+            self._version += 1
+            k = key(obj)
+            if etype == "DELETED":
+                store.pop(k, None)
+            else:
+                store[k] = obj
+
+        return handler
+
+    def ledger(self) -> Ledger | None:
+        return self.shared()
+
+    def report(self) -> Report:
+        if self._report is None or self._report[0] != self._version:
+            report = build_report(
+                list(self.nodes.values()),
+                list(self.pods.values()),
+                self.names,
+                hub_namespaces=self.hub_namespaces,
+            )
+            self._report = (self._version, report)
+        return self._report[1]
+
+    def stale_for(self) -> float:
+        informer = self.shared.informer
+        return informer.stale_for() if informer is not None else float("inf")
+
+
+class HubServers:
+    """The hub's active servers and users' groups, polled with the service's token."""
+
+    def __init__(self, api_url: str, token: str) -> None:
+        self.api_url = api_url
+        self.token = token
+        self.servers: list[HubServer] = []
+        self.groups: dict[str, list[str]] = {}
+        self.error = ""
+
+    async def poll(self) -> None:
+        http = httpclient.AsyncHTTPClient()
+        users: list[Any] = []
+        offset = 0
+        try:
+            while True:
+                query = urlencode({"state": "active", "offset": offset, "limit": 200})
+                resp = await http.fetch(
+                    f"{self.api_url}/users?{query}",
+                    headers={
+                        "Authorization": f"token {self.token}",
+                        "Accept": "application/jupyterhub-pagination+json",
+                    },
+                    request_timeout=10,
+                )
+                body = json.loads(resp.body)
+                items = body.get("items", []) if isinstance(body, dict) else body
+                users += items
+                nxt = (body.get("_pagination") or {}).get("next") if isinstance(body, dict) else None
+                if not nxt or not items:
+                    break
+                offset = int(nxt.get("offset", offset + len(items)))
+        except Exception as err:  # the hub restarting, a bad answer: keep the last known servers
+            self.error = f"cannot read the hub's users: {err}"
+            log.warning("%s", self.error)
+            return
+        self.servers, self.groups = servers_from_users(users)
+        self.error = ""
+
+
+class GPUShareService(Application):
+    """``python -m gpushare_hub.service``: the GPU-slices dashboard, JSON API and metrics."""
+
+    name = "gpushare-hub-service"
+    description = __doc__
+
+    slices = List(
+        Dict(),
+        config=True,
+        help="""
+        The slice catalogue, in ``c.GPUShareSpawner.slices``'s format and checked by the same
+        rules (``configure_hub`` passes the spawner's). Availability is reported per slice;
+        fragmentation counts free memory that no slice here can use.
+        """,
+    )
+    node_selector = Dict(
+        key_trait=Unicode(),
+        value_trait=Unicode(),
+        config=True,
+        help="""Labels the GPU pods carry as their node selector (KubeSpawner's ``node_selector``
+        merged with ``gpu_node_selector``); availability counts only the nodes that have them.""",
+    )
+    admin_scope = Unicode(
+        "custom:gpushare:admin",
+        config=True,
+        help="The scope that opens the dashboard and api/v1/ledger (hub admins may always).",
+    )
+    metrics_scope = Unicode(
+        "custom:gpushare:metrics",
+        config=True,
+        help="The scope that lets a token read ``metrics`` (the admin scope includes it).",
+    )
+    quota_gib_per_user = Integer(
+        None, allow_none=True, config=True, help="As GPUShareSpawner's: shown, not enforced here."
+    )
+    quota_gib_per_group = Dict(
+        key_trait=Unicode(),
+        value_trait=Integer(),
+        config=True,
+        help="As GPUShareSpawner's; the metrics report each group's use against it.",
+    )
+    gpu_memory_resource = Unicode("aliyun.com/gpu-mem", config=True, help="Extended resource of GPU memory.")
+    gpu_count_resource = Unicode(
+        "aliyun.com/gpu-count", config=True, help="Extended resource of whole cards."
+    )
+    kubeconfig = Unicode(
+        "",
+        config=True,
+        help="kubeconfig file of the service's Kubernetes identity (default: $KUBECONFIG, then "
+        "~/.kube/config). It needs only list and watch on nodes and on pods in all namespaces.",
+    )
+    in_cluster = Bool(False, config=True, help="Use the pod's service account instead of a kubeconfig.")
+    hub_namespaces = List(
+        Unicode(),
+        config=True,
+        help="""
+        Namespaces where the hub's spawner creates notebook pods (KubeSpawner's ``namespace``;
+        ``configure_hub`` passes it). Only pods there are attributed to a hub user and count in
+        ``api/v1/me``: the ``hub.jupyter.org/username`` annotation is believed nowhere else,
+        since whoever may create a pod in another namespace could write someone else's name on
+        it. Empty: the namespace of the service's own pod when it runs in one, else ``default``
+        (as KubeSpawner chooses).
+        """,
+    )
+    refresh_seconds = Integer(
+        5,
+        config=True,
+        help="How often the dashboard page reads api/v1/ledger again (?refresh= overrides it).",
+    )
+    hub_poll_seconds = Float(
+        5.0,
+        config=True,
+        help="How often the hub's users and servers are read (start, last activity, groups).",
+    )
+    ledger_max_staleness = Float(
+        30.0,
+        config=True,
+        help="Seconds a failing watch may go on before availability is reported as unknown.",
+    )
+    ip = Unicode("", config=True, help="Address to listen on (default: from $JUPYTERHUB_SERVICE_URL).")
+    port = Integer(0, config=True, help="Port to listen on (default: from $JUPYTERHUB_SERVICE_URL).")
+
+    aliases = {  # noqa: RUF012 - traitlets reads these class attributes
+        "config": "GPUShareService.config_file",
+        "kubeconfig": "GPUShareService.kubeconfig",
+        "ip": "GPUShareService.ip",
+        "port": "GPUShareService.port",
+        "log-level": "Application.log_level",
+    }
+    flags = {  # noqa: RUF012
+        "in-cluster": ({"GPUShareService": {"in_cluster": True}}, "use the pod's service account")
+    }
+    config_file = Unicode("", config=True, help="A Python config file (c.GPUShareService.slices = [...]).")
+
+    @validate("slices")
+    def _validate_slices(self, proposal: Any) -> Any:
+        read_catalogue(proposal.value, (), self.resource_names)
+        return proposal.value
+
+    @property
+    def resource_names(self) -> ResourceNames:
+        return ResourceNames(memory=self.gpu_memory_resource, count=self.gpu_count_resource)
+
+    def initialize(self, argv: list[str] | None = None) -> None:
+        super().initialize(argv)
+        env = os.environ.get(CONFIG_ENV)
+        if env:
+            self.update_config(Config(json.loads(env)))
+        if self.config_file:
+            self.load_config_file(self.config_file)
+        self.update_config(self.cli_config)  # the command line wins
+        self.catalogue: Catalogue = read_catalogue(self.slices, (), self.resource_names)
+
+    def trusted_namespaces(self) -> frozenset[str]:
+        """:attr:`hub_namespaces`, or KubeSpawner's default namespace when it is empty."""
+        if self.hub_namespaces:
+            return frozenset(self.hub_namespaces)
+        own = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        try:
+            return frozenset([own.read_text().strip() or "default"])
+        except OSError:
+            return frozenset(["default"])
+
+    # ---- wiring --------------------------------------------------------------------------------
+    def _make_informer(self) -> Any:
+        from gpushare_hub.kube.informer import LedgerInformer
+
+        return LedgerInformer(self._api, self.resource_names)
+
+    def make_app(self, cluster: Cluster, hub: HubServers) -> web.Application:
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpushare/")
+        settings: dict[str, Any] = {
+            "service": self,
+            "cluster": cluster,
+            "hub": hub,
+            "prefix": prefix,
+            "service_name": os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpushare"),
+            "cookie_secret": os.urandom(32),
+        }
+        routes: list[Any] = [
+            (prefix, DashboardHandler),
+            (url_path_join(prefix, "api/v1/ledger"), LedgerHandler),
+            (url_path_join(prefix, "api/v1/availability"), AvailabilityHandler),
+            (url_path_join(prefix, "api/v1/me"), MeHandler),
+            (url_path_join(prefix, "metrics"), MetricsHandler),
+            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
+            (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
+            (url_path_join(prefix, "api/.*"), NotFoundHandler),
+        ]
+        return web.Application(routes, **settings)
+
+    async def _connect(self) -> None:
+        """Reach the API server (retrying every 10 s with the reason logged), then keep watching."""
+        from gpushare_hub.kube.api import make_api_client
+
+        while True:
+            try:
+                self._api = await make_api_client(self.kubeconfig or None, self.in_cluster)
+                break
+            except Exception as err:
+                log.error(
+                    "cannot set up a Kubernetes client (%s); the dashboard shows no cards until this "
+                    "works. Set KUBECONFIG (or --kubeconfig) to a kubeconfig that may list and watch "
+                    "nodes and pods, or run in a pod with --in-cluster. Retrying in 10 s.",
+                    err,
+                )
+                await asyncio.sleep(10)
+        await self.cluster.shared.ensure_started()
+        PeriodicCallback(self.cluster.shared.ensure_started, 5_000).start()
+
+    async def run(self) -> None:
+        self.cluster = Cluster(
+            self._make_informer,
+            self.resource_names,
+            self.ledger_max_staleness,
+            hub_namespaces=self.trusted_namespaces(),
+        )
+        hub = HubServers(
+            os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
+            os.environ.get("JUPYTERHUB_API_TOKEN", ""),
+        )
+        connecting = asyncio.create_task(self._connect())
+        await hub.poll()
+        PeriodicCallback(hub.poll, self.hub_poll_seconds * 1000).start()
+        url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
+        app = self.make_app(self.cluster, hub)
+        app.listen(self.port or url.port or 80, self.ip or url.hostname or "127.0.0.1")
+        log.info("gpushare service listening on %s", self.ip or url.geturl())
+        await asyncio.Event().wait()
+        connecting.cancel()
+
+    def start(self) -> None:
+        asyncio.run(self.run())
+
+
+# ---- handlers ------------------------------------------------------------------------------
+
+
+class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
+    """Who calls, what they may see; errors as JSON (API) or a short page."""
+
+    json_errors = True
+    _not_allowed: dict[str, Any] | None = None
+
+    @property
+    def service(self) -> GPUShareService:
+        return self.settings["service"]  # type: ignore[no-any-return]
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.settings["cluster"]  # type: ignore[no-any-return]
+
+    @property
+    def hub(self) -> HubServers:
+        return self.settings["hub"]  # type: ignore[no-any-return]
+
+    def check_hub_user(self, model: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            return super().check_hub_user(model)  # type: ignore[no-any-return]
+        except Exception:
+            self._not_allowed = model
+            raise
+
+    def scopes(self) -> set[str]:
+        user = self.current_user or {}
+        return set(user.get("scopes") or [])
+
+    def is_admin(self) -> bool:
+        user = self.current_user or {}
+        return bool(user.get("admin")) or self.service.admin_scope in self.scopes()
+
+    def caller(self) -> dict[str, Any]:
+        """The caller's model; 401 (no valid token) or 403 (no access scope) otherwise."""
+        user = self.current_user
+        if user:
+            return user  # type: ignore[no-any-return]
+        if self._not_allowed is not None:
+            raise web.HTTPError(
+                403,
+                f"{self._not_allowed.get('name')} may not use this service: it needs the scope "
+                f"access:services!service={self.settings['service_name']}",
+            )
+        raise web.HTTPError(
+            401,
+            "no valid hub token: the token is missing, invalid or expired; send "
+            "'Authorization: token <hub API token>' with a current token, or log in to the hub again",
+        )
+
+    def require(self, scope: str, what: str) -> None:
+        if self.is_admin() or scope in self.scopes():
+            return
+        raise web.HTTPError(
+            403, f"{what} needs the scope {scope} (or a hub admin); ask a hub admin to grant it"
+        )
+
+    def filters(self, allowed: tuple[str, ...]) -> Filters:
+        try:
+            return parse_query(self.request.query_arguments, allowed)
+        except QueryError as err:
+            raise web.HTTPError(400, str(err)) from err
+
+    def ledger_doc(self, filters: Filters | None = None) -> dict[str, Any]:
+        doc = ledger_document(
+            self.cluster.report(),
+            self.hub.servers,
+            self.service.catalogue,
+            datetime.now(UTC),
+            filters or Filters(),
+            stale_seconds=self.cluster.stale_for(),
+        )
+        if self.hub.error:  # start and activity are then the last ones read
+            doc["warnings"].append(self.hub.error)
+        return doc
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        message = (exc.log_message if isinstance(exc, web.HTTPError) else None) or self._reason
+        if self.json_errors:
+            self.set_header("Content-Type", "application/json; charset=UTF-8")
+            self.finish(json.dumps({"status": status_code, "message": message}))
+            return
+        self.set_header("Content-Type", "text/html; charset=UTF-8")
+        self.finish(ERROR_PAGE.format(status=status_code, message=escape(message), home=escape(hub_home())))
+
+    def send(self, doc: Any) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(doc, indent=1))
+
+
+class LedgerHandler(BaseHandler):
+    def get(self) -> None:
+        self.caller()
+        self.require(self.service.admin_scope, "Reading the ledger")
+        self.send(self.ledger_doc(self.filters(FILTER_KEYS)))
+
+
+class AvailabilityHandler(BaseHandler):
+    def get(self) -> None:
+        self.caller()
+        self.filters(())
+        svc = self.service
+        self.send(
+            availability_document(self.cluster.ledger(), svc.catalogue, svc.node_selector, datetime.now(UTC))
+        )
+
+
+class MeHandler(BaseHandler):
+    def get(self) -> None:
+        user = self.caller()
+        self.filters(())
+        self.send(me_document(self.ledger_doc(), str(user.get("name"))))
+
+
+class MetricsHandler(BaseHandler):
+    def get(self) -> None:
+        self.caller()
+        self.filters(())
+        self.require(self.service.metrics_scope, "Reading the metrics")
+        body = render_metrics(self.ledger_doc(), self.hub.groups, self.service.quota_gib_per_group)
+        self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.finish(body)
+
+
+class NotFoundHandler(BaseHandler):
+    def get(self) -> None:
+        raise web.HTTPError(
+            404, "no such endpoint; the API has api/v1/ledger, api/v1/availability and api/v1/me"
+        )
+
+
+class DashboardHandler(BaseHandler):
+    json_errors = False
+
+    def get(self) -> None:
+        if not self.current_user:
+            if self._not_allowed is None:
+                self.redirect(self.get_login_url())
+                return
+            self.caller()
+        svc = self.service
+        if not self.is_admin():
+            raise web.HTTPError(
+                403,
+                f"The GPU slices dashboard needs the scope {svc.admin_scope} (or a hub admin), "
+                f"which {self.current_user.get('name')} does not hold. Ask a hub admin to grant it; "
+                "meanwhile api/v1/availability and api/v1/me answer for you.",
+            )
+        filters = self.filters((*FILTER_KEYS, "refresh"))
+        page = files("gpushare_hub.service").joinpath("static/dashboard.html").read_text()
+        settings = {
+            "refresh": filters.refresh or svc.refresh_seconds,
+            "filters": {"node": filters.node, "model": filters.model, "user": filters.user},
+            "user": self.current_user.get("name"),
+            "home": hub_home(),
+            # HubOAuth accepts the cookie on the page's own fetch() calls only with this token.
+            "xsrf": self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token,
+        }
+        self.set_header("Cache-Control", "no-store")
+        self.finish(page.replace("/*SETTINGS*/{}", json.dumps(settings).replace("<", "\\u003c")))
+
+
+ERROR_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>GPU slices: {status}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto;padding:0 1rem;color:#222}}
+h1{{font-size:1.4rem}} .msg{{background:#fdecea;border-left:4px solid #a94442;padding:.8rem 1rem}}</style>
+</head><body><h1>GPU slices: {status}</h1><p class="msg" id="gpushare-error">{message}</p>
+<p><a href="{home}">Back to the hub</a></p></body></html>
+"""
+
+
+def hub_home() -> str:
+    """The hub's home page, under the hub's base URL (JupyterHub gives it to its services)."""
+    return url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/home")  # type: ignore[no-any-return]
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] %(message)s")
+    app = GPUShareService()
+    app.initialize(argv)
+    app.start()

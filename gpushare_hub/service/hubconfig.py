@@ -1,0 +1,210 @@
+"""Add the gpushare hub service to a JupyterHub configuration (``jupyterhub_config.py``).
+
+:func:`configure_hub` writes everything the hub needs to run the service as a hub-managed
+process and to show "GPU slices" in its Services menu: the ``c.JupyterHub.services`` entry,
+the custom scopes, and three roles:
+
+- ``<name>-service``: the service's own token. It reads the hub's users, their groups and
+  servers (started, last activity) and nothing else: no ``admin:*``, no ``servers`` write.
+- ``<name>-admins``: ``custom:<name>:admin`` (the dashboard and ``api/v1/ledger``) for
+  ``admin_users`` / ``admin_groups``.
+- the default ``user`` role gains ``access:services!service=<name>``: every user may open the
+  service (it shows in their menu; they get ``api/v1/availability`` and ``api/v1/me``, and a
+  403 page naming the missing scope on the dashboard).
+
+The service's own settings (catalogue, node selector, quotas) travel in the environment
+variable :data:`CONFIG_ENV` as JSON, read by ``python -m gpushare_hub.service``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+CONFIG_ENV = "GPUSHARE_SERVICE_CONFIG"
+DISPLAY_NAME = "GPU slices"
+# A page.html that extends JupyterHub's and names a service by its info["display_name"].
+TEMPLATES = str(Path(__file__).parent / "templates")
+
+# What the service's own hub token may do: list users with their groups, servers and activity.
+SERVICE_SCOPES = (
+    "list:users",
+    "read:users:name",
+    "read:users:groups",
+    "read:users:activity",
+    "read:servers",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def admin_scope(name: str = "gpushare") -> str:
+    """The custom scope that opens the dashboard and the ledger API of service ``name``."""
+    return f"custom:{name}:admin"
+
+
+def metrics_scope(name: str = "gpushare") -> str:
+    """The custom scope that lets a token scrape ``metrics`` (no dashboard access)."""
+    return f"custom:{name}:metrics"
+
+
+def _section(c: Any, cls: str) -> Mapping[str, Any]:
+    return c.get(cls, {})  # type: ignore[no-any-return]
+
+
+def _current(c: Any, key: str, empty: Any) -> Any:
+    section = _section(c, "JupyterHub")
+    value = section.get(key, empty) if key in section else empty
+    # An unset trait reads as a LazyConfigValue in traitlets; only plain values are kept.
+    return value if isinstance(value, type(empty)) else empty
+
+
+def configure_hub(
+    c: Any,
+    *,
+    name: str = "gpushare",
+    slices: list[dict[str, Any]] | None = None,
+    admin_users: Iterable[str] = (),
+    admin_groups: Iterable[str] = (),
+    port: int | None = None,
+    kubeconfig: str | None = None,
+    environment: Mapping[str, str] | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    metrics_services: Iterable[str] = (),
+) -> None:
+    """Add the hub-managed gpushare service to a JupyterHub config object ``c``.
+
+    - ``c.JupyterHub.services`` gets an entry ``name`` running ``python -m gpushare_hub.service``,
+      shown as "GPU slices" in the Services menu (``c.JupyterHub.template_paths`` gets a
+      ``page.html`` that extends JupyterHub's and shows ``info["display_name"]``), on
+      ``http://127.0.0.1:<port>`` (a free port when ``port`` is None).
+    - ``c.JupyterHub.custom_scopes`` gets ``custom:<name>:admin`` and ``custom:<name>:metrics``.
+    - ``c.JupyterHub.load_roles`` gets the service's least-privilege role, a role granting
+      ``custom:<name>:admin`` to ``admin_users`` / ``admin_groups``, one granting every user
+      access to the service (JupyterHub's default ``user`` role, extended), and (when
+      ``metrics_services`` names some) one granting those services ``custom:<name>:metrics``.
+
+    ``slices``: the GPUShareSpawner catalogue (same dict format); None reads
+    ``c.GPUShareSpawner.slices``. ``node_selector``: the labels GPU pods carry as their node
+    selector (availability counts only such nodes); None merges ``c.GPUShareSpawner.node_selector``
+    (or KubeSpawner's) with ``c.GPUShareSpawner.gpu_node_selector``. ``kubeconfig``: passed to
+    the service as ``KUBECONFIG`` (None: the hub's own ``$KUBECONFIG`` if set; else, when the hub
+    runs in a pod, the pod's service account). ``environment``: more variables for the service's process.
+    """
+    spawner = _section(c, "GPUShareSpawner")
+    kube = _section(c, "KubeSpawner")
+    if slices is None:
+        slices = list(spawner.get("slices", [])) if "slices" in spawner else []
+    if node_selector is None:
+        selector: dict[str, str] = {}
+        for section in (kube, spawner):
+            if "node_selector" in section:
+                selector.update(section["node_selector"])
+        if "gpu_node_selector" in spawner:
+            selector.update(spawner["gpu_node_selector"])
+        node_selector = selector
+    service_config: dict[str, Any] = {
+        "slices": slices,
+        "node_selector": dict(node_selector),
+        "admin_scope": admin_scope(name),
+        "metrics_scope": metrics_scope(name),
+    }
+    # The spawner's namespace: only pods there are attributed to hub users (see hub_namespaces).
+    for section in (kube, spawner):
+        if isinstance(section.get("namespace"), str) and section["namespace"]:
+            service_config["hub_namespaces"] = [section["namespace"]]
+    for key in ("quota_gib_per_user", "quota_gib_per_group", "gpu_memory_resource", "gpu_count_resource"):
+        if key in spawner:
+            service_config[key] = spawner[key]
+    # Check the catalogue now, with the spawner's rules, so a mistake stops the hub at start.
+    from gpushare_hub.spawner.catalogue import read_catalogue
+
+    read_catalogue(slices)
+
+    env: dict[str, str] = {}
+    kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
+    if kubeconfig:
+        env["KUBECONFIG"] = kubeconfig
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        # The hub runs in a pod: the service (a child of the hub, same pod) uses its service
+        # account; JupyterHub passes a service only the variables it is given.
+        service_config["in_cluster"] = True
+        for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+            env[var] = os.environ.get(var, "")
+    env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
+    env.update(environment or {})
+
+    url = f"http://127.0.0.1:{port or _free_port()}"
+    services = [s for s in _current(c, "services", []) if s.get("name") != name]
+    services.append(
+        {
+            "name": name,
+            # JupyterHub's menu shows the name; our page.html (TEMPLATES) shows this instead.
+            "info": {"display_name": DISPLAY_NAME},
+            "url": url,
+            "command": [sys.executable, "-m", "gpushare_hub.service"],
+            "environment": env,
+            "oauth_no_confirm": True,
+            # OAuth tokens of the dashboard may carry these when the user holds them.
+            "oauth_client_allowed_scopes": [admin_scope(name), metrics_scope(name)],
+        }
+    )
+    c.JupyterHub.services = services
+    paths = list(_current(c, "template_paths", []))
+    if TEMPLATES not in paths:
+        c.JupyterHub.template_paths = [*paths, TEMPLATES]  # an admin's own page.html still wins
+
+    scopes = dict(_current(c, "custom_scopes", {}))
+    scopes[admin_scope(name)] = {
+        "description": f"See every user's GPU slices on the {DISPLAY_NAME} dashboard and ledger API.",
+        "subscopes": [metrics_scope(name)],
+    }
+    scopes[metrics_scope(name)] = {"description": f"Scrape the {DISPLAY_NAME} service's Prometheus metrics."}
+    c.JupyterHub.custom_scopes = scopes
+
+    access = f"access:services!service={name}"
+    ours = {f"{name}-service", f"{name}-admins", f"{name}-metrics"}
+    roles = [dict(r) for r in _current(c, "load_roles", []) if r.get("name") not in ours]
+    roles.append(
+        {
+            "name": f"{name}-service",
+            "description": "The gpushare service reads users, groups, servers and activity.",
+            "scopes": list(SERVICE_SCOPES),
+            "services": [name],
+        }
+    )
+    roles.append(
+        {
+            "name": f"{name}-admins",
+            "description": f"Full view of the {DISPLAY_NAME} dashboard.",
+            "scopes": [admin_scope(name), access],
+            "users": list(admin_users),
+            "groups": list(admin_groups),
+        }
+    )
+    # Every user may open the service: JupyterHub's default "user" role, extended.
+    user_role = next((r for r in roles if r.get("name") == "user"), None)
+    if user_role is None:
+        user_role = {"name": "user", "scopes": ["self"]}
+        roles.append(user_role)
+    user_role["scopes"] = [*[s for s in user_role.get("scopes", ["self"]) if s != access], access]
+    metrics = list(metrics_services)
+    if metrics:
+        roles.append(
+            {
+                "name": f"{name}-metrics",
+                "description": f"Scrape the {DISPLAY_NAME} metrics.",
+                "scopes": [metrics_scope(name), access],
+                "services": metrics,
+            }
+        )
+    c.JupyterHub.load_roles = roles

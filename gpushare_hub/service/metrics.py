@@ -1,0 +1,101 @@
+"""Prometheus metrics of the service, built from the ledger document of :mod:`.view`. Pure.
+
+Every scrape builds a fresh registry from the current document, so the metrics say exactly
+what ``api/v1/ledger`` says at that moment (no series of a card that is gone lingers).
+Amounts are in the ledger's unit (GiB by default, hence the names).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+PREFIX = "gpushare"
+CARD_LABELS = ("node", "card", "index", "model")
+
+
+def _reason_label(reason: str) -> str:
+    """The scheduler's message, cut to one line of at most 120 characters (a label value)."""
+    first = (reason or "not scheduled yet").splitlines()[0]
+    return first[:120]
+
+
+def quota_use(
+    doc: Mapping[str, Any], groups: Mapping[str, list[str]], per_group: Mapping[str, int]
+) -> dict[str, tuple[int, int]]:
+    """Per group with a quota: (units its members hold now, the group's per-user quota)."""
+    held: Counter[str] = Counter()
+    for alloc in doc["allocations"]:
+        held[alloc["hub_user"]] += int(alloc["units"])
+    return {
+        group: (sum(n for user, n in held.items() if group in groups.get(user, [])), limit)
+        for group, limit in sorted(per_group.items())
+    }
+
+
+def render_metrics(
+    doc: Mapping[str, Any], groups: Mapping[str, list[str]], per_group: Mapping[str, int]
+) -> bytes:
+    """The text exposition format of the metrics for one (unfiltered) ledger document."""
+    reg = CollectorRegistry()
+    unit = str(doc.get("unit", "GiB")).lower()
+    card_used = Gauge(
+        f"{PREFIX}_card_used_{unit}", "GPU memory held by pods, per card", CARD_LABELS, registry=reg
+    )
+    card_free = Gauge(f"{PREFIX}_card_free_{unit}", "GPU memory free, per card", CARD_LABELS, registry=reg)
+    card_slices = Gauge(
+        f"{PREFIX}_card_slices", "Pods holding a slice of the card", CARD_LABELS, registry=reg
+    )
+    model_used = Gauge(
+        f"{PREFIX}_model_used_{unit}", "GPU memory held, per card model", ["model"], registry=reg
+    )
+    model_free = Gauge(
+        f"{PREFIX}_model_free_{unit}", "GPU memory free, per card model", ["model"], registry=reg
+    )
+    pending = Gauge(
+        f"{PREFIX}_pending_pods",
+        "GPU pods that no node has taken, by the scheduler's reason",
+        ["reason"],
+        registry=reg,
+    )
+    fragment = Gauge(
+        f"{PREFIX}_fragmentation_{unit}",
+        "Free GPU memory that no catalogued slice can use (see the README's definition)",
+        registry=reg,
+    )
+    broken = Gauge(
+        f"{PREFIX}_node_inventory_unreadable", "Nodes whose card inventory cannot be read", registry=reg
+    )
+    quota_used = Gauge(
+        f"{PREFIX}_quota_used_{unit}",
+        "GPU memory held by the members of a group with a quota",
+        ["group"],
+        registry=reg,
+    )
+    quota_limit = Gauge(
+        f"{PREFIX}_quota_limit_{unit}",
+        "The group's GPU quota per user (quota_gib_per_group)",
+        ["group"],
+        registry=reg,
+    )
+    for node in doc["nodes"]:
+        for card in node["cards"]:
+            labels = (node["name"], card["uuid"], str(card["index"]), card["model"])
+            card_used.labels(*labels).set(card["used"])
+            card_free.labels(*labels).set(card["free"])
+            card_slices.labels(*labels).set(len(card["allocations"]))
+    for model, total in doc["models"].items():
+        model_used.labels(model).set(total["used"])
+        model_free.labels(model).set(total["free"])
+    reasons = Counter(_reason_label(p["reason"]) for p in doc["pending"])
+    for reason, n in reasons.items():
+        pending.labels(reason).set(n)
+    fragment.set(doc["fragmentation"]["units"])
+    broken.set(sum(1 for n in doc["nodes"] if n["problem"]))
+    for group, (used, limit) in quota_use(doc, groups, per_group).items():
+        quota_used.labels(group).set(used)
+        quota_limit.labels(group).set(limit)
+    return generate_latest(reg)

@@ -1,0 +1,338 @@
+"""What the service answers, computed from a report, the hub's servers and the catalogue. Pure.
+
+The documents of ``api/v1/ledger``, ``api/v1/availability`` and ``api/v1/me`` are built
+here from values (:class:`~gpushare_hub.inspect.report.Report`, :class:`HubServer`, the
+checked :class:`~gpushare_hub.spawner.catalogue.Catalogue`), so that they can be tested
+without a hub or a cluster; :mod:`.app` only gathers the inputs and answers HTTP.
+
+**Fragmentation** (the dashboard's figure and ``gpushare_fragmentation_gib``): the free
+units, summed over healthy cards, that no catalogued slice can use. A card's free block is a
+fragment when it is smaller than the smallest slice that may run on the card's model (a
+whole-card slice counts as the card's size); on a model that no slice may use, every free
+unit is a fragment. An empty catalogue makes no fragments. Unlike the FGD measure of
+:mod:`gpushare_hub.core.fragmentation` (expected waste under a workload distribution), this
+is a plain count an admin can check by eye on the bars.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpushare_hub.core import Ledger, model_matches
+from gpushare_hub.inspect.report import CardRow, PodRow, Report
+from gpushare_hub.spawner.availability import availability, render
+from gpushare_hub.spawner.catalogue import Catalogue, Slice
+
+API_VERSION = "v1"
+
+# ---- query parameters ----------------------------------------------------------------------
+
+NODE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain
+MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,62}$")
+USER_RE = re.compile(r"^[^\x00-\x1f\x7f/]{1,255}$")
+FILTER_KEYS = ("node", "model", "user")
+
+
+class QueryError(ValueError):
+    """A query parameter is wrong; the message names it and what is allowed."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Only this node, card model and hub user (empty: all)."""
+
+    node: str = ""
+    model: str = ""
+    user: str = ""
+    refresh: int | None = None
+
+    def keeps_card(self, node: str, card: CardRow) -> bool:
+        return (not self.node or node == self.node) and (
+            not self.model or model_matches(card.model, self.model)
+        )
+
+    def keeps_pod(self, pod: PodRow) -> bool:
+        return not self.user or pod.hub_user == self.user
+
+
+def parse_query(query: Mapping[str, Sequence[Any]], allowed: Sequence[str]) -> Filters:
+    """Read ``?node=&model=&user=&refresh=`` (only the keys in ``allowed``); raise :class:`QueryError`."""
+    values: dict[str, str] = {}
+    for key, raw in query.items():
+        if key not in allowed:
+            raise QueryError(
+                key, f"unknown query parameter {key!r}; this endpoint takes {', '.join(allowed) or 'none'}"
+            )
+        if len(raw) != 1:
+            raise QueryError(key, f"query parameter {key!r} is given {len(raw)} times; give it once")
+        value = raw[0].decode("utf-8", "replace") if isinstance(raw[0], bytes) else str(raw[0])
+        values[key] = value
+    checks = {
+        "node": (NODE_RE, "a node name (lower-case letters, digits, '-' and '.'), e.g. nb-1"),
+        "model": (MODEL_RE, "a card model as NVML names it, e.g. Tesla-T4"),
+        "user": (USER_RE, "a hub user name"),
+    }
+    for key, (pattern, what) in checks.items():
+        if key in values and not pattern.match(values[key]):
+            raise QueryError(
+                key, f"query parameter {key}={values[key][:80]!r} is not {what}; leave it out for all"
+            )
+    refresh = None
+    if "refresh" in values:
+        raw_refresh = values["refresh"]
+        if not raw_refresh.isdigit() or not 1 <= int(raw_refresh) <= 3600:
+            raise QueryError(
+                "refresh",
+                f"query parameter refresh={raw_refresh[:20]!r} is not a number of seconds "
+                "from 1 to 3600, e.g. refresh=5",
+            )
+        refresh = int(raw_refresh)
+    return Filters(values.get("node", ""), values.get("model", ""), values.get("user", ""), refresh)
+
+
+# ---- the hub's side ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HubServer:
+    """One of the hub's servers, as its REST API reports it (times are RFC 3339 strings)."""
+
+    user: str
+    server: str = ""
+    started: str = ""
+    last_activity: str = ""
+
+
+def servers_from_users(users: Iterable[Mapping[str, Any]]) -> tuple[list[HubServer], dict[str, list[str]]]:
+    """The servers and each user's groups, from ``GET /hub/api/users`` models (untrusted shapes skipped)."""
+    servers: list[HubServer] = []
+    groups: dict[str, list[str]] = {}
+    for user in users:
+        if not isinstance(user, Mapping) or not isinstance(user.get("name"), str):
+            continue
+        name = user["name"]
+        groups[name] = [g for g in user.get("groups") or [] if isinstance(g, str)]
+        for sname, srv in (user.get("servers") or {}).items():
+            if not isinstance(srv, Mapping):
+                continue
+            servers.append(
+                HubServer(
+                    user=name,
+                    server=str(sname),
+                    started=str(srv.get("started") or ""),
+                    last_activity=str(srv.get("last_activity") or user.get("last_activity") or ""),
+                )
+            )
+    return servers, groups
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def idle_seconds(last_activity: str, now: datetime) -> int | None:
+    when = _parse_time(last_activity) if last_activity else None
+    return None if when is None else max(0, int((now - when).total_seconds()))
+
+
+# ---- fragmentation ---------------------------------------------------------------------------
+
+
+def smallest_slice(slices: Iterable[Slice], model: str, card_units: int) -> int | None:
+    """Units of the smallest slice that may run on a card of ``model``; None: no slice may."""
+    sizes = [
+        s.gib if s.gib is not None else card_units
+        for s in slices
+        if not s.models or any(model_matches(model, m) for m in s.models)
+    ]
+    return min(sizes, default=None)
+
+
+def card_fragment(card: CardRow, slices: Sequence[Slice]) -> int:
+    """The free units of ``card`` that no catalogued slice can use (see the module docstring)."""
+    free = max(card.units - card.used, 0)
+    if not card.healthy or not slices or free == 0:
+        return 0
+    smallest = smallest_slice(slices, card.model, card.units)
+    return free if smallest is None or free < smallest else 0
+
+
+# ---- documents ---------------------------------------------------------------------------------
+
+
+def _alloc(
+    pod: PodRow, card: CardRow, hub: Mapping[tuple[str, str], HubServer], now: datetime
+) -> dict[str, Any]:
+    srv = hub.get((pod.hub_user, pod.hub_server))
+    last = srv.last_activity if srv else ""
+    return {
+        "namespace": pod.namespace,
+        "pod": pod.name,
+        "hub_user": pod.hub_user,
+        "server": pod.hub_server,
+        "slice": pod.slice,
+        "card_uuid": card.uuid,
+        "units": pod.units,
+        "since": pod.since,
+        "started": srv.started if srv else "",
+        "last_activity": last,
+        "idle_seconds": idle_seconds(last, now),
+    }
+
+
+def ledger_document(
+    report: Report,
+    servers: Iterable[HubServer],
+    catalogue: Catalogue,
+    now: datetime,
+    filters: Filters = Filters(),
+    stale_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """``api/v1/ledger``: nodes with their cards, allocations, pending pods, totals, fragmentation."""
+    hub = {(s.user, s.server): s for s in servers}
+    nodes: list[dict[str, Any]] = []
+    allocations: list[dict[str, Any]] = []
+    models: dict[str, dict[str, int]] = {}
+    fragment_total = 0
+    for node in report.nodes:
+        if filters.node and node.name != filters.node:
+            continue
+        cards = []
+        for card in node.cards:
+            if not filters.keeps_card(node.name, card):
+                continue
+            held = [_alloc(p, card, hub, now) for p in card.pods if filters.keeps_pod(p)]
+            if filters.user and not held:  # a user filter shows the cards that hold their slices
+                continue
+            fragment = card_fragment(card, catalogue.slices)
+            fragment_total += fragment
+            free = max(card.units - card.used, 0)
+            total = models.setdefault(
+                card.model, {"cards": 0, "units": 0, "used": 0, "free": 0, "fragment": 0}
+            )
+            total["cards"] += 1
+            total["units"] += card.units
+            total["used"] += card.used
+            total["free"] += free
+            total["fragment"] += fragment
+            allocations += [{**a, "node": node.name} for a in held]
+            cards.append(
+                {
+                    "uuid": card.uuid,
+                    "index": card.index,
+                    "model": card.model,
+                    "units": card.units,
+                    "used": card.used,
+                    "free": free,
+                    "healthy": card.healthy,
+                    "fragment": fragment,
+                    "allocations": held,
+                }
+            )
+        if (filters.model or filters.user) and not cards and not node.problem:
+            continue
+        nodes.append(
+            {
+                "name": node.name,
+                "address": node.address,
+                "problem": node.problem,
+                "cards": cards,
+                "unplaced": [_pod(p) for p in node.unplaced if filters.keeps_pod(p)],
+            }
+        )
+    pending = [
+        _pod(p)
+        for p in report.pending
+        if filters.keeps_pod(p) and not filters.node  # pending: on no node
+    ]
+    return {
+        "version": API_VERSION,
+        "unit": report.unit,
+        "resource": report.resource,
+        "generated": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "stale_seconds": None if stale_seconds == float("inf") else round(stale_seconds, 1),
+        "filters": {"node": filters.node, "model": filters.model, "user": filters.user},
+        "nodes": nodes,
+        "allocations": allocations,
+        "pending": pending,
+        "models": dict(sorted(models.items())),
+        "fragmentation": {"units": fragment_total, "definition": FRAGMENTATION_DEFINITION},
+        "slices": [{"slug": s.slug, "display_name": s.display_name, "gib": s.gib} for s in catalogue.slices],
+        "warnings": list(report.warnings),
+    }
+
+
+FRAGMENTATION_DEFINITION = (
+    "free memory on healthy cards whose free block is smaller than the smallest catalogued slice "
+    "that may run on that card's model (all of it where no slice may)"
+)
+
+
+def _pod(p: PodRow) -> dict[str, Any]:
+    return {
+        "namespace": p.namespace,
+        "pod": p.name,
+        "hub_user": p.hub_user,
+        "server": p.hub_server,
+        "slice": p.slice,
+        "units": p.units,
+        "since": p.since,
+        "reason": p.reason,
+    }
+
+
+def me_document(ledger_doc: Mapping[str, Any], user: str) -> dict[str, Any]:
+    """``api/v1/me``: the caller's own allocations and pending pods, from an unfiltered ledger document."""
+    return {
+        "version": API_VERSION,
+        "user": user,
+        "unit": ledger_doc["unit"],
+        "allocations": [a for a in ledger_doc["allocations"] if a["hub_user"] == user],
+        "pending": [p for p in ledger_doc["pending"] if p["hub_user"] == user],
+    }
+
+
+def availability_document(
+    ledger: Ledger | None, catalogue: Catalogue, node_selector: Mapping[str, str], now: datetime
+) -> dict[str, Any]:
+    """``api/v1/availability``: per slice, placeable now, how many more fit, largest free blocks.
+
+    Counts only: no user, pod or node name, so every user may read it.
+    """
+    out = []
+    for s in catalogue.slices:
+        a = availability(ledger, s.demand(), node_selector) if ledger is not None else None
+        out.append(
+            {
+                "slug": s.slug,
+                "display_name": s.display_name,
+                "gib": s.gib,
+                "cards": s.cards,
+                "models": list(s.models),
+                "known": a is not None,
+                "placeable": bool(a and a.placeable),
+                "free": a.free if a else None,
+                "never_fits": bool(a and a.permanent),
+                "largest_free": dict(a.largest_free) if a else {},
+                "text": render(a),
+                # The placer's own words (what the spawn would be told), else the short text.
+                "reason": "" if a is None or a.placeable else (a.reason or render(a)),
+            }
+        )
+    return {
+        "version": API_VERSION,
+        "generated": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "unit": ledger.names.unit if ledger is not None else "GiB",
+        "slices": out,
+    }

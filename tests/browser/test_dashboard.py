@@ -1,0 +1,126 @@
+"""The "GPU slices" dashboard in a browser: an admin opens it from the hub's Services menu and
+sees each card as a bar of users' slices, filters by user, and watches it update after another
+spawn without reloading; a node with a broken inventory is shown with its reason; a non-admin
+gets the 403 page naming the missing scope. Screenshots: out/browser/ (see conftest.OUT)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpushare_hub.core import CARDS_ANNOTATION
+from gpushare_hub.core.cards import declared_cards
+from tests.conftest import wait_for
+from tests.hub.conftest import SERVICE, SERVICE_ADMIN, pod_of, stop_server
+
+from .conftest import OUT, login
+
+BROKEN = "svc-broken-inventory"
+
+
+def spawn(hub: Any, cluster: Any, user: str, profile: str) -> None:
+    hub.user_token(user)
+    status, body = hub.api("POST", f"/users/{user}/server", {"profile": profile})
+    assert status in (201, 202), (status, body)
+    assert wait_for(lambda: (pod_of(cluster, user) or {}).get("spec", {}).get("nodeName"), 120)
+
+
+def segments(page: Any) -> list[dict[str, str]]:
+    """The slices drawn on the bars, as data attributes, with the card each sits on."""
+    return page.eval_on_selector_all(
+        ".seg.alloc",
+        """els => els.map(e => ({user: e.dataset.user, server: e.dataset.server, slice: e.dataset.slice,
+              since: e.dataset.since, idle: e.dataset.idle, units: e.dataset.units,
+              dim: e.classList.contains('dim') ? 'yes' : 'no', text: e.innerText,
+              card: e.closest('[data-card]').dataset.card}))""",
+    )
+
+
+def add_broken_node(cluster: Any) -> None:
+    body = cluster.node_object(
+        BROKEN, declared_cards(BROKEN, 1, "Tesla T4", 15360), labels={"gpushare": "false"}
+    )
+    body["metadata"]["annotations"][CARDS_ANNOTATION] = "{not json"
+    cluster.core_api().create_node(body)
+
+
+def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
+    local_cluster, hub, notebook_nodes, browser_page
+):
+    page = browser_page
+    started: list[str] = []
+    add_broken_node(local_cluster)
+    try:
+        for user in ("amy", "bo"):  # two 5 GiB slices: binpacked onto one card
+            spawn(hub, local_cluster, user, "t4-5g")
+            started.append(user)
+        for user in started:
+            hub.wait_ready(user, timeout=400)
+
+        login(page, hub.url, SERVICE_ADMIN)
+        page.goto(f"{hub.url}/hub/home")
+        page.click("text=Services")
+        page.click("a.dropdown-item:has-text('GPU slices')")
+        page.wait_for_url(f"**/services/{SERVICE}/**")
+        page.wait_for_selector(".seg.alloc[data-user=bo]")
+        page.evaluate("window.__sameDocument = true")
+        segs = {s["user"]: s for s in segments(page)}
+        assert segs["amy"]["card"] == segs["bo"]["card"], segs
+        for user in ("amy", "bo"):
+            s = segs[user]
+            assert s["slice"] == "t4-5g" and s["units"] == "5" and s["since"], s
+            assert s["idle"].isdigit(), s
+            assert user in s["text"] and "idle" in s["text"], s
+        shared = page.locator(f"[data-card='{segs['amy']['card']}'] .seg.free")
+        assert shared.get_attribute("data-free") == "5"
+        # The broken node is listed with the reason; the page still works.
+        problem = page.locator(f"[data-problem='{BROKEN}']")
+        problem.wait_for()
+        assert "card inventory unreadable" in problem.inner_text() and "not JSON" in problem.inner_text()
+        assert page.locator("#fragmentation").count() == 1
+        assert "Tesla-T4" in page.locator(".summary").inner_text()
+        page.screenshot(path=str(OUT / "dashboard.png"), full_page=True)
+
+        # Filter by user: only amy's card, and on it only her slice stands out.
+        page.select_option("#f-user", "amy")
+        page.wait_for_function("document.querySelectorAll('.seg.alloc:not(.dim)').length === 1")
+        bright = [s for s in segments(page) if s["dim"] == "no"]
+        assert [s["user"] for s in bright] == ["amy"], bright
+        assert {s["card"] for s in segments(page)} == {segs["amy"]["card"]}
+        assert "user=amy" in page.url
+        page.screenshot(path=str(OUT / "dashboard-filtered.png"), full_page=True)
+        page.select_option("#f-user", "")
+        # By node and by model: only that node's box; a model no card has leaves no card.
+        page.select_option("#f-node", "nb-1")
+        page.wait_for_function("document.querySelectorAll('section.node').length === 1")
+        assert page.locator("section.node").get_attribute("data-node") == "nb-1"
+        page.select_option("#f-node", "")
+        page.select_option("#f-model", "Tesla-T4")
+        page.wait_for_url("**model=Tesla-T4*")
+        assert page.locator(f"[data-card='{segs['amy']['card']}'] .seg.alloc").count() == 2
+        page.select_option("#f-model", "")
+
+        # Another spawn shows up without a reload.
+        spawn(hub, local_cluster, "cy", "t4-7g")
+        started.append("cy")
+        page.wait_for_selector(".seg.alloc[data-user=cy]", timeout=60_000)
+        assert page.evaluate("window.__sameDocument") is True
+        cy = next(s for s in segments(page) if s["user"] == "cy")
+        assert cy["slice"] == "t4-7g" and cy["card"] != segs["amy"]["card"]
+        page.screenshot(path=str(OUT / "dashboard-after-spawn.png"), full_page=True)
+    finally:
+        local_cluster.core_api().delete_node(BROKEN)
+        for user in started:
+            stop_server(hub, local_cluster, user)
+
+
+def test_non_admin_gets_the_403_page_naming_the_missing_scope(hub, browser_page):
+    page = browser_page
+    login(page, hub.url, "pia-viewer")
+    page.goto(f"{hub.url}/hub/home")
+    page.click("text=Services")  # every user may open the service: availability and their own slices
+    page.click("a.dropdown-item:has-text('GPU slices')")
+    page.wait_for_selector("#gpushare-error")
+    text = page.locator("#gpushare-error").inner_text()
+    assert "custom:gpushare:admin" in text and "pia-viewer" in text, text
+    assert page.locator(".seg").count() == 0
+    page.screenshot(path=str(OUT / "dashboard-403.png"), full_page=True)

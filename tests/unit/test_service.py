@@ -1,0 +1,305 @@
+"""The hub service's pure parts: documents, fragmentation, query checks, metrics, hub config."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from traitlets.config import Config
+
+from gpushare_hub.core import CARDS_ANNOTATION, Ledger
+from gpushare_hub.inspect.report import build_report
+from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
+from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
+from gpushare_hub.service.metrics import render_metrics
+from gpushare_hub.service.view import (
+    FILTER_KEYS,
+    Filters,
+    HubServer,
+    QueryError,
+    availability_document,
+    ledger_document,
+    me_document,
+    parse_query,
+    servers_from_users,
+)
+from gpushare_hub.spawner.catalogue import CatalogueError, read_catalogue
+from tests.unit.helpers import node_obj
+from tests.unit.test_inspect import fixture_cluster, placed
+
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+SLICES = [
+    {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]},
+    {"slug": "t4-7g", "display_name": "Tesla T4 · 7 GiB", "gib": 7, "models": ["Tesla-T4"]},
+]
+SERVERS = [
+    HubServer("alice", "", "2026-11-22T11:00:00Z", "2026-11-22T11:50:00Z"),
+    HubServer("bob", "big", "2026-11-22T10:00:00Z", "2026-11-22T11:59:30Z"),
+]
+
+
+def doc(slices: list[dict[str, Any]] = SLICES, filters: Filters | None = None) -> dict[str, Any]:
+    nodes, pods = fixture_cluster()
+    report = build_report(nodes, pods)
+    return ledger_document(report, SERVERS, read_catalogue(slices), NOW, filters or Filters())
+
+
+def test_ledger_joins_pods_with_hub_servers_and_says_how_long_each_is_idle():
+    d = doc()
+    by_pod = {a["pod"]: a for a in d["allocations"]}
+    assert set(by_pod) == {"jupyter-alice", "jupyter-bob", "jupyter-carol", "legacy"}
+    alice, bob = by_pod["jupyter-alice"], by_pod["jupyter-bob"]
+    assert (alice["hub_user"], alice["server"], alice["node"], alice["units"]) == ("alice", "", "gpu-a", 5)
+    assert alice["card_uuid"] == bob["card_uuid"] != by_pod["jupyter-carol"]["card_uuid"]
+    assert (alice["idle_seconds"], bob["idle_seconds"]) == (600, 30)
+    assert bob["started"] == "2026-11-22T10:00:00Z" and bob["server"] == "big"
+    assert by_pod["jupyter-carol"]["idle_seconds"] is None  # no hub server known for carol
+    cards = {c["uuid"]: c for n in d["nodes"] for c in n["cards"]}
+    assert cards[alice["card_uuid"]]["free"] == 5 and len(cards[alice["card_uuid"]]["allocations"]) == 2
+    assert d["models"] == {"Tesla-T4": {"cards": 4, "units": 60, "used": 20, "free": 40, "fragment": 0}}
+    assert [p["pod"] for p in d["pending"]] == ["jupyter-dave"]
+    assert "16 GiB" in d["pending"][0]["reason"]
+
+
+def test_fragmentation_counts_free_blocks_smaller_than_every_slice_of_the_model():
+    # With 5 GiB slices every free block of the fixture (5, 8, 15, 12) is usable.
+    assert doc()["fragmentation"]["units"] == 0
+    # With only 7 GiB slices the 5 GiB left beside alice and bob is a fragment.
+    only7 = doc([SLICES[1]])
+    assert only7["fragmentation"]["units"] == 5
+    assert [c["fragment"] for n in only7["nodes"] for c in n["cards"]] == [5, 0, 0, 0]
+    # A model that no slice may use: all its free memory is a fragment.
+    a10 = [{"slug": "a10-5g", "display_name": "A10 5", "gib": 5, "models": ["A10"]}]
+    assert doc(a10)["fragmentation"]["units"] == 40
+
+
+def test_filters_keep_only_the_asked_node_model_and_user():
+    d = doc(filters=Filters(user="bob"))
+    assert [a["hub_user"] for a in d["allocations"]] == ["bob"]
+    assert [n["name"] for n in d["nodes"]] == ["gpu-a"]  # only the cards holding bob's slices
+    assert [len(n["cards"]) for n in d["nodes"]] == [1]
+    d = doc(filters=Filters(node="gpu-b"))
+    assert [n["name"] for n in d["nodes"]] == ["gpu-b"] and d["pending"] == []
+    assert doc(filters=Filters(model="A100"))["nodes"] == []
+
+
+def test_me_shows_only_the_callers_own_slices():
+    me = me_document(doc(), "bob")
+    assert [(a["pod"], a["server"]) for a in me["allocations"]] == [("jupyter-bob", "big")]
+    assert me_document(doc(), "nobody")["allocations"] == []
+
+
+def test_a_pod_outside_the_hubs_namespace_is_never_attributed_to_a_hub_user():
+    """Someone who may create pods in another namespace writes alice's name on one: it holds its
+    card on the dashboard, but under no user, and is not in alice's api/v1/me."""
+    nodes, pods = fixture_cluster()
+    forged = placed("forged", 3, "gpu-b", 0, "alice")
+    forged["metadata"]["namespace"] = "team-x"
+    report = build_report(nodes, [*pods, forged], hub_namespaces={"jhub"})
+    ledger = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW)
+    mine = [a["pod"] for a in me_document(ledger, "alice")["allocations"]]
+    assert mine == ["jupyter-alice"]
+    held = {a["pod"]: a["hub_user"] for a in ledger["allocations"]}
+    assert held["forged"] == "" and held["jupyter-alice"] == "alice"
+    # Without the boundary (the CLI, run by admins) the annotation is shown as written.
+    open_report = build_report(nodes, [*pods, forged])
+    assert any(
+        p.hub_user == "alice" and p.name == "forged"
+        for n in open_report.nodes
+        for c in n.cards
+        for p in c.pods
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "param", "words"),
+    [
+        ({"colour": [b"red"]}, "colour", "takes node, model, user"),
+        ({"node": [b"Bad_Node!"]}, "node", "is not a node name"),
+        ({"user": [b"a", b"b"]}, "user", "given 2 times"),
+        ({"model": [b"<script>"]}, "model", "is not a card model"),
+        ({"refresh": [b"abc"]}, "refresh", "number of seconds"),
+        ({"refresh": [b"0"]}, "refresh", "from 1 to 3600"),
+    ],
+)
+def test_malformed_query_parameters_are_refused_naming_the_parameter(query, param, words):
+    with pytest.raises(QueryError) as err:
+        parse_query(query, (*FILTER_KEYS, "refresh") if param != "colour" else FILTER_KEYS)
+    assert err.value.param == param and words in str(err.value)
+
+
+def test_good_query_parameters_are_read():
+    f = parse_query(
+        {"node": [b"nb-1"], "model": [b"Tesla-T4"], "user": [b"ann"], "refresh": [b"7"]},
+        (*FILTER_KEYS, "refresh"),
+    )
+    assert f == Filters("nb-1", "Tesla-T4", "ann", 7)
+
+
+def test_availability_carries_counts_and_reasons_but_no_names():
+    nodes, pods = fixture_cluster()
+    ledger = Ledger.from_objects(nodes, pods) if hasattr(Ledger, "from_objects") else None
+    assert ledger is not None
+    cat = read_catalogue([*SLICES, {"slug": "big", "display_name": "16", "gib": 16}])
+    a = availability_document(ledger, cat, {}, NOW)
+    slices = {s["slug"]: s for s in a["slices"]}
+    assert slices["t4-5g"]["placeable"] and slices["t4-5g"]["free"] == 1 + 1 + 3 + 2
+    assert slices["big"]["never_fits"] and "15 GiB" in slices["big"]["reason"]
+    text = json.dumps(a)
+    for name in ("alice", "bob", "carol", "jupyter", "gpu-a"):
+        assert name not in text
+    unknown = availability_document(None, cat, {}, NOW)
+    assert not unknown["slices"][0]["known"] and "unknown" in unknown["slices"][0]["text"]
+
+
+def test_a_node_with_an_unreadable_inventory_is_listed_with_the_reason():
+    nodes, pods = fixture_cluster()
+    broken = node_obj("gpu-broken")
+    broken["metadata"]["annotations"][CARDS_ANNOTATION] = "not json"
+    d = ledger_document(build_report([*nodes, broken], pods), [], read_catalogue(SLICES), NOW)
+    (row,) = [n for n in d["nodes"] if n["name"] == "gpu-broken"]
+    assert row["cards"] == [] and "card inventory unreadable" in row["problem"]
+
+
+def test_metrics_parse_and_match_the_ledger():
+    d = doc([SLICES[1]])
+    text = render_metrics(d, {"alice": ["gpu-power"], "bob": ["gpu-power", "x"]}, {"gpu-power": 15}).decode()
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    used = {s.labels["card"]: s.value for s in fam["gpushare_card_used_gib"].samples}
+    assert used == {c["uuid"]: c["used"] for n in d["nodes"] for c in n["cards"]}
+    slices = {s.labels["card"]: s.value for s in fam["gpushare_card_slices"].samples}
+    assert sorted(slices.values()) == [0, 1, 1, 2]
+    assert [s.value for s in fam["gpushare_model_free_gib"].samples] == [40]
+    assert [s.value for s in fam["gpushare_fragmentation_gib"].samples] == [5]
+    assert [(s.labels["reason"][:10], s.value) for s in fam["gpushare_pending_pods"].samples] == [
+        ("0/2 nodes ", 1)
+    ]
+    assert {s.labels["group"]: s.value for s in fam["gpushare_quota_used_gib"].samples} == {"gpu-power": 10}
+
+
+def test_servers_from_users_skips_malformed_entries():
+    servers, groups = servers_from_users(
+        [
+            {"name": "ann", "groups": ["g"], "servers": {"": {"started": "s", "last_activity": "l"}}},
+            {"name": 3},
+            "junk",
+            {"name": "bo", "servers": {"x": "junk"}},
+        ]
+    )
+    assert servers == [HubServer("ann", "", "s", "l")] and groups == {"ann": ["g"], "bo": []}
+
+
+# ---- configure_hub -------------------------------------------------------------------------------
+
+
+def hub_config() -> Config:
+    c = Config()
+    c.GPUShareSpawner.slices = SLICES
+    c.GPUShareSpawner.node_selector = {"pool": "gpu"}
+    c.GPUShareSpawner.gpu_node_selector = {"gpushare": "true"}
+    c.GPUShareSpawner.quota_gib_per_group = {"gpu-power": 15}
+    c.GPUShareSpawner.namespace = "jhub"
+    c.JupyterHub.services = [{"name": "harness", "api_token": "x"}]
+    c.JupyterHub.load_roles = [{"name": "admin", "services": ["harness"]}]
+    return c
+
+
+def test_configure_hub_adds_the_service_scopes_and_least_privilege_roles():
+    c = hub_config()
+    configure_hub(
+        c, admin_users=["root"], admin_groups=["ops"], port=12345, kubeconfig="/k", metrics_services=["prom"]
+    )
+    services = {s["name"]: s for s in c.JupyterHub.services}
+    assert set(services) == {"harness", "gpushare"}
+    svc = services["gpushare"]
+    assert svc["url"] == "http://127.0.0.1:12345" and svc["command"][1:] == ["-m", "gpushare_hub.service"]
+    assert svc["info"]["display_name"] == "GPU slices"
+    assert svc["environment"]["KUBECONFIG"] == "/k"
+    passed = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+    assert passed["slices"] == SLICES and passed["node_selector"] == {"pool": "gpu", "gpushare": "true"}
+    assert passed["quota_gib_per_group"] == {"gpu-power": 15}
+    assert passed["hub_namespaces"] == ["jhub"]  # only the spawner's pods name hub users
+    assert set(c.JupyterHub.custom_scopes) == {admin_scope(), metrics_scope()}
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert roles["admin"] == {"name": "admin", "services": ["harness"]}
+    assert roles["gpushare-service"]["scopes"] == list(SERVICE_SCOPES)
+    assert not any(s.startswith("admin") or s in ("servers", "users") for s in SERVICE_SCOPES)
+    assert roles["gpushare-admins"]["users"] == ["root"] and roles["gpushare-admins"]["groups"] == ["ops"]
+    assert admin_scope() in roles["gpushare-admins"]["scopes"]
+    assert roles["user"]["scopes"] == ["self", "access:services!service=gpushare"]
+    assert roles["gpushare-metrics"]["services"] == ["prom"]
+    # Every key of the service entry is one JupyterHub accepts (it refuses unknown ones at start).
+    from jupyterhub.services.service import Service
+
+    accepted = set(Service.class_traits(input=True))
+    assert set(svc) <= accepted, set(svc) - accepted
+    # Twice is the same as once.
+    configure_hub(c, admin_users=["root"], port=12345)
+    assert [s["name"] for s in c.JupyterHub.services].count("gpushare") == 1
+    assert [r["name"] for r in c.JupyterHub.load_roles].count("user") == 1
+
+
+def test_configure_hub_refuses_a_wrong_catalogue_naming_the_entry():
+    c = Config()
+    with pytest.raises(CatalogueError, match=r"slices\[0\].*unknown"):
+        configure_hub(c, slices=[{"slug": "x", "display_name": "X", "gib": 5, "models": ["T9000"]}])
+
+
+def test_the_service_reads_its_settings_from_configure_hubs_environment_then_file_then_command_line(
+    tmp_path, monkeypatch
+):
+    from gpushare_hub.service.app import GPUShareService
+
+    c = hub_config()
+    configure_hub(c, port=12345)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    monkeypatch.setenv(CONFIG_ENV, svc["environment"][CONFIG_ENV])
+    extra = tmp_path / "service_config.py"
+    extra.write_text("c.GPUShareService.refresh_seconds = 9\n")
+    app = GPUShareService()
+    app.initialize([f"--config={extra}", "--port=4321", "--GPUShareService.refresh_seconds=11"])
+    assert [s.slug for s in app.catalogue.slices] == ["t4-5g", "t4-7g"]
+    assert app.node_selector == {"pool": "gpu", "gpushare": "true"}
+    assert app.quota_gib_per_group == {"gpu-power": 15}
+    assert (app.port, app.refresh_seconds) == (4321, 11)  # the command line wins over the file
+
+    monkeypatch.setenv(CONFIG_ENV, json.dumps({"GPUShareService": {"slices": [{"slug": "Bad Slug"}]}}))
+    with pytest.raises(CatalogueError, match="slug"):
+        GPUShareService().initialize([])
+
+
+def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_after_one():
+    from gpushare_hub.core import DEFAULT_NAMES
+    from gpushare_hub.kube.informer import LedgerInformer
+    from gpushare_hub.service.app import Cluster
+
+    cluster = Cluster(lambda: LedgerInformer(None), DEFAULT_NAMES, 30.0)
+    informer = cluster._subscribed()  # what SharedLedger starts; fed by hand here (no API server)
+    nodes, pods = fixture_cluster()
+    for node in nodes:
+        informer.apply("nodes", "ADDED", node)
+    for pod in pods:
+        informer.apply("pods", "ADDED", pod)
+    report = cluster.report()
+    assert cluster.report() is report  # nothing changed: the same report
+    held = {p.name for n in report.nodes for c in n.cards for p in c.pods}
+    assert {"jupyter-alice", "jupyter-bob"} <= held
+    informer.apply("pods", "DELETED", pods[0])  # alice's server stopped
+    held = {p.name for n in cluster.report().nodes for c in n.cards for p in c.pods}
+    assert "jupyter-alice" not in held and "jupyter-bob" in held
+
+
+def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    c = hub_config()
+    configure_hub(c, port=12345)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    env = svc["environment"]
+    assert json.loads(env[CONFIG_ENV])["GPUShareService"]["in_cluster"] is True
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.96.0.1", "443")
+    assert "KUBECONFIG" not in env
