@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -22,7 +21,14 @@ from typing import Any
 
 from ..core.fragmentation import FragmentationGradient, Shape, Workload
 from ..core.policy import POLICIES, Placer, Policy, make_policy
-from .cluster import Units, choose_units, ledger_from_groups, ledger_from_trace, parse_cards
+from .cluster import (
+    Units,
+    choose_units,
+    ledger_from_groups,
+    ledger_from_trace,
+    parse_cards,
+    parse_catalogue,
+)
 from .simulate import DynamicResult, StaticResult, run_dynamic, run_static, select
 from .trace import KNOWN_MODELS, TraceError, TracePod, check_specs, read_nodes, read_pods
 
@@ -90,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="slices per card (default: the card's MiB // 1024, 15 for a T4)",
     )
+    p.add_argument(
+        "--catalogue",
+        type=parse_catalogue_arg,
+        default=(),
+        metavar="S1,S2,...",
+        help="slice sizes a spawn page offers, in slices (GiB on a T4 with the default S), e.g. "
+        "3,5,7: each sharing pod gets the smallest size that holds its exact slices, a pod above "
+        "the largest a whole card (default: every pod its exact slices; '15' on a T4: whole cards)",
+    )
     p.add_argument("--policy", choices=sorted(POLICIES), default="binpack", help="placement policy")
     p.add_argument("--compress", type=float, default=20.0, help="dynamic: divide arrival times by K")
     p.add_argument("--inflate", type=float, default=1.3, help="static: fill up to this share of capacity")
@@ -107,28 +122,48 @@ def _policy(name: str, pods: list[TracePod], units: Units) -> Policy:
     return make_policy(name)
 
 
+def parse_catalogue_arg(spec: str) -> tuple[int, ...]:
+    try:
+        return parse_catalogue(spec)
+    except TraceError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--catalogue: ")) from err
+
+
 def rounding_overhead_pct(pods: list[TracePod], units: Units) -> float:
-    """How much ceil rounding to slices adds to the sharing pods' total demand."""
+    """How much rounding to slices (and up to the catalogue) adds to the sharing pods' total demand."""
     sharing = [p for p in pods if p.sharing]
     if units.mode == "milli" or not sharing:
         return 0.0
     asked = sum(p.gpu_milli for p in sharing)
-    given = sum(
-        max(1, math.ceil(p.gpu_milli * units.per_card / 1000)) * 1000 / units.per_card for p in sharing
-    )
+    given = sum((units.sharing_units(p.gpu_milli) or units.per_card) * 1000 / units.per_card for p in sharing)
     return 100 * (given - asked) / asked
+
+
+def share_of_used_cards_pct(unit_hours: float, r: DynamicResult, units: Units, idle: bool = False) -> float:
+    """``unit_hours`` as a share of the memory of the cards in use, weighted by time; ``idle``:
+    the rest (with held unit-hours: memory of cards in use that no pod holds, i.e. fragments)."""
+    capacity_hours = r.card_hours * units.per_card
+    if not capacity_hours:
+        return 0.0
+    share = 100 * unit_hours / capacity_hours
+    return max(0.0, 100 - share) if idle else share
 
 
 def _dynamic(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, Any], DynamicResult]:
     if args.nodes is not None:
         nodes = read_nodes(args.nodes)
         units = choose_units(
-            args.unit or "slices", args.slices_per_card, {KNOWN_MODELS.get(n.model) for n in nodes}
+            args.unit or "slices",
+            args.slices_per_card,
+            {KNOWN_MODELS.get(n.model) for n in nodes},
+            args.catalogue,
         )
         ledger = ledger_from_trace(nodes, units, host=False)
     else:
         groups = parse_cards(args.cards or DEFAULT_CARDS)
-        units = choose_units(args.unit or "slices", args.slices_per_card, {g.mib for g in groups})
+        units = choose_units(
+            args.unit or "slices", args.slices_per_card, {g.mib for g in groups}, args.catalogue
+        )
         ledger = ledger_from_groups(groups, units)
     check_specs(args.pods, pods, {c.model for n in ledger.nodes() for c in n.cards})
     chosen = select(pods, args.select or "sharing")
@@ -140,6 +175,7 @@ def _dynamic(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, 
         "unit": units.mode,
         "units_per_card": units.per_card,
         "compress": args.compress,
+        "catalogue": list(units.catalogue),
         "select": args.select or "sharing",
         "rounding_overhead_pct": round(rounding_overhead_pct(chosen, units), 2),
         "pods": r.pods,
@@ -153,6 +189,8 @@ def _dynamic(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, 
         "card_hours_ratio": round(r.card_hours_ratio, 4),
         "card_hours": round(r.card_hours, 1),
         "lower_bound_card_hours": round(r.lower_bound_hours, 1),
+        "idle_in_used_cards_pct": round(share_of_used_cards_pct(r.held_unit_hours, r, units, idle=True), 2),
+        "asked_in_used_cards_pct": round(share_of_used_cards_pct(r.asked_unit_hours, r, units), 2),
     }
     return out, r
 
@@ -163,7 +201,7 @@ def _static(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, A
         raise TraceError("--mode static needs the trace's node list (CPU and memory per node), not --cards")
     nodes = read_nodes(node_file)
     units = choose_units(
-        args.unit or "milli", args.slices_per_card, {KNOWN_MODELS.get(n.model) for n in nodes}
+        args.unit or "milli", args.slices_per_card, {KNOWN_MODELS.get(n.model) for n in nodes}, args.catalogue
     )
     check_specs(args.pods, pods, {n.model for n in nodes})
     chosen = select(pods, args.select or "all")
@@ -182,6 +220,7 @@ def _static(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, A
         "units_per_card": units.per_card,
         "select": args.select or "all",
         "inflate": args.inflate,
+        "catalogue": list(units.catalogue),
         "seeds": [r.seed for r in runs],
         "nodes": len(nodes),
         "gpus": sum(n.gpus for n in nodes),
@@ -202,8 +241,11 @@ def _report(out: dict[str, Any]) -> str:
         f"gpushare-replay: {out['mode']} mode, policy {out['policy']}, "
         f"{out['unit']} ({out['units_per_card']} per card)"
     ]
+    if out["catalogue"]:
+        sizes = ", ".join(map(str, out["catalogue"]))
+        lines.append(f"  catalogue       {sizes} slices; larger pods: a whole card")
     if out["unit"] == "slices":
-        lines.append(f"  ceil rounding adds {out['rounding_overhead_pct']}% to sharing pods' demand")
+        lines.append(f"  rounding adds {out['rounding_overhead_pct']}% to sharing pods' demand")
     if out["mode"] == "dynamic":
         lines += [
             f"  pods replayed   {out['pods']} ({out['placed']} placed, {out['failed_pods']} failed, "
@@ -213,6 +255,8 @@ def _report(out: dict[str, Any]) -> str:
             f"ratio {out['peak_ratio']}",
             f"  card-hours      {out['card_hours']} vs bound {out['lower_bound_card_hours']}   "
             f"ratio {out['card_hours_ratio']}",
+            f"  cards in use: {out['idle_in_used_cards_pct']}% of their memory held by no pod, "
+            f"{out['asked_in_used_cards_pct']}% asked by the pods (exact slices; time-weighted)",
         ]
     else:
         lines += [

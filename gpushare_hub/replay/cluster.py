@@ -54,25 +54,47 @@ def parse_cards(spec: str) -> list[CardGroup]:
 
 @dataclass(frozen=True)
 class Units:
-    """How GPU amounts are counted: ``milli`` (1000 per card) or ``slices`` (S per card)."""
+    """How GPU amounts are counted: ``milli`` (1000 per card) or ``slices`` (S per card).
+
+    ``catalogue``: the slice sizes a spawn page offers, in slices, ascending. A sharing pod
+    then gets the smallest size that holds its exact slices; a pod larger than every size
+    gets a whole card. Empty: every pod gets its exact slices.
+    """
 
     mode: str
     per_card: int
+    catalogue: tuple[int, ...] = ()
 
     @property
     def names(self) -> ResourceNames:
         return ResourceNames(unit=self.mode)
 
+    def exact_slices(self, gpu_milli: int) -> int:
+        """A sharing pod's share of a card as whole slices: ``max(1, ceil(milli * S / 1000))``."""
+        return max(1, math.ceil(gpu_milli * self.per_card / 1000))
+
+    def sharing_units(self, gpu_milli: int) -> int | None:
+        """Units a sharing pod asks on one card; ``None``: a whole card (above the catalogue)."""
+        if self.mode == "milli":
+            return gpu_milli
+        exact = self.exact_slices(gpu_milli)
+        if not self.catalogue:
+            return exact
+        return next((size for size in self.catalogue if size >= exact), None)
+
+    def exact_units(self, pod: TracePod) -> int:
+        """Units the pod asks before any catalogue: its exact slices (or milli), or whole cards."""
+        if pod.num_gpu == 0:
+            return 0
+        if pod.sharing:
+            return pod.gpu_milli if self.mode == "milli" else self.exact_slices(pod.gpu_milli)
+        return self.per_card * pod.num_gpu
+
     def demand(self, pod: TracePod, key: str) -> Demand:
         if pod.num_gpu == 0:
             per, count = None, 0
         elif pod.sharing:
-            per = (
-                pod.gpu_milli
-                if self.mode == "milli"
-                else max(1, math.ceil(pod.gpu_milli * self.per_card / 1000))
-            )
-            count = 1
+            per, count = self.sharing_units(pod.gpu_milli), 1
         else:
             per, count = None, pod.num_gpu
         return Demand(
@@ -89,21 +111,49 @@ class Units:
         return self.per_card if demand.per_card is None else demand.per_card
 
 
-def choose_units(mode: str, slices_per_card: int | None, mibs: set[int | None]) -> Units:
+def parse_catalogue(spec: str) -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7): slice sizes in slices, positive, each once, ascending."""
+    sizes: list[int] = []
+    for part in spec.split(","):
+        text = part.strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise TraceError(
+                f"--catalogue: cannot read {text!r} in {spec!r}; write positive whole slice sizes "
+                "separated by commas, e.g. '3,5,7'"
+            )
+        sizes.append(int(text))
+    if len(set(sizes)) != len(sizes):
+        raise TraceError(f"--catalogue: {spec!r} names a size twice")
+    return tuple(sorted(sizes))
+
+
+def choose_units(
+    mode: str, slices_per_card: int | None, mibs: set[int | None], catalogue: tuple[int, ...] = ()
+) -> Units:
     if mode == "milli":
+        if catalogue:
+            raise TraceError("--catalogue needs --unit slices (its sizes are slices of a card)")
         return Units("milli", 1000)
     if slices_per_card is not None:
         if slices_per_card <= 0:
             raise TraceError(f"--slices-per-card must be positive, got {slices_per_card}")
-        return Units("slices", slices_per_card)
-    sizes = {m // 1024 for m in mibs if m is not None}
-    if None in mibs or len(sizes) != 1:
+        per_card = slices_per_card
+    else:
+        sizes = {m // 1024 for m in mibs if m is not None}
+        if None in mibs or len(sizes) != 1:
+            raise TraceError(
+                "--unit slices: the cards' memory does not give one slice count per card "
+                f"(MiB seen: {sorted(m for m in mibs if m is not None)}, unknown for some models); "
+                "pass --slices-per-card S"
+            )
+        per_card = sizes.pop()
+    too_big = [s for s in catalogue if s > per_card]
+    if too_big:
         raise TraceError(
-            "--unit slices: the cards' memory does not give one slice count per card "
-            f"(MiB seen: {sorted(m for m in mibs if m is not None)}, unknown for some models); "
-            "pass --slices-per-card S"
+            f"--catalogue: {too_big[0]} slices is more than a card holds ({per_card}); "
+            f"offer at most {per_card} (a whole card)"
         )
-    return Units("slices", sizes.pop())
+    return Units("slices", per_card, catalogue)
 
 
 def ledger_from_groups(groups: list[CardGroup], units: Units) -> Ledger:

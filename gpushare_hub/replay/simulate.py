@@ -58,6 +58,8 @@ class DynamicResult:
     times: list[float]
     cards: list[int]
     bounds: list[int]
+    held_unit_hours: float = 0.0
+    asked_unit_hours: float = 0.0
 
     @property
     def peak_ratio(self) -> float:
@@ -98,7 +100,8 @@ def run_dynamic(
     cards_t: list[int] = []
     bounds_t: list[int] = []
     peak_cards = peak_bound = 0
-    card_hours = bound_hours = 0.0
+    card_hours = bound_hours = held_hours = asked_hours = 0.0
+    held = asked = 0  # units held by placed pods now, and what they asked before any catalogue
     last_t: float | None = None
     last_cards = last_bound = 0
     j = 0
@@ -107,6 +110,8 @@ def run_dynamic(
         if last_t is not None:
             card_hours += last_cards * (t - last_t) / 3600
             bound_hours += last_bound * (t - last_t) / 3600
+            held_hours += held * (t - last_t) / 3600
+            asked_hours += asked * (t - last_t) / 3600
         changed = False
         while j < len(events) and events[j][0] == t:
             _, kind, i = events[j]
@@ -118,6 +123,8 @@ def run_dynamic(
                     ledger.release(key)
                     size = units.size(d)
                     hist[size] -= d.count
+                    held -= size * d.count
+                    asked -= units.exact_units(pods[i])
                     changed = True
                 continue
             d = units.demand(pods[i], key)
@@ -127,6 +134,8 @@ def run_dynamic(
                 demands[i] = d
                 size = units.size(d)
                 hist[size] = hist.get(size, 0) + d.count
+                held += size * d.count
+                asked += units.exact_units(pods[i])
                 changed = True
             else:
                 failures.add(result)
@@ -151,6 +160,8 @@ def run_dynamic(
         times=times,
         cards=cards_t,
         bounds=bounds_t,
+        held_unit_hours=held_hours,
+        asked_unit_hours=asked_hours,
     )
 
 

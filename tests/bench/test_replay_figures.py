@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
 from gpushare_hub.replay.cli import default_trace_dir, main
+from tests.doccommands import BENCH, ROOT, doc_block
 
 TRACE = default_trace_dir() / "openb_pod_list_default.csv"
 pytestmark = pytest.mark.skipif(not TRACE.exists(), reason=f"trace not found at {TRACE}")
@@ -35,3 +37,39 @@ def test_spread_costs_cards_binpack_saves(capsys):
 def test_static_binpack_beats_published_best_fit(capsys):
     out = replay(capsys, "--mode", "static", "--policy", "binpack", "--seed", "0")
     assert out["unallocated_gpu_pct_at_100"] < 7.14
+
+
+def slice_size_table() -> dict[str, list[str]]:
+    """docs/slice-sizes.md's figures, by the command in each row's first cell."""
+    text = (ROOT / "docs" / "slice-sizes.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `gpushare-replay") and len(cells) == 6:
+            rows[cells[0].split("`")[1]] = cells[1:]
+    return rows
+
+
+def test_the_slice_size_figures_in_the_docs_are_what_their_commands_print(capsys):
+    """Every command of docs/slice-sizes.md's bench-tier block, run as written, prints the row the
+    page shows for it (each takes about a second)."""
+    table = slice_size_table()
+    block = doc_block("slice-sizes", BENCH)
+    commands = [shlex.join(argv) for argv in block.commands()]
+    assert sorted(commands) == sorted(table), "the page's table and its commands differ"
+    keys = (
+        "rounding_overhead_pct",
+        "peak_cards",
+        "card_hours",
+        "idle_in_used_cards_pct",
+        "asked_in_used_cards_pct",
+    )
+    wrong = []
+    for argv in block.commands():
+        assert argv[0] == "gpushare-replay" and "--json" in argv
+        out = replay(capsys, *[a for a in argv[1:] if a != "--json"])
+        got = [str(round(out[k])) if k == "card_hours" else str(out[k]) for k in keys]
+        shown = table[shlex.join(argv)]
+        if [float(x) for x in got] != [float(x) for x in shown]:
+            wrong.append(f"{shlex.join(argv)}: the page shows {shown}, the replay prints {got}")
+    assert not wrong, "\n".join(wrong)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,23 +24,49 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU_MEM_IDX
+from gpushare_hub.core.annotations import (
+    ALLOCATION_ANNOTATION,
+    CARDS_ANNOTATION,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_DEV,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+)
 from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.pki import PKI
 from gpushare_hub.localcluster.processes import Component, free_port
 from tests.conftest import gpu_pod, wait_for
+from tests.doccommands import doc_block, option, substitute
 
-from .conftest import CHART, CHART_EXAMPLES, Helm
+from .conftest import CHART_EXAMPLES, Helm
+from .docrun import Kubectl, run_block
 
 NS = "gpushare-hub"
 RELEASE = "gpushare-hub"
-HUB_NS = "jhub"
-INSTALL_VALUES = [
-    "--set=mps.enabled=true",
-    f"--set=hub.serviceAccount.namespace={HUB_NS}",
-    f"--set=admission.policySetters={{system:serviceaccount:{HUB_NS}:hub}}",
-]
+HUB_NS = "jupyterhub"  # docs/install.md: hub.serviceAccount.namespace
+LAB_NS = "lab"  # where a notebook placed by Aliyun's extender runs before the migration
+OLD_POD = "old-notebook"
+ALIYUN_IMAGES = "registry.cn-hangzhou.aliyuncs.com/acs"
+# The docs' placeholders, as the chart tier fills them in (docs/README.md#how-these-pages-are-tested).
+PLACEHOLDERS = {"<gpu-node-1>": "gpu-1", "<gpu-node-2>": "gpu-2", "<registry>": "ghcr.io/gpushare-hub"}
+
+
+def doc_values(*blocks: str) -> list[str]:
+    """The --set and --set-json of the docs' helm commands in these blocks, filled in, in order."""
+    out = []
+    for name in blocks:
+        for argv in doc_block(name).commands():
+            if argv[0] == "helm":
+                argv = substitute(argv, PLACEHOLDERS)
+                out += [f"--set={v}" for v in option(argv, "--set")]
+                out += [f"--set-json={v}" for v in option(argv, "--set-json")]
+    return out
+
+
+# What the docs install: docs/install.md, then MPS from docs/isolation.md.
+INSTALL_VALUES = doc_values("install", "mps")
 
 
 MPS_NODES = {
@@ -52,29 +80,120 @@ def sa(name: str, namespace: str = NS) -> tuple[str, list[str]]:
     return user, ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"]
 
 
+def aliyun_stand_ins(cluster: LocalCluster) -> Any:
+    """What an Aliyun gpushare install leaves in a cluster (its manifests' names), and a notebook
+    its extender placed on gpu-1's card 0 (annotations only: no gpushare-hub.io/allocation)."""
+    api = cluster.api_client()
+    core, apps, rbac = client.CoreV1Api(api), client.AppsV1Api(api), client.RbacAuthorizationV1Api(api)
+    labels = {"app": "gpushare", "component": "gpushare-device-plugin"}
+    template = {
+        "metadata": {"labels": labels},
+        "spec": {
+            "containers": [
+                {
+                    "name": "gpushare",
+                    "image": f"{ALIYUN_IMAGES}/k8s-gpushare-plugin:v2-1.11-aff8a23",
+                }
+            ]
+        },
+    }
+    apps.create_namespaced_daemon_set(
+        "kube-system",
+        {
+            "metadata": {"name": "gpushare-device-plugin-ds"},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {**template, "spec": {**template["spec"], "nodeSelector": {"gpushare": "true"}}},
+            },
+        },
+    )
+    ext = {"app": "gpushare", "component": "gpushare-schd-extender"}
+    apps.create_namespaced_deployment(
+        "kube-system",
+        {
+            "metadata": {"name": "gpushare-schd-extender"},
+            "spec": {
+                "selector": {"matchLabels": ext},
+                "template": {
+                    "metadata": {"labels": ext},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "gpushare-schd-extender",
+                                "image": f"{ALIYUN_IMAGES}/k8s-gpushare-schd-extender:1.11-d170d8a",
+                            }
+                        ]
+                    },
+                },
+            },
+        },
+    )
+    core.create_namespaced_service(
+        "kube-system",
+        {
+            "metadata": {"name": "gpushare-schd-extender"},
+            "spec": {"selector": ext, "ports": [{"port": 12345, "name": "http"}]},
+        },
+    )
+    core.create_namespaced_service_account("kube-system", {"metadata": {"name": "gpushare-device-plugin"}})
+    rbac.create_cluster_role(
+        {
+            "metadata": {"name": "gpushare-device-plugin"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
+        }
+    )
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": "gpushare-device-plugin"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "gpushare-device-plugin",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "gpushare-device-plugin", "namespace": "kube-system"}
+            ],
+        }
+    )
+    pod = gpu_pod(OLD_POD, 5, nodeName="gpu-1")
+    pod["metadata"]["annotations"] = {
+        GPU_MEM_IDX: "0",
+        GPU_MEM_POD: "5",
+        GPU_MEM_DEV: "15",
+        GPU_MEM_ASSIGNED: "true",
+        GPU_MEM_ASSUME_TIME: str(time.time_ns()),
+    }
+    return core.create_namespaced_pod(LAB_NS, pod)
+
+
 class Installed:
+    """The chart installed as the docs say: the Aliyun migration's steps, then the install, its
+    check and the MPS upgrade, every command read from docs/*.md (tests/chart/docrun.py)."""
+
     def __init__(self, cluster: LocalCluster, helm: Helm) -> None:
         self.cluster = cluster
         self.helm = helm
         self.admin = cluster.core_api()
         self.api = cluster.api_client()
+        self.kubectl = Kubectl(cluster.kubeconfig, self.api)
         self.docs = helm.template(*INSTALL_VALUES, namespace=NS, release=RELEASE)
-        for ns in (NS, HUB_NS, "alice"):
+        for ns in (HUB_NS, "alice", LAB_NS):
             cluster.create_namespace(ns)
-        # As the device plugin labels MPS nodes (nodeOptions mps, mpsMultiUser).
+        self.old_pod = aliyun_stand_ins(cluster)
+        (self.found,) = self.run_doc("aliyun-find")
+        self.run_doc("aliyun-remove")
+        # As the device plugin labels MPS nodes (the nodeOptions mps, mpsMultiUser of docs/isolation.md).
         for node, labels in MPS_NODES.items():
             self.admin.patch_node(node, {"metadata": {"labels": labels}})
-        self.install_output = helm.run(
-            "install",
-            RELEASE,
-            str(CHART),
-            f"--namespace={NS}",
-            *INSTALL_VALUES,
-            "--wait",
-            "--timeout=240s",
-            kubeconfig=cluster.kubeconfig,
-        )
+        _, self.install_output = self.run_doc("install")
+        self.node_check, self.inspect = self.run_doc("install-check")
+        self.run_doc("mps")
+        (self.inspect_after_migration,) = self.run_doc("aliyun-check")
         self.uninstalled = False
+
+    def run_doc(self, block: str) -> list[str]:
+        """Run the docs' chart-tier block of that name (tests/unit/test_docs.py reads these names)."""
+        return run_block(doc_block(block), self.helm.binary, self.kubectl, PLACEHOLDERS)
 
     def pods(self, component: str) -> list[Any]:
         selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component={component}"
@@ -154,9 +273,47 @@ def test_the_sidecar_sees_only_the_extenders_token_and_the_scheduler_only_its_ow
 
 
 def test_install_prints_the_next_steps(installed: Installed):
-    notes = installed.install_output.stdout
+    notes = installed.install_output
     assert "kubectl label node <node> gpushare=true" in notes
     assert "examples/z2jh-values.yaml" in notes
+    # The notes' node check is the docs' (docs/install.md, "Check it"), quoted for a shell.
+    (check,) = [shlex.split(line) for line in notes.splitlines() if "custom-columns" in line]
+    assert check == doc_block("install-check").commands()[0]
+
+
+def rows(table: str) -> list[list[str]]:
+    return [line.split() for line in table.splitlines() if line.strip()]
+
+
+def test_the_docs_node_check_lists_each_labelled_node_with_its_slices(installed: Installed):
+    """docs/install.md, "Check it": two T4s per node, 15 GiB each."""
+    assert rows(installed.node_check) == [["NODE", "SLICES"], ["gpu-1", "30"], ["gpu-2", "30"]]
+    assert "Allocated/Total GPU Memory In Cluster" in installed.inspect
+
+
+def test_the_aliyun_migration_finds_the_old_pod_and_installs_around_its_card(installed: Installed):
+    """docs/migrating-from-aliyun.md: the old pod is listed, the old objects are gone, and after
+    the install the ledger counts its card (inspect -d lists it under gpu-1's card 0)."""
+    assert [LAB_NS, OLD_POD, "gpu-1", "0", "5", "true"] in rows(installed.found)
+    apps = client.AppsV1Api(installed.api)
+    gone = [
+        lambda: apps.read_namespaced_daemon_set("gpushare-device-plugin-ds", "kube-system"),
+        lambda: apps.read_namespaced_deployment("gpushare-schd-extender", "kube-system"),
+        lambda: installed.admin.read_namespaced_service("gpushare-schd-extender", "kube-system"),
+        lambda: installed.admin.read_namespaced_service_account("gpushare-device-plugin", "kube-system"),
+    ]
+    for read in gone:
+        with pytest.raises(ApiException) as err:
+            read()
+        assert err.value.status == 404
+    # The chart's own ClusterRole of that name now belongs to the release.
+    role = client.RbacAuthorizationV1Api(installed.api).read_cluster_role("gpushare-device-plugin")
+    assert (role.metadata.annotations or {}).get("meta.helm.sh/release-name") == RELEASE
+    out = installed.inspect_after_migration
+    section = out[out.index("gpu-1") :]
+    (line,) = [r for r in rows(section) if r and r[0] == OLD_POD][:1]
+    assert line[:3] == [OLD_POD, LAB_NS, "5"], out
+    assert installed.admin.read_namespaced_pod(OLD_POD, LAB_NS).spec.node_name == "gpu-1"
 
 
 def review(
@@ -446,16 +603,16 @@ def run_rendered_pair(installed: Installed, docs: list[dict[str, Any]], pod: Pod
     )
 
 
+def placed(installed: Installed, name: str, namespace: str) -> Any:
+    """The pod once it is bound with our allocation record, else None."""
+    pod = installed.admin.read_namespaced_pod(name, namespace)
+    ann = pod.metadata.annotations or {}
+    return pod if pod.spec.node_name and ALLOCATION_ANNOTATION in ann else None
+
+
 def place(installed: Installed, name: str) -> Any:
-    admin = installed.admin
-    admin.create_namespaced_pod("alice", gpu_pod(name, 5, "gpushare-scheduler"))
-
-    def placed() -> Any:
-        pod = admin.read_namespaced_pod(name, "alice")
-        ann = pod.metadata.annotations or {}
-        return pod if pod.spec.node_name and ALLOCATION_ANNOTATION in ann else None
-
-    pod = wait_for(placed, timeout=120)
+    installed.admin.create_namespaced_pod("alice", gpu_pod(name, 5, "gpushare-scheduler"))
+    pod = wait_for(lambda: placed(installed, name, "alice"), timeout=120)
     assert pod, f"{name} not placed; see {installed.cluster.logs}"
     assert pod.spec.node_name in ("gpu-1", "gpu-2")
     return pod
@@ -470,6 +627,11 @@ def test_the_installed_scheduler_config_runs_in_kube_scheduler_as_the_charts_acc
     scheduler = run_rendered_pair(installed, docs, Pod(tmp_path), leader_elect=True)
     try:
         place(installed, "notebook")
+        # docs/install.md, "Try a slice without JupyterHub": the example pod, applied as written.
+        installed.run_doc("try-a-slice")
+        example = wait_for(lambda: placed(installed, "notebook-alice", "default"), timeout=120)
+        assert example and example.spec.node_name in ("gpu-1", "gpu-2"), installed.cluster.logs
+        assert GPU_MEM_IDX in example.metadata.annotations
         lease = client.CoordinationV1Api(installed.api).read_namespaced_lease("gpushare-scheduler", NS)
         assert lease.spec.holder_identity  # leader election ran on the chart's Lease, with the chart's Role
     finally:
@@ -511,10 +673,9 @@ def test_with_mutual_tls_the_rendered_scheduler_and_sidecar_agree_on_one_secret(
 
 
 def test_uninstall_leaves_nothing_of_ours(installed: Installed):
-    """Runs last in this module: every object the chart rendered, and their pods, are gone."""
-    installed.helm.run(
-        "uninstall", RELEASE, f"--namespace={NS}", "--wait", kubeconfig=installed.cluster.kubeconfig
-    )
+    """Runs last in this module: docs/uninstall.md, then every object the chart rendered, and their
+    pods, are gone, and so are the labels and annotations the docs remove from the nodes."""
+    installed.run_doc("uninstall")
     installed.uninstalled = True
     dyn = dynamic.DynamicClient(installed.api)
 
@@ -534,6 +695,11 @@ def test_uninstall_leaves_nothing_of_ours(installed: Installed):
         return out
 
     assert wait_for(lambda: not left(), timeout=120), left()
-    # What kube-scheduler itself made stays, as with any scheduler: its Lease in the release namespace.
+    # What kube-scheduler itself made stays, as with any scheduler, until the namespace goes
+    # (the docs delete it): its Lease in the release namespace.
     leases = client.CoordinationV1Api(installed.api).list_namespaced_lease(NS).items
     assert [x.metadata.name for x in leases] in ([], ["gpushare-scheduler"])
+    for node in ("gpu-1", "gpu-2"):
+        meta = installed.admin.read_node(node).metadata
+        assert not {"gpushare", MPS_LABEL, MPS_MULTI_USER_LABEL} & set(meta.labels or {})
+        assert CARDS_ANNOTATION not in (meta.annotations or {})

@@ -1,4 +1,5 @@
-"""examples/z2jh-values.yaml agrees with our chart, and (given Zero to JupyterHub's chart) lints."""
+"""docs/zero-to-jupyterhub.md's command and its values file agree with our chart and the other docs,
+and (given Zero to JupyterHub's chart) the command runs, as a server-side dry run."""
 
 from __future__ import annotations
 
@@ -11,9 +12,35 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import CHART, EXAMPLES, KUBE_VERSION, Helm
+from gpushare_hub.localcluster.cluster import LocalCluster
+from tests.doccommands import ROOT, doc_block, option
 
-Z2JH_VALUES = EXAMPLES / "z2jh-values.yaml"
+from .conftest import CHART, EXAMPLES, KUBE_VERSION, Helm
+from .docrun import Kubectl, run_block
+
+# The hub's install or upgrade, as docs/zero-to-jupyterhub.md writes it.
+(COMMAND,) = doc_block("z2jh").commands()
+(VALUES_ARG,) = option(COMMAND, "--values", "-f")
+Z2JH_VALUES = ROOT / VALUES_ARG
+
+
+def test_the_docs_install_the_example_values_beside_the_gpushare_chart():
+    assert Z2JH_VALUES == EXAMPLES / "z2jh-values.yaml"
+    assert COMMAND[:5] == ["helm", "upgrade", "--install", "jhub", "jupyterhub/jupyterhub"]
+    # The hub's namespace is the one the gpushare install gives read access to (docs/install.md).
+    (install,) = [a for a in doc_block("install").commands() if a[0] == "helm"]
+    (hub_ns,) = [
+        v.split("=", 1)[1] for v in option(install, "--set") if v.startswith("hub.serviceAccount.namespace=")
+    ]
+    assert option(COMMAND, "--namespace", "-n") == [hub_ns]
+    assert z2jh()["hub"]["image"]["name"].endswith("/k8s-hub-gpushare")
+
+
+def test_the_chart_version_is_the_hub_images_base():
+    """Zero to JupyterHub tags its hub image with its chart's version: ours is built on that image."""
+    dockerfile = (ROOT / "images" / "hub" / "Dockerfile").read_text()
+    (base,) = [line.split("=", 1)[1] for line in dockerfile.splitlines() if line.startswith("ARG BASE=")]
+    assert base == f"quay.io/jupyterhub/k8s-hub:{option(COMMAND, '--version')[0]}"
 
 
 def z2jh() -> dict[str, Any]:
@@ -45,16 +72,24 @@ def test_the_t4_catalogue_is_one_the_spawner_accepts():
     assert [s.gib for s in read.slices] == [3, 5, 7]
 
 
-@pytest.mark.skipif(
-    not os.environ.get("GPUSHARE_Z2JH_CHART"),
-    reason="set GPUSHARE_Z2JH_CHART to an unpacked Zero to JupyterHub chart (jupyterhub/ of its repo)",
-)
-def test_zero_to_jupyterhub_lints_the_values_with_its_own_schema(helm: Helm, tmp_path: Path):
+def z2jh_chart(tmp_path: Path) -> Path:
     chart = tmp_path / "jupyterhub"
     shutil.copytree(os.environ["GPUSHARE_Z2JH_CHART"], chart)
     schema = chart / "values.schema.yaml"
     if schema.exists() and not (chart / "values.schema.json").exists():  # its repo keeps only the YAML
         (chart / "values.schema.json").write_text(json.dumps(yaml.safe_load(schema.read_text())))
+    return chart
+
+
+NEEDS_Z2JH = pytest.mark.skipif(
+    not os.environ.get("GPUSHARE_Z2JH_CHART"),
+    reason="set GPUSHARE_Z2JH_CHART to an unpacked Zero to JupyterHub chart (jupyterhub/ of its repo)",
+)
+
+
+@NEEDS_Z2JH
+def test_zero_to_jupyterhub_lints_the_values_with_its_own_schema(helm: Helm, tmp_path: Path):
+    chart = z2jh_chart(tmp_path)
     helm.run("lint", "--strict", str(chart), f"--values={Z2JH_VALUES}", f"--kube-version={KUBE_VERSION}")
     bad = helm.run(
         "lint",
@@ -65,3 +100,19 @@ def test_zero_to_jupyterhub_lints_the_values_with_its_own_schema(helm: Helm, tmp
         check=False,
     )
     assert bad.returncode != 0 and "bogus" in bad.stdout + bad.stderr  # its schema was applied
+
+
+@NEEDS_Z2JH
+def test_the_docs_command_runs_against_the_local_api_server(
+    helm: Helm, tmp_path: Path, chart_cluster: LocalCluster
+):
+    """The page's command as written, with the chart repository's name replaced by the unpacked
+    chart and --dry-run=server added (nothing is installed)."""
+    chart = str(z2jh_chart(tmp_path))
+    kubectl = Kubectl(chart_cluster.kubeconfig, chart_cluster.api_client())
+
+    def local(argv: list[str]) -> list[str]:
+        return [chart if a == "jupyterhub/jupyterhub" else a for a in argv] + ["--dry-run=server"]
+
+    (out,) = run_block(doc_block("z2jh"), helm.binary, kubectl, extra=local)
+    assert "STATUS: pending-install" in out or "STATUS: pending-upgrade" in out, out

@@ -138,3 +138,47 @@ def test_plot_is_written(tmp_path, capsys):
     out = run_json(capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "2x2 T4", "--plot", str(png))
     assert out["plot"] == str(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_catalogue_rounds_each_pod_up_to_the_smallest_size_that_holds_it(tmp_path, capsys):
+    # Exact slices on a T4 (S = 15): 120 -> 2, 200 -> 3, 400 -> 6, 810 -> 13.
+    rows = [f"p{i},1000,1024,1,{m},,LS,Running,0,100," for i, m in enumerate([120, 200, 400, 810])]
+    csv = str(pods_csv(tmp_path, rows))
+    exact = run_json(capsys, "--pods", csv, "--cards", "4x1 T4")
+    assert exact["catalogue"] == [] and exact["peak_cards"] == 2  # 13 | 2+3+6
+    # 3,5,7: 2 -> 3, 3 -> 3, 6 -> 7, 13 -> a whole card (15): 13 slices of rounding in all.
+    cat = run_json(capsys, "--pods", csv, "--cards", "4x1 T4", "--catalogue", "7,3,5")
+    assert cat["catalogue"] == [3, 5, 7] and cat["peak_cards"] == 2  # 15 | 3+3+7
+    asked = (120 + 200 + 400 + 810) * 15 / 1000
+    assert cat["rounding_overhead_pct"] == round(100 * (28 - asked) / asked, 2)
+    # Whole cards for everyone: a catalogue of one size, the card.
+    whole = run_json(capsys, "--pods", csv, "--cards", "4x1 T4", "--catalogue", "15")
+    assert whole["peak_cards"] == 4 and whole["idle_in_used_cards_pct"] == 0.0
+    # The pods ask 24 slices: of 2 cards (30) with exact slices, of 4 cards (60) with whole cards.
+    assert (exact["asked_in_used_cards_pct"], whole["asked_in_used_cards_pct"]) == (80.0, 40.0)
+
+
+def test_idle_memory_of_cards_in_use_is_what_no_pod_holds(tmp_path, capsys):
+    rows = ["p0,1000,1024,1,200,,LS,Running,0,100,"]  # 3 of 15 slices, on one card, all the time
+    out = run_json(capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "1x1 T4")
+    assert (out["idle_in_used_cards_pct"], out["asked_in_used_cards_pct"]) == (80.0, 20.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--catalogue", "3,16"], "16 slices is more than a card holds (15)"),
+        (["--catalogue", "3,5", "--unit", "milli"], "--catalogue needs --unit slices"),
+    ],
+)
+def test_a_catalogue_that_cannot_be_offered_is_refused(tmp_path, capsys, argv, words):
+    csv = str(pods_csv(tmp_path, ["p,1,1,1,100,,LS,Running,0,1,"]))
+    assert main(["--pods", csv, "--cards", "1x1 T4", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", ["3,x", "0,5", "3,3", ""])
+def test_an_unreadable_catalogue_stops_before_anything_runs(capsys, spec):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--catalogue", spec])
+    assert exit_.value.code == 2 and "--catalogue" in capsys.readouterr().err
