@@ -1,7 +1,7 @@
 """Build the upstream Kubernetes binaries the local cluster runs, into a cache outside the repo.
 
 Nothing here ships to users: this is how the tests and the demo get a *real*
-kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, etcd, kwok and helm on a machine that
+kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kubectl, etcd, kwok and helm on a machine that
 has Go and the Go module proxy but no package that carries those programs.
 
 How each one is built (versions come from ``versions.toml`` only):
@@ -43,11 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
+# Built from k8s.io/kubernetes; kubectl is what the docs' commands run in the chart tier.
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kubectl")
 BINARIES = (
-    "kube-apiserver",
-    "kube-scheduler",
-    "kube-controller-manager",
-    "kubelet",
+    *KUBERNETES_COMMANDS,
     "etcd",
     "kwok",
     "helm",
@@ -247,15 +246,17 @@ def _write_module(path: Path, gomod: str, files: dict[str, str]) -> None:
         (path / name).write_text(text)
 
 
-def build_kubernetes(v: Versions, work: Path, out: Path, env: dict[str, str]) -> None:
+def build_kubernetes(
+    v: Versions, work: Path, out: Path, env: dict[str, str], cmds: tuple[str, ...] = KUBERNETES_COMMANDS
+) -> None:
+    """Build ``cmds`` (of :data:`KUBERNETES_COMMANDS`) from ``k8s.io/kubernetes`` into ``out``."""
     mod = work / "kubernetes"
     mod.mkdir(parents=True, exist_ok=True)
     staging = _staging_modules(v.kubernetes, mod, env)
     replaces = "\n".join(f"\t{m} => {m} {v.staging_version}" for m in staging)
-    cmds = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet")
     tools = (
         "//go:build tools\n\npackage tools\n\nimport (\n"
-        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in cmds)
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in KUBERNETES_COMMANDS)
         + ")\n"
     )
     _write_module(
@@ -347,8 +348,9 @@ def _build_locked(force: bool, only: list[str] | None) -> Path:
     started = time.monotonic()
     staged = bdir.parent / "bin.partial"
     staged.mkdir(exist_ok=True)
-    if {"kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet"} & set(todo):
-        build_kubernetes(v, work, staged, env)
+    k8s_cmds = tuple(c for c in KUBERNETES_COMMANDS if c in todo)
+    if k8s_cmds:
+        build_kubernetes(v, work, staged, env, k8s_cmds)
     if "etcd" in todo:
         build_etcd(v, work, staged, env)
     if "kwok" in todo:

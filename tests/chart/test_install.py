@@ -175,7 +175,7 @@ class Installed:
         self.helm = helm
         self.admin = cluster.core_api()
         self.api = cluster.api_client()
-        self.kubectl = Kubectl(cluster.kubeconfig, self.api)
+        self.kubectl = Kubectl(cluster.kubeconfig)
         self.docs = helm.template(*INSTALL_VALUES, namespace=NS, release=RELEASE)
         for ns in (HUB_NS, "alice", LAB_NS):
             cluster.create_namespace(ns)

@@ -109,7 +109,7 @@ def test_the_docs_command_runs_against_the_local_api_server(
     """The page's command as written, with the chart repository's name replaced by the unpacked
     chart and --dry-run=server added (nothing is installed)."""
     chart = str(z2jh_chart(tmp_path))
-    kubectl = Kubectl(chart_cluster.kubeconfig, chart_cluster.api_client())
+    kubectl = Kubectl(chart_cluster.kubeconfig)
 
     def local(argv: list[str]) -> list[str]:
         return [chart if a == "jupyterhub/jupyterhub" else a for a in argv] + ["--dry-run=server"]
