@@ -1,8 +1,8 @@
 """Build the upstream Kubernetes binaries the local cluster runs, into a cache outside the repo.
 
 Nothing here ships to users: this is how the tests and the demo get a *real*
-kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kubectl, etcd, kwok and helm on a machine that
-has Go and the Go module proxy but no package that carries those programs.
+kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kubectl, etcd, kwok and helm
+on a machine that has Go and the Go module proxy but no package that carries those programs.
 
 How each one is built (versions come from ``versions.toml`` only):
 
