@@ -183,8 +183,9 @@ def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
         # The start-up hook turns the slice into PyTorch's fraction before CUDA starts.
         "GPUSHARE_CARD_MEMORY_MIB": str(card.mib or limit_mib),
         "CUPY_GPU_MEMORY_LIMIT": str(limit_mib * 1024 * 1024),
+        # One name only: JAX 0.11 refuses XLA_CLIENT_MEM_FRACTION beside this one and falls back
+        # to the CPU (measured on an H100); this one, deprecated there, is read by every JAX.
         "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction,
-        "XLA_CLIENT_MEM_FRACTION": fraction,  # the name newer JAX reads
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "TF_FORCE_GPU_ALLOW_GROWTH": "true",
     }

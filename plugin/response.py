@@ -83,7 +83,6 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         env["CUDA_MPS_PIPE_DIRECTORY"] = MPS_PIPE_CONTAINER_PATH
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
-        env["XLA_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
     if iso.cdi:
         cdi = tuple(f"{CDI_KIND}={u}" for u in (w.cards or (w.uuid,)))  # every card of a 2-card pod
         del env["NVIDIA_VISIBLE_DEVICES"]
