@@ -109,8 +109,9 @@ def test_its_own_image_root_and_tolerations_when_set(helm: Helm):
         (["--set", "mps.enabled=yes"], ["/mps/enabled", "boolean"]),
         (["--set", "mps.shmSize=8Gi"], ["/mps/shmSize", "pattern"]),
         (["--set", "mps.multiUser=true"], ["/mps", "multiUser"]),
+        (["--set", "mps.maxSliceMemory=7GiB"], ["/mps/maxSliceMemory", "pattern"]),
     ],
-    ids=["wrong-type", "tmpfs-size", "unknown-key"],
+    ids=["wrong-type", "tmpfs-size", "unknown-key", "limit-unit"],
 )
 def test_the_schema_refuses_bad_mps_values(helm: Helm, setting, words):
     proc = helm.run("template", "x", str(CHART), *setting, check=False)
@@ -144,7 +145,7 @@ echo "control $cmd pipe=$CUDA_MPS_PIPE_DIRECTORY" >> "$STUB_LOG"
 
 
 class ScriptRun:
-    def __init__(self, tmp: Path, multi_user: bool, shm_size: str = "") -> None:
+    def __init__(self, tmp: Path, multi_user: bool, shm_size: str = "", max_slice: str = "") -> None:
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
         for name, body in STUBS.items():
@@ -159,6 +160,7 @@ class ScriptRun:
             "MPS_MULTI_USER": "true" if multi_user else "false",
             "MPS_SHM_SIZE": shm_size,
             "MPS_CHECK_INTERVAL": "1",
+            "MPS_DEFAULT_PINNED_MEM_LIMIT": max_slice,
             "MPS_READY_FILE": str(self.ready),
             "STUB_CARDS": " ".join(CARDS),
             "STUB_LOG": str(self.log),
@@ -236,3 +238,33 @@ def test_a_tmpfs_on_each_cards_shm_when_sized(tmp_path: Path):
     finally:
         run.proc.kill()
         run.proc.wait()
+
+
+def test_the_largest_slice_is_each_daemons_ceiling_when_set(helm: Helm, tmp_path: Path):
+    """mps.maxSliceMemory becomes each daemon's default pinned limit, set before any client runs
+    (a client cannot raise its own limit above it: measured on an H100, README)."""
+    docs = helm.template("--set", "mps.enabled=true", "--set", "mps.maxSliceMemory=7G")
+    assert {env_of(ds)["MPS_DEFAULT_PINNED_MEM_LIMIT"] for ds in daemonsets(docs).values()} == {"7G"}
+    run = ScriptRun(
+        tmp_path, multi_user=False, max_slice=env_of(daemonsets(docs)[SINGLE])["MPS_DEFAULT_PINNED_MEM_LIMIT"]
+    )
+    try:
+        run.wait_ready()
+        lines = run.lines()
+        for uuid in CARDS:
+            pipe = f"pipe={run.root}/{uuid}/pipe"
+            started = lines.index(next(x for x in lines if x.startswith("daemon -d ") and pipe in x))
+            limit = lines.index(f"control set_default_device_pinned_mem_limit 0 7G {pipe}")
+            assert limit > started
+    finally:
+        run.proc.kill()
+        run.proc.wait()
+    # Unset (the default): no ceiling is sent.
+    (tmp_path / "unset").mkdir()
+    other = ScriptRun(tmp_path / "unset", multi_user=False)
+    try:
+        other.wait_ready()
+        assert not [x for x in other.lines() if "pinned_mem_limit" in x]
+    finally:
+        other.proc.kill()
+        other.proc.wait()

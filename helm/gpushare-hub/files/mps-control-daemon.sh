@@ -7,7 +7,10 @@
 # Environment: MPS_ROOT (the host folder, mounted at the same path), MPS_MULTI_USER (true:
 # -M, one root server for every UID; Volta or newer), MPS_SHM_SIZE (a tmpfs of this size on
 # each card's shm; empty: a plain folder, in RAM when the root is under the host's /run),
-# MPS_CHECK_INTERVAL (seconds between health checks), MPS_READY_FILE (written once all run).
+# MPS_CHECK_INTERVAL (seconds between health checks), MPS_READY_FILE (written once all run),
+# MPS_DEFAULT_PINNED_MEM_LIMIT (e.g. 7G; empty: none): each daemon's default per-process limit,
+# a ceiling no client can raise its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT above (measured on an
+# H100: a client asking 8G under a 4G default got 4G); set it to the largest slice offered.
 # nvidia-smi and nvidia-cuda-mps-control come from the host driver (NVIDIA runtime).
 set -eu
 root=${MPS_ROOT:?MPS_ROOT is not set}
@@ -51,6 +54,10 @@ for uuid in $cards; do
         exec env CUDA_VISIBLE_DEVICES="$u" CUDA_MPS_PIPE_DIRECTORY="$d/pipe" \
             CUDA_MPS_LOG_DIRECTORY="$d/log" nvidia-cuda-mps-control "$@"' \
         sh "$dir" "$uuid" $flags
+    if [ -n "${MPS_DEFAULT_PINNED_MEM_LIMIT:-}" ]; then
+        # Before any client: a server takes the default in force when it starts.
+        control "$uuid" "set_default_device_pinned_mem_limit 0 $MPS_DEFAULT_PINNED_MEM_LIMIT"
+    fi
     echo "MPS control daemon for $uuid: $dir ($flags)"
 done
 touch "$ready"
