@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -39,12 +38,6 @@ SERVICE_SCOPES = (
     "read:users:activity",
     "read:servers",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def admin_scope(name: str = "gpushare") -> str:
@@ -143,7 +136,9 @@ def configure_hub(
     env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
     env.update(environment or {})
 
-    url = f"http://127.0.0.1:{port or _free_port()}"
+    from gpushare_hub.localcluster.processes import free_port
+
+    url = f"http://127.0.0.1:{port or free_port()}"
     services = [s for s in _current(c, "services", []) if s.get("name") != name]
     services.append(
         {
