@@ -78,6 +78,9 @@ class LedgerInformer:
         self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
         self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
         self._handlers: dict[str, list[Handler]] = {k: [] for k in KINDS}
+        # What the subscribers were last told exists (key -> identity), so that a relist can
+        # report every object that vanished meanwhile, not only those holding a card.
+        self._reported: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in KINDS}
         self._ignored_handlers: list[IgnoredHandler] = []
         self._failing_since: dict[str, float | None] = dict.fromkeys(KINDS)
         self._tasks: list[asyncio.Task[None]] = []
@@ -162,6 +165,13 @@ class LedgerInformer:
             self._apply_node(obj, deleted)
         else:
             self._apply_pod(obj, deleted)
+        meta = obj.get("metadata") or {}
+        key = str(meta.get("name")) if kind == "nodes" else pod_key(obj)
+        if deleted:
+            self._reported[kind].pop(key, None)
+        else:
+            ident = {k: meta[k] for k in ("namespace", "name", "uid") if k in meta}
+            self._reported[kind][key] = ident
         for handler in self._handlers[kind]:
             try:
                 handler(etype, obj)
@@ -201,16 +211,20 @@ class LedgerInformer:
             listed.add(str(meta.get("name")) if kind == "nodes" else pod_key(obj))
             self.apply(kind, "ADDED", obj)
         if kind == "nodes":
-            for name in [*self.ledger.node_names, *self.ledger.unreadable_nodes()]:
-                if name not in listed:
-                    self.apply(kind, "DELETED", {"metadata": {"name": name}})
+            gone_nodes = {*self.ledger.node_names, *self.ledger.unreadable_nodes(), *self._reported[kind]}
+            for name in sorted(gone_nodes - listed):
+                self.apply(kind, "DELETED", {"metadata": {"name": name}})
         else:
+            vanished = {k: v for k, v in self._reported[kind].items() if k not in listed}
             for alloc in self.ledger.allocations():
-                if alloc.key in listed or (alloc.assumed and self.protect(alloc.key, listed_at)):
+                if alloc.key not in listed:
+                    namespace, _, name = alloc.key.partition("/")
+                    vanished.setdefault(alloc.key, {"namespace": namespace, "name": name, "uid": alloc.uid})
+            for key, ident in sorted(vanished.items()):
+                held = self.ledger.allocation(key)
+                if held is not None and held.assumed and self.protect(key, listed_at):
                     continue
-                namespace, _, name = alloc.key.partition("/")
-                gone = {"metadata": {"namespace": namespace, "name": name, "uid": alloc.uid}}
-                self.apply(kind, "DELETED", gone)
+                self.apply(kind, "DELETED", {"metadata": ident})
         self._rv[kind] = rv
         self.relists += 1
         self._healthy(kind)

@@ -73,6 +73,26 @@ async def test_a_pod_deleted_while_the_watch_was_expired_leaves_no_phantom_hold(
     assert pods.watched_from[:2] == ["list-1", "list-0"]  # each watch starts from its own list
 
 
+async def test_a_relist_tells_subscribers_of_every_object_that_vanished_not_only_card_holders():
+    """A pending GPU pod (no card) and a node deleted while the watch was expired: the hub
+    service's pending list and node boxes must not keep them for good."""
+    pending = pod_obj("pending", 5, phase="Pending")
+    pods = Script([[pending], []], [[ApiError(status=410, reason="too old")], []])
+    nodes = Script(
+        [[node_obj("gpu-1"), node_obj("gpu-2")], [node_obj("gpu-1")]], [[ApiError(status=410)], []]
+    )
+    inf = LedgerInformer(None)
+    inf._resources = {"nodes": nodes, "pods": pods}  # type: ignore[dict-item]
+    seen: list[tuple[str, str]] = []
+    inf.on_pod(lambda t, o: seen.append((t, o["metadata"]["name"])))
+    inf.on_node(lambda t, o: seen.append((t, o["metadata"]["name"])))
+    await inf.start()
+    await run_until(lambda: inf.relists == 4)
+    await inf.stop()
+    assert ("DELETED", "pending") in seen
+    assert ("DELETED", "gpu-2") in seen and ("DELETED", "gpu-1") not in seen
+
+
 async def test_a_relist_keeps_a_reservation_its_binder_protects():
     inf = LedgerInformer(None, protect=lambda key, listed_at: key == "jhub/inflight")
     nodes = Script([[node_obj("gpu-1")]], [])
