@@ -326,8 +326,9 @@ def availability_document(
                 "never_fits": bool(a and a.permanent),
                 "largest_free": dict(a.largest_free) if a else {},
                 "text": render(a),
-                # The placer's own words (what the spawn would be told), else the short text.
-                "reason": "" if a is None or a.placeable else (a.reason or render(a)),
+                # The short text, never the placer's own words: those name nodes and other
+                # users' pods (e.g. the pod a node is still handing whole cards to).
+                "reason": "" if a is None or a.placeable else render(a),
             }
         )
     return {

@@ -141,15 +141,16 @@ def test_good_query_parameters_are_read():
 
 def test_availability_carries_counts_and_reasons_but_no_names():
     nodes, pods = fixture_cluster()
-    ledger = Ledger.from_objects(nodes, pods) if hasattr(Ledger, "from_objects") else None
-    assert ledger is not None
+    ledger = Ledger.from_objects(nodes, pods)
     cat = read_catalogue([*SLICES, {"slug": "big", "display_name": "16", "gib": 16}])
     a = availability_document(ledger, cat, {}, NOW)
     slices = {s["slug"]: s for s in a["slices"]}
     assert slices["t4-5g"]["placeable"] and slices["t4-5g"]["free"] == 1 + 1 + 3 + 2
     assert slices["big"]["never_fits"] and "15 GiB" in slices["big"]["reason"]
+    # The spawn form's short text, not the placer's words ("pod slice/big asks ... (node ...)").
+    assert slices["big"]["reason"] == slices["big"]["text"]
     text = json.dumps(a)
-    for name in ("alice", "bob", "carol", "jupyter", "gpu-a"):
+    for name in ("alice", "bob", "carol", "jupyter", "gpu-a", "gpu-b", "pod "):
         assert name not in text
     unknown = availability_document(None, cat, {}, NOW)
     assert not unknown["slices"][0]["known"] and "unknown" in unknown["slices"][0]["text"]
