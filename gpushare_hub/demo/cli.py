@@ -248,8 +248,6 @@ def run(args: argparse.Namespace, cards: DemoCards) -> int:
         say(f"stopping: {', '.join(dead)} exited; see {cluster.logs}")
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if args.ready_file:
-            remove_ready(args.ready_file)
         cluster.keep_workdir = True  # its logs say why
     return 1
 

@@ -53,6 +53,7 @@ def write_ready(path: Path, ready: Ready) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # it holds passwords and an admin token, even if a stale file was there
     with os.fdopen(fd, "w") as fh:
         json.dump(ready.as_json(), fh, indent=2)
         fh.write("\n")

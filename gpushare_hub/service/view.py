@@ -119,9 +119,11 @@ def servers_from_users(users: Iterable[Mapping[str, Any]]) -> tuple[list[HubServ
         if not isinstance(user, Mapping) or not isinstance(user.get("name"), str):
             continue
         name = user["name"]
-        groups[name] = [g for g in user.get("groups") or [] if isinstance(g, str)]
-        for sname, srv in (user.get("servers") or {}).items():
-            if not isinstance(srv, Mapping):
+        listed = user.get("groups")
+        groups[name] = [g for g in listed if isinstance(g, str)] if isinstance(listed, list) else []
+        owned = user.get("servers")
+        for sname, srv in owned.items() if isinstance(owned, Mapping) else ():
+            if not isinstance(sname, str) or not isinstance(srv, Mapping):
                 continue
             servers.append(
                 HubServer(

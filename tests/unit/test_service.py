@@ -188,9 +188,10 @@ def test_servers_from_users_skips_malformed_entries():
             {"name": 3},
             "junk",
             {"name": "bo", "servers": {"x": "junk"}},
+            {"name": "cy", "groups": "gpu", "servers": ["not", "a", "dict"]},
         ]
     )
-    assert servers == [HubServer("ann", "", "s", "l")] and groups == {"ann": ["g"], "bo": []}
+    assert servers == [HubServer("ann", "", "s", "l")] and groups == {"ann": ["g"], "bo": [], "cy": []}
 
 
 # ---- configure_hub -------------------------------------------------------------------------------
