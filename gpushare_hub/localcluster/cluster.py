@@ -259,8 +259,11 @@ class LocalCluster:
         # ServiceAccount: the `ServiceAccount` admission plugin refuses pods until then.
         comp.wait_until(lambda: self.get_json(SA_PATH.format(ns="default")) is not None, 120, "ready")
 
-    def create_namespace(self, name: str, timeout: float = 60) -> None:
-        """Create a namespace and wait for its `default` ServiceAccount (pods need it)."""
+    def create_namespace(self, name: str, timeout: float = 120) -> None:
+        """Create a namespace and wait for its `default` ServiceAccount (pods need it).
+
+        As long as the controller manager's own start: after the fault tests restart the API
+        server, its informers can sit in their watch backoff (seen: over 60 s on v1.36)."""
         self.core_api().create_namespace({"metadata": {"name": name}})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
