@@ -127,11 +127,23 @@ def node_group(local_cluster: LocalCluster):
 
 
 @pytest.fixture
-def namespace(local_cluster: LocalCluster) -> str:
-    """A fresh namespace per test, so tests never see each other's pods."""
+def namespace(local_cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace per test, so tests never see each other's pods.
+
+    Its pods are deleted at once when the test ends (grace 0), then the namespace: a pod left
+    behind keeps counting against its node's ``aliyun.com/gpu-mem`` in kube-scheduler, and the
+    default scheduler may have put it on a shared node such as the hub tier's notebook nodes
+    (a leftover 3 GiB pod there once made a later binpack test place a notebook elsewhere).
+    """
     name = f"t-{uuid.uuid4().hex[:8]}"
     local_cluster.create_namespace(name)
-    return name
+    yield name
+    api = local_cluster.core_api()
+    try:
+        api.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        api.delete_namespace(name)
+    except Exception as err:  # an API server a fault test left down: nothing more to clean
+        print(f"[namespace fixture] could not clean up namespace {name}: {err}")
 
 
 def gpu_pod(

@@ -62,6 +62,14 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         page.click("a.dropdown-item:has-text('GPU slices')")
         page.wait_for_url(f"**/services/{SERVICE}/**")
         page.wait_for_selector(".seg.alloc[data-user=bo]")
+        # Pods come from the watch at once; start and last activity from the hub's REST API, read
+        # every hub_poll_seconds (5 s): a server that started since the last read shows "idle
+        # unknown" until the next one, which a refresh of the page (every 5 s) then picks up.
+        page.wait_for_function(
+            "['amy', 'bo'].every(u => (document.querySelector(`.seg.alloc[data-user=${u}]`)"
+            " || {dataset: {}}).dataset.idle)",
+            timeout=30_000,
+        )
         page.evaluate("window.__sameDocument = true")
         segs = {s["user"]: s for s in segments(page)}
         assert segs["amy"]["card"] == segs["bo"]["card"], segs
