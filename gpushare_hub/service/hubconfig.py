@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 CONFIG_ENV = "GPUSHARE_SERVICE_CONFIG"
 DISPLAY_NAME = "GPU slices"
@@ -61,6 +62,29 @@ def _current(c: Any, key: str, empty: Any) -> Any:
     return value if isinstance(value, type(empty)) else empty
 
 
+def _listen_on(url: str, port: int | None) -> dict[str, Any]:
+    """The service's ``ip`` and ``port`` for a ``url`` the proxy reaches it at (checked here)."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/"):
+        raise ValueError(
+            f"configure_hub(url={url!r}): give the service's address as http://HOST:PORT, "
+            "for example http://hub:10101 (the hub's Kubernetes Service) in Zero to JupyterHub"
+        )
+    try:
+        url_port = parsed.port
+    except ValueError as err:
+        raise ValueError(f"configure_hub(url={url!r}): {err}; give a port from 1 to 65535") from None
+    if url_port is None:
+        raise ValueError(f"configure_hub(url={url!r}): the URL needs a port, e.g. http://hub:10101")
+    if port is not None and port != url_port:
+        raise ValueError(
+            f"configure_hub(url={url!r}, port={port}): the two ports differ; leave out port, "
+            "the URL's is the one the service listens on"
+        )
+    loopback = parsed.hostname in ("localhost", "::1") or parsed.hostname.startswith("127.")
+    return {"ip": parsed.hostname if loopback else "0.0.0.0", "port": url_port}
+
+
 def configure_hub(
     c: Any,
     *,
@@ -73,6 +97,7 @@ def configure_hub(
     environment: Mapping[str, str] | None = None,
     node_selector: Mapping[str, str] | None = None,
     metrics_services: Iterable[str] = (),
+    url: str | None = None,
 ) -> None:
     """Add the hub-managed gpushare service to a JupyterHub config object ``c``.
 
@@ -92,6 +117,12 @@ def configure_hub(
     (or KubeSpawner's) with ``c.GPUShareSpawner.gpu_node_selector``. ``kubeconfig``: passed to
     the service as ``KUBECONFIG`` (None: the hub's own ``$KUBECONFIG`` if set; else, when the hub
     runs in a pod, the pod's service account). ``environment``: more variables for the service's process.
+
+    ``url``: where the proxy reaches the service, when the proxy is not on the hub's machine
+    (Zero to JupyterHub runs it in its own pod: ``http://hub:10101``, with that port added to the
+    hub's Kubernetes Service and NetworkPolicy, see ``examples/z2jh-values.yaml``). Its port must
+    be given; a host other than a loopback address makes the service listen on every interface
+    of that port (each request still needs a hub token). None: ``http://127.0.0.1:<port>``.
     """
     spawner = _section(c, "GPUShareSpawner")
     kube = _section(c, "KubeSpawner")
@@ -133,12 +164,16 @@ def configure_hub(
         service_config["in_cluster"] = True
         for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
             env[var] = os.environ.get(var, "")
+
+    if url is None:
+        from gpushare_hub.localcluster.processes import free_port
+
+        url = f"http://127.0.0.1:{port or free_port()}"
+    else:
+        service_config.update(_listen_on(url, port))
     env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
     env.update(environment or {})
 
-    from gpushare_hub.localcluster.processes import free_port
-
-    url = f"http://127.0.0.1:{port or free_port()}"
     services = [s for s in _current(c, "services", []) if s.get("name") != name]
     services.append(
         {

@@ -57,10 +57,11 @@ def test_gpu_pods_go_to_the_charts_scheduler_on_the_plugins_nodes():
     assert all(t in ours["devicePlugin"]["tolerations"] for t in spawner["gpu_tolerations"])
 
 
-def test_the_hub_service_has_a_role_and_the_check_snippet_compiles():
+def test_the_hub_service_and_the_check_snippets_compile():
+    """What they add to the hub: tests/unit/test_examples.py (run as Zero to JupyterHub runs them)."""
     hub = z2jh()["hub"]
-    assert set(hub["services"]) == {"gpushare"}
-    assert hub["loadRoles"]["gpushare"]["services"] == ["gpushare"]
+    assert set(hub["extraConfig"]) == {"gpushare-check", "gpushare-service"}
+    assert "configure_hub(" in hub["extraConfig"]["gpushare-service"]
     for name, code in hub["extraConfig"].items():
         compile(code, f"hub.extraConfig.{name}", "exec")
 

@@ -117,3 +117,50 @@ def test_z2jh_values_name_only_traits_the_spawner_has_and_pass_its_check():
         setattr(c.GPUShareSpawner, key, value)
     for code in hub["extraConfig"].values():
         exec(code, {"c": c})  # runs GPUShareSpawner.check_config(c)
+
+
+def test_z2jh_values_run_the_hub_service_where_zero_to_jupyterhubs_proxy_reaches_it(monkeypatch):
+    """The values' extraConfig, run as Zero to JupyterHub's jupyterhub_config.py runs it (in the hub's
+    pod, the spawner's namespace from POD_NAMESPACE), adds the service at a port that the same
+    file adds to the hub's Service and opens in the hub's NetworkPolicy; the service listens on it
+    on every interface, in-cluster, and names only the spawner's namespace's pods after hub users."""
+    import json
+
+    from traitlets.config import Config
+
+    from gpushare_hub.service.app import GPUShareService
+    from gpushare_hub.service.hubconfig import CONFIG_ENV
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    values = yaml.safe_load((EXAMPLES / "z2jh-values.yaml").read_text())
+    hub = values["hub"]
+    c = Config()
+    c.KubeSpawner.namespace = "jupyterhub"  # what Zero to JupyterHub sets before extraConfig
+    for key, value in hub["config"]["GPUShareSpawner"].items():
+        setattr(c.GPUShareSpawner, key, value)
+    for _, code in sorted(hub["extraConfig"].items()):  # Zero to JupyterHub runs them sorted by key
+        exec(code, {"c": c})
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    settings = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+    port = int(svc["url"].rsplit(":", 1)[1])
+    assert svc["url"] == f"http://hub:{port}"  # the hub's Kubernetes Service, from the proxy's pod
+    assert (settings["ip"], settings["port"]) == ("0.0.0.0", port)
+    assert settings["in_cluster"] is True and settings["hub_namespaces"] == ["jupyterhub"]
+    assert svc["environment"]["KUBERNETES_SERVICE_HOST"] == "10.96.0.1"
+    assert [p["port"] for p in hub["service"]["extraPorts"]] == [port]
+    assert [p["targetPort"] for p in hub["service"]["extraPorts"]] == [port]
+    (rule,) = hub["networkPolicy"]["ingress"]
+    assert rule["ports"] == [{"port": port}]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"hub.jupyter.org/network-access-hub": "true"}}}]
+    (egress,) = values["proxy"]["chp"]["networkPolicy"]["egress"]  # and the proxy may send there
+    assert egress["ports"] == [{"port": port}]
+    assert egress["to"] == [{"podSelector": {"matchLabels": {"component": "hub"}}}]
+    roles = {r["name"]: r for r in c.JupyterHub.load_roles}
+    assert roles["gpushare-admins"]["groups"] == ["gpu-admins"]
+    # The service reads those settings as it starts.
+    monkeypatch.setenv(CONFIG_ENV, svc["environment"][CONFIG_ENV])
+    app = GPUShareService()
+    app.initialize([])
+    assert (app.ip, app.port, app.hub_namespaces) == ("0.0.0.0", port, ["jupyterhub"])

@@ -244,6 +244,27 @@ def test_configure_hub_adds_the_service_scopes_and_least_privilege_roles():
     assert [r["name"] for r in c.JupyterHub.load_roles].count("user") == 1
 
 
+def test_configure_hub_url_puts_the_service_where_a_proxy_in_another_pod_reaches_it():
+    c = hub_config()
+    configure_hub(c, url="http://hub:10101")
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    passed = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+    assert svc["url"] == "http://hub:10101" and (passed["ip"], passed["port"]) == ("0.0.0.0", 10101)
+    configure_hub(c, url="http://127.0.0.1:10102", port=10102)  # a loopback URL: only loopback
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    passed = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+    assert (passed["ip"], passed["port"]) == ("127.0.0.1", 10102)
+    for url, kw, why in [
+        ("http://hub", {}, "needs a port"),
+        ("hub:10101", {}, "http://HOST:PORT"),
+        ("http://hub:10101/services/x", {}, "http://HOST:PORT"),
+        ("http://hub:99999", {}, "1 to 65535"),
+        ("http://hub:10101", {"port": 10102}, "ports differ"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            configure_hub(hub_config(), url=url, **kw)
+
+
 def test_configure_hub_refuses_a_wrong_catalogue_naming_the_entry():
     c = Config()
     with pytest.raises(CatalogueError, match=r"slices\[0\].*unknown"):
