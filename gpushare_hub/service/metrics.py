@@ -7,6 +7,7 @@ Amounts are in the ledger's unit (GiB by default, hence the names).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
@@ -17,10 +18,32 @@ PREFIX = "gpushare"
 CARD_LABELS = ("node", "card", "index", "model")
 
 
-def _reason_label(reason: str) -> str:
-    """The scheduler's message, cut to one line of at most 120 characters (a label value)."""
-    first = (reason or "not scheduled yet").splitlines()[0]
-    return first[:120]
+# ``gpushare_pending_pods{reason=...}``: a fixed set of values, first match wins, in the order of
+# what a pod most plausibly waits for. The scheduler's message itself names nodes, pods and
+# counts (a new label value per cluster size, and names that metrics readers need not see); the
+# dashboard and api/v1/ledger keep it whole.
+REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("not_scheduled_yet", re.compile(r"^not scheduled yet$")),
+    (
+        "gpu_memory_full",
+        re.compile(
+            r"card(?: on node \S+)? has .* free|no node has free now|empty .*card\(s\)"
+            r"|Insufficient (?!cpu\b|memory\b)"
+        ),
+    ),
+    ("cpu_or_memory", re.compile(r"Insufficient (?:cpu|memory)\b|CPU free|memory free")),
+    ("handing_out", re.compile(r"still handing|waits until that allocation")),
+    ("cards_unhealthy", re.compile(r"unhealthy")),
+    ("slice_larger_than_any_card", re.compile(r"hold at most|can ever hold|usable .*card")),
+    ("taint", re.compile(r"untolerated taint")),
+    ("node_selector", re.compile(r"didn't match Pod's node affinity|node affinity/selector")),
+)
+
+
+def reason_label(reason: str) -> str:
+    """The ``reason`` label of a pending pod: one of :data:`REASONS`' names, else ``other``."""
+    text = reason or "not scheduled yet"
+    return next((name for name, pattern in REASONS if pattern.search(text)), "other")
 
 
 def quota_use(
@@ -57,7 +80,7 @@ def render_metrics(
     )
     pending = Gauge(
         f"{PREFIX}_pending_pods",
-        "GPU pods that no node has taken, by the scheduler's reason",
+        "GPU pods that no node has taken, by the kind of the scheduler's reason",
         ["reason"],
         registry=reg,
     )
@@ -90,7 +113,7 @@ def render_metrics(
     for model, total in doc["models"].items():
         model_used.labels(model).set(total["used"])
         model_free.labels(model).set(total["free"])
-    reasons = Counter(_reason_label(p["reason"]) for p in doc["pending"])
+    reasons = Counter(reason_label(p["reason"]) for p in doc["pending"])
     for reason, n in reasons.items():
         pending.labels(reason).set(n)
     fragment.set(doc["fragmentation"]["units"])

@@ -183,6 +183,9 @@ def test_ledger_availability_me_and_metrics_follow_spawns_and_stops(local_cluste
         (frag,) = families["gpushare_fragmentation_gib"].samples
         assert frag.value == doc["fragmentation"]["units"]
         assert sum(s.value for s in families["gpushare_pending_pods"].samples) == len(doc["pending"]) >= 1
+        # fay's pod waits for GPU memory; the label names that kind, not nodes or pods.
+        by_reason = {s.labels["reason"]: s.value for s in families["gpushare_pending_pods"].samples}
+        assert by_reason.get("gpu_memory_full", 0) >= 1, (by_reason, pending["reason"])
     finally:
         for user in started:
             stop_server(hub, local_cluster, user)

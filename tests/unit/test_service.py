@@ -14,7 +14,7 @@ from gpushare_hub.core import CARDS_ANNOTATION, Ledger
 from gpushare_hub.inspect.report import build_report
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
-from gpushare_hub.service.metrics import render_metrics
+from gpushare_hub.service.metrics import REASONS, reason_label, render_metrics
 from gpushare_hub.service.view import (
     FILTER_KEYS,
     Filters,
@@ -175,10 +175,46 @@ def test_metrics_parse_and_match_the_ledger():
     assert sorted(slices.values()) == [0, 1, 1, 2]
     assert [s.value for s in fam["gpushare_model_free_gib"].samples] == [40]
     assert [s.value for s in fam["gpushare_fragmentation_gib"].samples] == [5]
-    assert [(s.labels["reason"][:10], s.value) for s in fam["gpushare_pending_pods"].samples] == [
-        ("0/2 nodes ", 1)
+    assert [(s.labels["reason"], s.value) for s in fam["gpushare_pending_pods"].samples] == [
+        ("gpu_memory_full", 1)
     ]
     assert {s.labels["group"]: s.value for s in fam["gpushare_quota_used_gib"].samples} == {"gpu-power": 10}
+
+
+@pytest.mark.parametrize(
+    ("message", "label"),
+    [
+        ("", "not_scheduled_yet"),
+        (
+            "0/71 nodes are available: 2 Insufficient aliyun.com/gpu-mem, 69 node(s) didn't match "
+            "Pod's node affinity/selector. preemption: 0/71 nodes are available",
+            "gpu_memory_full",
+        ),
+        (
+            "0/9 nodes are available: 1 no card on node gpu-1 has 10 GiB free; the largest free block "
+            "is 6 GiB (card 0), 8 node(s) didn't match Pod's node affinity/selector.",
+            "gpu_memory_full",
+        ),
+        (
+            "0/2 nodes are available: 2 node gpu-1 has 0 empty card(s), the pod asks 1 whole card(s).",
+            "gpu_memory_full",
+        ),
+        ("0/3 nodes are available: 3 Insufficient cpu.", "cpu_or_memory"),
+        ("0/1 nodes are available: 1 node gpu-1 has 500m CPU free, the pod asks 2000m.", "cpu_or_memory"),
+        (
+            "0/2 nodes are available: 1 cards on node gpu-1 hold at most 15 GiB, the pod asks 16 GiB on "
+            "one card, 1 node(s) didn't match Pod's node affinity/selector.",
+            "slice_larger_than_any_card",
+        ),
+        ("0/1 nodes are available: 1 node gpu-1: every card is unhealthy.", "cards_unhealthy"),
+        ("0/3 nodes are available: 3 node(s) had untolerated taint {gpu: yes}.", "taint"),
+        ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.", "node_selector"),
+        ("something the scheduler says one day", "other"),
+    ],
+)
+def test_pending_pods_are_counted_by_a_fixed_set_of_reasons_that_name_no_node_or_pod(message, label):
+    assert reason_label(message) == label
+    assert label in {name for name, _ in REASONS} | {"other"}
 
 
 def test_servers_from_users_skips_malformed_entries():
