@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from html import escape
@@ -122,14 +123,33 @@ class Cluster:
 class HubServers:
     """The hub's active servers and users' groups, polled with the service's token."""
 
+    # A server that started since the last read shows no start or activity; a page or API call
+    # that meets one asks for a read at once, at most this often (seconds).
+    soonest = 1.0
+
     def __init__(self, api_url: str, token: str) -> None:
         self.api_url = api_url
         self.token = token
         self.servers: list[HubServer] = []
         self.groups: dict[str, list[str]] = {}
         self.error = ""
+        self._last_read = float("-inf")  # monotonic time of the last read's start
+        self._reading: asyncio.Task[None] | None = None
+
+    def read_soon(self, holders: Collection[tuple[str, str]]) -> None:
+        """Read the hub again now if it has not named one of ``holders`` ((user, server) pairs
+        holding slices) and no read started in the last :attr:`soonest` seconds or is running."""
+        known = {(s.user, s.server) for s in self.servers}
+        if all(h in known for h in holders):
+            return
+        if self._reading is not None and not self._reading.done():
+            return
+        if time.monotonic() - self._last_read < self.soonest:
+            return
+        self._reading = asyncio.get_running_loop().create_task(self.poll())
 
     async def poll(self) -> None:
+        self._last_read = time.monotonic()
         http = httpclient.AsyncHTTPClient()
         users: list[Any] = []
         offset = 0
@@ -431,6 +451,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
         )
         if self.hub.error:  # start and activity are then the last ones read
             doc["warnings"].append(self.hub.error)
+        self.hub.read_soon({(a["hub_user"], a["server"]) for a in doc["allocations"] if a["hub_user"]})
         return doc
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

@@ -63,8 +63,9 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         page.wait_for_url(f"**/services/{SERVICE}/**")
         page.wait_for_selector(".seg.alloc[data-user=bo]")
         # Pods come from the watch at once; start and last activity from the hub's REST API, read
-        # every hub_poll_seconds (5 s): a server that started since the last read shows "idle
-        # unknown" until the next one, which a refresh of the page (every 5 s) then picks up.
+        # every hub_poll_seconds (5 s) and at once when a page meets a server the last read did
+        # not name: until then the slice shows "idle unknown", and the page's next refresh
+        # (every 5 s) shows the idle time.
         page.wait_for_function(
             "['amy', 'bo'].every(u => (document.querySelector(`.seg.alloc[data-user=${u}]`)"
             " || {dataset: {}}).dataset.idle)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -362,3 +363,41 @@ def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(mo
     assert json.loads(env[CONFIG_ENV])["GPUShareService"]["in_cluster"] is True
     assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("10.96.0.1", "443")
     assert "KUBECONFIG" not in env
+
+
+def test_a_slice_holder_the_hub_has_not_named_yet_makes_one_early_read_not_many():
+    """The hub is read every hub_poll_seconds; a page meeting a server started since then asks for
+    one read at once (its idle time shows on the next refresh), never more than one a second."""
+    import asyncio
+
+    from gpushare_hub.service.app import HubServers
+
+    class Counting(HubServers):
+        reads = 0
+
+        async def poll(self) -> None:
+            self._last_read = time.monotonic()
+            self.reads += 1
+            await asyncio.sleep(0.05)
+            self.servers = [HubServer("amy", ""), HubServer("bo", "")]
+
+    async def scenario() -> Counting:
+        hub = Counting("http://hub.invalid/hub/api", "t")
+        hub.servers = [HubServer("amy", "")]
+        hub.read_soon({("amy", "")})  # known: no read
+        await asyncio.sleep(0)
+        assert hub.reads == 0
+        for _ in range(5):  # bo unknown: one read, however many pages ask
+            hub.read_soon({("amy", ""), ("bo", "")})
+        await asyncio.sleep(0.1)
+        assert hub.reads == 1 and ("bo", "") in {(s.user, s.server) for s in hub.servers}
+        hub.read_soon({("cy", "")})  # unknown again, but a read started under a second ago
+        await asyncio.sleep(0.1)
+        assert hub.reads == 1
+        hub.soonest = 0.0
+        hub.read_soon({("cy", "")})
+        await asyncio.sleep(0.1)
+        assert hub.reads == 2
+        return hub
+
+    asyncio.run(scenario())
