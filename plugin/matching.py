@@ -31,6 +31,7 @@ extender wrote, never the device IDs the kubelet picked.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ from gpushare_hub.core.handout import count_handouts, handouts
 from gpushare_hub.core.ledger import Ledger
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
+
+log = logging.getLogger("gpushare.plugin")
 
 MEMORY = "memory"
 COUNT = "count"
@@ -98,7 +101,11 @@ def waiting_containers(
     ledger = Ledger(names)
     ledger.set_node(node)
     for pod in pods:
-        refused = ledger.observe_pod(pod)
+        try:
+            refused = ledger.observe_pod(pod)
+        except Exception:  # one pod nobody can read must not fail every Allocate on the node
+            log.exception("pod %s on node %s could not be read; it gets no card", pod_key(pod), node.name)
+            continue
         if refused is not None and ignored is not None:
             ignored.append(refused)
     out = []

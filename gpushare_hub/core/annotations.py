@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .errors import InvalidObject
+from .jsonfields import load_annotation_json, whole_number
 
 PREFIX = "gpushare-hub.io"
 ALLOCATION_ANNOTATION = f"{PREFIX}/allocation"
@@ -73,23 +74,31 @@ class AllocationRecord:
 
     @classmethod
     def from_json(cls, raw: str, *, where: str) -> AllocationRecord:
+        fix = "delete the pod or remove the annotation so that it is scheduled again"
+        d = load_annotation_json(raw, f"{where}: annotation {ALLOCATION_ANNOTATION}", fix)
         try:
-            d = json.loads(raw)
             return cls(
                 node=str(d["node"]),
                 cards=tuple(
-                    CardShare(uuid=str(c["uuid"]), index=int(c["index"]), units=int(c["units"]))
+                    CardShare(
+                        uuid=str(c["uuid"]),
+                        index=whole_number(c["index"], "a card's index"),
+                        units=whole_number(c["units"], "a card's units"),
+                    )
                     for c in d["cards"]
                 ),
                 containers=tuple(
-                    ContainerShare(container=str(c["name"]), uuid=str(c["uuid"]), units=int(c["units"]))
+                    ContainerShare(
+                        container=str(c["name"]),
+                        uuid=str(c["uuid"]),
+                        units=whole_number(c["units"], "a container's units"),
+                    )
                     for c in d.get("containers", [])
                 ),
             )
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InvalidObject(
-                f"{where}: annotation {ALLOCATION_ANNOTATION} is not a valid allocation record ({err}); "
-                "delete the pod or remove the annotation so that it is scheduled again"
+                f"{where}: annotation {ALLOCATION_ANNOTATION} is not a valid allocation record ({err}); {fix}"
             ) from err
 
     def pod_annotations(self, card_units: Mapping[str, int], assume_time_ns: int) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from .annotations import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION, MODEL_LABEL
 from .errors import InvalidObject
+from .jsonfields import load_annotation_json, whole_number
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
 # MiB that NVML reports for common cards (models normalised: spaces become dashes).
@@ -147,10 +148,7 @@ def cards_to_annotation(cards: Sequence[Card]) -> str:
 
 def _cards_from_annotation(node: str, raw: str) -> tuple[Card, ...]:
     where = f"node {node} annotation {CARDS_ANNOTATION}"
-    try:
-        items = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise InvalidObject(f"{where}: not JSON ({err}); the device plugin rewrites it on restart") from err
+    items = load_annotation_json(raw, where, "the device plugin rewrites it on restart")
     if not isinstance(items, list):
         raise InvalidObject(f"{where}: expected a JSON list of cards, got {type(items).__name__}")
     cards = []
@@ -158,15 +156,15 @@ def _cards_from_annotation(node: str, raw: str) -> tuple[Card, ...]:
         try:
             cards.append(
                 Card(
-                    index=int(item["index"]),
+                    index=whole_number(item["index"], "index"),
                     uuid=str(item["uuid"]),
                     model=normalize_model(str(item.get("model", "unknown"))),
-                    units=int(item["units"]),
-                    mib=int(item.get("mib", 0)),
+                    units=whole_number(item["units"], "units"),
+                    mib=whole_number(item.get("mib", 0), "mib"),
                     healthy=bool(item.get("healthy", True)),
                 )
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise InvalidObject(f"{where}: card #{i} lacks or mangles {err}") from err
     return tuple(cards)
 

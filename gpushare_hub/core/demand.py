@@ -123,8 +123,30 @@ def _pod_amount(spec: Mapping[str, Any], resource: str, pod: str) -> tuple[int, 
     return max(init_peak, app + sidecars_so_far), per
 
 
-def _csv(value: str | None) -> tuple[str, ...]:
-    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+# A pod's card-model lists are written by its owner and read for every card the placer weighs:
+# bounded, so that no pod makes a filter call slow for everyone (a real list names a few models).
+MAX_MODELS = 16
+MAX_MODEL_CHARS = 64
+
+
+def _models(ann: Mapping[str, Any], names: tuple[str, str], key: str) -> tuple[str, ...]:
+    """The comma-separated card models of the first of ``names`` set on the pod, checked."""
+    annotation = next((n for n in names if ann.get(n)), names[0])
+    raw = str(ann.get(annotation) or "")
+    if len(raw) > MAX_MODELS * (MAX_MODEL_CHARS + 1):
+        raise InvalidObject(
+            f"pod {key}: annotation {annotation} is {len(raw)} characters long; list at most "
+            f"{MAX_MODELS} card models of at most {MAX_MODEL_CHARS} characters each, e.g. Tesla-T4,Tesla-V100"
+        )
+    models = tuple(dict.fromkeys(v.strip() for v in raw.split(",") if v.strip()))
+    long = [m for m in models if len(m) > MAX_MODEL_CHARS]
+    if len(models) > MAX_MODELS or long:
+        what = f"a model of {len(long[0])} characters" if long else f"{len(models)} card models"
+        raise InvalidObject(
+            f"pod {key}: annotation {annotation} lists {what}; list at most {MAX_MODELS} card "
+            f"models of at most {MAX_MODEL_CHARS} characters each, e.g. Tesla-T4,Tesla-V100"
+        )
+    return models
 
 
 def pod_key(obj: Mapping[str, Any]) -> str:
@@ -160,8 +182,8 @@ def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
         count=count,
         containers=tuple(per_container),
         count_containers=tuple(count_containers),
-        models=_csv(ann.get(MODELS_ANNOTATION) or ann.get(TKESTACK_USE)),
-        exclude_models=_csv(ann.get(EXCLUDE_MODELS_ANNOTATION) or ann.get(TKESTACK_NOUSE)),
+        models=_models(ann, (MODELS_ANNOTATION, TKESTACK_USE), key),
+        exclude_models=_models(ann, (EXCLUDE_MODELS_ANNOTATION, TKESTACK_NOUSE), key),
         policy=ann.get(POLICY_ANNOTATION) or None,
         labels=dict(meta.get("labels") or {}),
     )

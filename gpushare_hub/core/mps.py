@@ -19,12 +19,13 @@ spawner can show the same :class:`UIDMismatch` text before the user waits.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .annotations import PREFIX
+from .errors import InvalidObject
+from .jsonfields import load_annotation_json
 
 MPS_LABEL = f"{PREFIX}/mps"
 MPS_MULTI_USER_LABEL = f"{PREFIX}/mps-multi-user"
@@ -56,8 +57,8 @@ def node_mps(node: Mapping[str, Any]) -> NodeMPS:
     raw = (meta.get("annotations") or {}).get(MPS_SERVERS_ANNOTATION)
     if raw:
         try:
-            value = json.loads(raw)
-        except ValueError:
+            value = load_annotation_json(raw, f"annotation {MPS_SERVERS_ANNOTATION}", "ignored")
+        except InvalidObject:
             value = None
         if isinstance(value, dict):
             servers = {

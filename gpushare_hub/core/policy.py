@@ -252,8 +252,10 @@ class Placer:
             if other:
                 return (
                     NOT_NOW,
-                    f"node {node.name} is still handing whole cards (aliyun.com/gpu-count) to pod "
-                    f"{other[0]}; a second such pod now would be ambiguous for the device plugin, so "
+                    # Another user's pod is not named: this text reaches the waiting pod's owner
+                    # (its PodScheduled condition, events and the spawn progress page).
+                    f"node {node.name} is still handing whole cards (aliyun.com/gpu-count) to another "
+                    "pod; a second such pod now would be ambiguous for the device plugin, so "
                     "this pod waits until that allocation is done",
                     *best,
                     TRANSIENT,

@@ -180,7 +180,7 @@ def build_report(
             continue
         try:
             ledger.observe_node(obj)
-        except GPUShareError as err:
+        except Exception as err:  # GPUShareError: says why; anything else must not end the report
             if _offers_gpu_memory(obj, names):
                 problems[name] = f"card inventory unreadable: {err}"
                 node_objs[name] = obj
@@ -196,8 +196,8 @@ def build_report(
         key = pod_key(pod)
         try:
             demand = demand_from_pod(pod, names)
-        except GPUShareError as err:
-            warnings.append(str(err))
+        except Exception as err:  # GPUShareError: says why; anything else must not end the report
+            warnings.append(f"pod {key}: {err}" if not isinstance(err, GPUShareError) else str(err))
             continue
         if demand is None or not demand.wants_gpu:
             continue
@@ -222,8 +222,8 @@ def build_report(
             continue
         try:
             ignored = ledger.observe_pod(pod)
-        except GPUShareError as err:
-            warnings.append(str(err))
+        except Exception as err:  # GPUShareError: says why; anything else must not end the report
+            warnings.append(f"pod {key}: {err}" if not isinstance(err, GPUShareError) else str(err))
         else:
             if ignored is not None:  # a forged or unreadable record: it holds no card, say why
                 warnings.append(ignored.message())

@@ -190,12 +190,17 @@ class LedgerInformer:
             # placement, keep its pods' holds (they wait in the ledger), and say why.
             log.warning("node %s: %s", name, err)
             self.ledger.mark_unreadable(name, str(err))
+        except Exception as err:  # a reader's bug must not stop the list of every other object
+            log.exception("node %s could not be read; it is taken out of placement", name)
+            self.ledger.mark_unreadable(name, f"cannot be read ({type(err).__name__}: {err})")
 
     def _apply_pod(self, obj: dict[str, Any], deleted: bool) -> None:
         try:
             ignored = self.ledger.observe_pod(obj, deleted=deleted)
         except GPUShareError as err:
             log.warning("ignoring pod %s: %s", pod_key(obj), err)
+        except Exception:  # a reader's bug must not stop the list of every other object
+            log.exception("ignoring pod %s: it could not be read", pod_key(obj))
         else:
             if ignored is not None:
                 self._tell_ignored([ignored])

@@ -81,14 +81,15 @@ def parse_query(query: Mapping[str, Sequence[Any]], allowed: Sequence[str]) -> F
         "user": (USER_RE, "a hub user name"),
     }
     for key, (pattern, what) in checks.items():
-        if key in values and not pattern.match(values[key]):
+        if key in values and not pattern.fullmatch(values[key]):  # fullmatch: no trailing newline
             raise QueryError(
                 key, f"query parameter {key}={values[key][:80]!r} is not {what}; leave it out for all"
             )
     refresh = None
     if "refresh" in values:
         raw_refresh = values["refresh"]
-        if not raw_refresh.isdigit() or not 1 <= int(raw_refresh) <= 3600:
+        digits = raw_refresh.isascii() and raw_refresh.isdigit() and len(raw_refresh) <= 4
+        if not digits or not 1 <= int(raw_refresh) <= 3600:
             raise QueryError(
                 "refresh",
                 f"query parameter refresh={raw_refresh[:20]!r} is not a number of seconds "

@@ -124,6 +124,10 @@ def test_a_pod_outside_the_hubs_namespace_is_never_attributed_to_a_hub_user():
         ({"model": [b"<script>"]}, "model", "is not a card model"),
         ({"refresh": [b"abc"]}, "refresh", "number of seconds"),
         ({"refresh": [b"0"]}, "refresh", "from 1 to 3600"),
+        ({"refresh": ["²".encode()]}, "refresh", "number of seconds"),  # isdigit(), but not int()
+        ({"refresh": [b"9" * 5000]}, "refresh", "number of seconds"),
+        ({"user": [b"alice\n"]}, "user", "is not a hub user name"),
+        ({"node": [b"nb-1\n"]}, "node", "is not a node name"),
     ],
 )
 def test_malformed_query_parameters_are_refused_naming_the_parameter(query, param, words):

@@ -1,0 +1,116 @@
+"""Annotations a notebook user can write, at their worst: every reader refuses them with a reason
+and goes on with every other object. (Found by a review: ``1e999`` parses to infinity and
+``int(inf)`` raised OverflowError, deep nesting RecursionError; neither was caught, so one such
+pod stopped the extender's list, the service's ledger and the plugin's Allocate for everyone.)"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from extender.decisions import Decisions
+from gpushare_hub.core import CARDS_ANNOTATION, InvalidObject, Ledger, demand_from_pod, node_from_k8s
+from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, AllocationRecord, CardShare, ContainerShare
+from gpushare_hub.core.demand import MAX_MODELS
+from gpushare_hub.core.jsonfields import MAX_JSON_CHARS
+from gpushare_hub.core.records import IgnoredRecord, read_allocation
+from gpushare_hub.inspect.report import build_report
+from gpushare_hub.kube import LedgerInformer
+from plugin.matching import waiting_containers
+
+from .helpers import node_obj, pod_obj
+from .test_extender_decisions import args
+
+UUID = "GPU-sim-gpu-1-0"
+POISON = [
+    '{"node":"gpu-1","cards":[{"uuid":"' + UUID + '","index":1e999,"units":1}]}',  # infinity
+    '{"node":"gpu-1","cards":[{"uuid":"' + UUID + '","index":0,"units":1e999}]}',
+    '{"node":"gpu-1","cards":[{"uuid":"' + UUID + '","index":0,"units":1.9}]}',  # not truncated to 1
+    '{"node":"gpu-1","cards":[{"uuid":"' + UUID + '","index":0,"units":true}]}',
+    '{"node":"gpu-1","cards":[{"uuid":"' + UUID + '","index":0,"units":"3"}]}',
+    '{"node":"gpu-1","cards":["' + UUID + '"]}',
+    '{"node":"gpu-1","cards":{"uuid":"x"}}',
+    "[" * 100_000,  # nested too deeply for Python's JSON reader
+    '{"node":"gpu-1","cards":[],"pad":"' + "x" * MAX_JSON_CHARS + '"}',
+    "[]",
+]
+
+
+def poisoned(name: str, raw: str) -> dict[str, Any]:
+    return pod_obj(name, 1, node="gpu-1", annotations={ALLOCATION_ANNOTATION: raw})
+
+
+@pytest.mark.parametrize("raw", POISON, ids=range(len(POISON)))
+def test_a_poisoned_allocation_record_holds_no_card_and_says_why(raw):
+    got = read_allocation(poisoned("evil", raw), None)
+    assert isinstance(got, IgnoredRecord), got
+    assert "it holds no card" in got.message()
+
+
+def test_poisoned_pods_stop_no_reader():
+    node = node_obj("gpu-1")
+    rec = AllocationRecord("gpu-1", (CardShare(UUID, 0, 5),), (ContainerShare("notebook", UUID, 5),))
+    good = pod_obj("good", 5, node="gpu-1", uid="u-good", annotations={ALLOCATION_ANNOTATION: rec.to_json()})
+    pods = [poisoned(f"evil-{i}", raw) for i, raw in enumerate(POISON)] + [good]
+
+    inf = LedgerInformer(None)  # what the extender, the spawner and the service keep
+    inf.apply("nodes", "ADDED", node)
+    for pod in pods:
+        inf.apply("pods", "ADDED", pod)
+    assert inf.ledger.used("gpu-1", UUID) == 5 and inf.ledger.allocation("jhub/good") is not None
+
+    report = build_report([node], pods)  # kubectl inspect gpushare and the hub service
+    held = [p.name for n in report.nodes for c in n.cards for p in c.pods]
+    assert held == ["good"] and len(report.warnings) == len(POISON)
+
+    ignored: list[IgnoredRecord] = []  # the device plugin's Allocate
+    waiting = waiting_containers(pods, node_from_k8s(node), set(), ignored=ignored)
+    assert [w.pod for w in waiting] == ["jhub/good"] and len(ignored) == len(POISON)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '[{"index":1e999,"uuid":"a","units":15}]',
+        '[{"index":0,"uuid":"a","units":15,"mib":1e999}]',
+        "[" * 100_000,
+    ],
+)
+def test_a_poisoned_card_inventory_is_refused_with_the_reason(raw):
+    node = node_obj("gpu-1")
+    node["metadata"]["annotations"][CARDS_ANNOTATION] = raw
+    with pytest.raises(InvalidObject, match=r"gpushare-hub\.io/cards"):
+        node_from_k8s(node)
+    inf = LedgerInformer(None)
+    inf.apply("nodes", "ADDED", node)
+    assert inf.ledger.node("gpu-1") is None and inf.ledger.unreadable("gpu-1")
+
+
+def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():
+    models = ",".join(f"m{i}" for i in range(120_000))
+    pod = pod_obj("greedy", 1, annotations={"gpushare-hub.io/exclude-card-models": models})
+    start = time.perf_counter()
+    with pytest.raises(InvalidObject, match=f"at most {MAX_MODELS} card models"):
+        demand_from_pod(pod)
+    long_name = pod_obj("long", 1, annotations={"gpushare-hub.io/card-models": "T" * 65})
+    with pytest.raises(InvalidObject, match="a model of 65 characters"):
+        demand_from_pod(long_name)
+    many = pod_obj("many", 1, annotations={"gpushare-hub.io/card-models": ",".join(["Tesla-T4"] * 40)})
+    assert demand_from_pod(many).models == ("Tesla-T4",)  # repeats count once  # type: ignore[union-attr]
+    # The extender's filter answers with that reason instead of weighing every card.
+    d = Decisions(Ledger.from_objects([node_obj(f"gpu-{i}") for i in range(10)], []))
+    out = d.filter(args(pod, [f"gpu-{i}" for i in range(10)]))
+    assert f"at most {MAX_MODELS} card models" in out.error and time.perf_counter() - start < 5
+
+
+def test_the_whole_card_wait_names_no_other_users_pod():
+    node = node_obj("gpu-1")
+    node["metadata"]["annotations"]["gpushare-hub.io/allocator"] = "gpushare-device-plugin"
+    d = Decisions(Ledger.from_objects([node], []))
+    assert d.bind(pod_obj("jupyter-bob", count=1), "gpu-1").__class__.__name__ == "Placement"
+    out = d.filter(args(pod_obj("jupyter-alice", count=1), ["gpu-1"]))
+    text = out.error + " ".join((out.failed or {}).values())
+    assert "still handing whole cards" in text and "another pod" in text, out
+    assert "bob" not in text, text
