@@ -127,6 +127,9 @@ FEASIBLE, NOT_NOW, NEVER = 0, 1, 2
 # TRANSIENT marks a hold that lifts by itself within seconds (see _pending_cards).
 TRANSIENT = "transient"
 _Eval = tuple[object, ...]
+# Distinct demand shapes cached (per node, and heaps over all nodes). Real pods come in a few
+# shapes (the catalogue's slices); past this many the cache starts again rather than grow.
+MAX_SHAPES = 1024
 
 
 class _ShapeIndex:
@@ -376,6 +379,8 @@ class Placer:
             self._cache[name] = entry
         hit = entry[1].get(shape)
         if hit is None:
+            if len(entry[1]) >= MAX_SHAPES:  # pods' owners choose shapes: bound what they cost
+                entry[1].clear()
             hit = entry[1][shape] = self._evaluate(st, demand)
         return hit
 
@@ -418,6 +423,8 @@ class Placer:
         log = ledger.changes
         if idx is None or (log and log[0][0] > idx.seq + 1):
             # First use of this shape, or too many changes since: evaluate every node.
+            if shape not in self._index and len(self._index) >= MAX_SHAPES:
+                self._index.clear()  # pods' owners choose shapes: bound what they cost
             idx = self._index[shape] = _ShapeIndex()
             todo: Iterable[str] = list(states)
         else:

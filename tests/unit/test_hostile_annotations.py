@@ -114,3 +114,15 @@ def test_the_whole_card_wait_names_no_other_users_pod():
     text = out.error + " ".join((out.failed or {}).values())
     assert "still handing whole cards" in text and "another pod" in text, out
     assert "bob" not in text, text
+
+
+def test_many_distinct_pod_shapes_do_not_grow_the_placers_caches_without_bound():
+    from gpushare_hub.core.policy import MAX_SHAPES, Placer
+
+    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    placer = Placer(ledger)
+    for i in range(MAX_SHAPES + 50):
+        pod = pod_obj(f"p{i}", 1, annotations={"gpushare-hub.io/exclude-card-models": f"model-{i}"})
+        placer.decide(demand_from_pod(pod))  # type: ignore[arg-type]
+    assert len(placer._index) <= MAX_SHAPES
+    assert all(len(shapes) <= MAX_SHAPES for _, shapes in placer._cache.values())
