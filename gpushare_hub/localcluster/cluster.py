@@ -41,7 +41,8 @@ from .processes import Component, HarnessError, free_port
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # kube-controller-manager's controllers the local cluster runs: workloads create pods, deleted
 # namespaces empty out, service accounts and their tokens exist, owned objects are collected,
-# the aggregated ClusterRoles (admin, edit, view) get their rules.
+# the aggregated ClusterRoles (admin, edit, view) get their rules, ResourceQuotas are counted
+# (admission refuses every pod in a namespace whose quota the controller has not counted yet).
 CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
@@ -54,6 +55,7 @@ CONTROLLERS = (
     "garbage-collector-controller",
     "root-ca-certificate-publisher-controller",
     "clusterrole-aggregation-controller",
+    "resourcequota-controller",
 )
 SA_PATH = "/api/v1/namespaces/{ns}/serviceaccounts/default"
 

@@ -638,6 +638,27 @@ def test_the_installed_scheduler_config_runs_in_kube_scheduler_as_the_charts_acc
         scheduler.stop()
 
 
+def test_the_docs_quota_bounds_the_slices_a_namespace_may_ask_for_itself(installed: Installed):
+    """docs/install.md, "Users who create pods themselves": the quota as written, applied to the real
+    API server, refuses a pod over it with the quota's words and lets one within it be created."""
+    installed.run_doc("user-quota")
+    quota = wait_for(
+        lambda: installed.admin.read_namespaced_resource_quota("gpu-slices", "team-a").status.hard or None,
+        timeout=60,
+    )  # the controller manager has counted the namespace: admission can now check pods against it
+    assert quota == {"requests.aliyun.com/gpu-mem": "7", "requests.aliyun.com/gpu-count": "0"}
+    try:
+        greedy = gpu_pod("greedy", 8, scheduler="gpushare-scheduler")
+        with pytest.raises(ApiException) as refused:
+            installed.admin.create_namespaced_pod("team-a", greedy)
+        assert refused.value.status == 403
+        assert "exceeded quota: gpu-slices" in refused.value.body, refused.value.body
+        assert "requests.aliyun.com/gpu-mem=8" in refused.value.body
+        installed.admin.create_namespaced_pod("team-a", gpu_pod("modest", 5, scheduler="gpushare-scheduler"))
+    finally:
+        installed.admin.delete_namespace("team-a")
+
+
 def test_with_mutual_tls_the_rendered_scheduler_and_sidecar_agree_on_one_secret(
     installed: Installed, helm: Helm, tmp_path: Path
 ):
