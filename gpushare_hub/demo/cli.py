@@ -34,7 +34,7 @@ from ..localcluster import build
 from ..localcluster.processes import HarnessError
 from .cards import CardsError, DemoCards, parse_cards
 from .catalogue import demo_slices, offered
-from .readyfile import DemoUser, Ready, remove_ready, write_ready
+from .readyfile import DemoUser, Ready, ready_file_problem, remove_ready, write_ready
 
 if TYPE_CHECKING:
     from ..localcluster.cluster import LocalCluster
@@ -254,7 +254,10 @@ def run(args: argparse.Namespace, cards: DemoCards) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare-demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="gpushare-demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # --node 3 is a typo, not --nodes 3
     )
     p.add_argument("--nodes", type=int, default=2, metavar="N", help="local notebook nodes (default 2)")
     p.add_argument(
@@ -282,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--nodes {args.nodes}: choose 1 to 20")
     if not 1 <= args.port <= 65535:
         p.error(f"--port {args.port} is not a port number")
+    if args.ready_file and (problem := ready_file_problem(args.ready_file)):
+        p.error(problem)
     if not port_is_free(args.port):
         print(
             f"gpushare-demo: port {args.port} on 127.0.0.1 is in use (another demo or server?); "

@@ -60,6 +60,35 @@ def write_ready(path: Path, ready: Ready) -> None:
     tmp.replace(path)
 
 
+def _ours(path: Path) -> dict[str, Any] | None:
+    """The ready file at ``path`` if it is one (a JSON object with ``hub_url`` and ``pid``)."""
+    try:
+        if path.stat().st_size > 1_000_000:
+            return None
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and {"hub_url", "pid"} <= doc.keys() else None
+
+
+def ready_file_problem(path: Path) -> str | None:
+    """Why ``--ready-file PATH`` cannot be used (checked before anything starts), or None.
+
+    A path that holds anything but an earlier demo's ready file is refused, so that stopping
+    the demo never removes a file of the user's."""
+    if path.is_dir():
+        return f"--ready-file {path} is a folder; give a file path, e.g. {path / 'demo.json'}"
+    if path.exists() and _ours(path) is None:
+        return (
+            f"--ready-file {path} already exists and is not a gpushare-demo ready file; "
+            "choose a new path (the demo removes its ready file when it stops)"
+        )
+    return None
+
+
 def remove_ready(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+    """Remove the ready file this process wrote; anything else at ``path`` stays."""
+    doc = _ours(path)
+    if doc is not None and doc.get("pid") == os.getpid():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

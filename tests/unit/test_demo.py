@@ -204,3 +204,31 @@ def test_the_demo_hub_configuration_loads_with_logins_dashboard_and_the_slice_pa
     assert c.GPUShareSpawner.default_url == "/gpushare"
     assert "--ServerApp.jpserver_extensions=gpushare_hub.demo.slicepage=True" in c.GPUShareSpawner.args
     assert [s["slug"] for s in c.GPUShareSpawner.slices] == ["t4-3g", "t4-5g", "t4-7g", "t4-whole"]
+
+
+def test_a_ready_file_path_holding_a_users_file_is_refused_before_anything_starts_and_never_removed(
+    tmp_path, capsys
+):
+    from gpushare_hub.demo.cli import main
+    from gpushare_hub.demo.readyfile import ready_file_problem
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--ready-file", str(notes), "--headless"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "already exists and is not a gpushare-demo ready file; choose a new path" in err
+    assert notes.read_text() == "my notes\n"
+    remove_ready(notes)  # even if asked, a file the demo did not write stays
+    assert notes.read_text() == "my notes\n"
+    assert "is a folder" in (ready_file_problem(tmp_path) or "")
+    # An earlier demo's ready file may be reused; one of another process is not removed by this one.
+    stale = tmp_path / "old.json"
+    stale.write_text(json.dumps({"hub_url": "http://127.0.0.1:8000", "pid": 1}))
+    assert ready_file_problem(stale) is None
+    remove_ready(stale)
+    assert stale.exists()
+    with pytest.raises(SystemExit):
+        main(["--node", "3"])  # a shortened flag is refused, not read as --nodes
+    assert "unrecognized arguments: --node" in capsys.readouterr().err
