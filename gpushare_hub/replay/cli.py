@@ -322,10 +322,23 @@ def _plot(path: Path, out: dict[str, Any], data: DynamicResult | list[StaticResu
     plt.close(fig)
 
 
+def _plot_path(path: Path) -> Path:
+    """Where ``--plot`` writes (matplotlib adds ``.png`` to a name without a suffix)."""
+    path = path if path.suffix else path.with_suffix(".png")
+    folder = path.parent
+    if not folder.is_dir():
+        raise TraceError(f"--plot {path}: folder {folder} does not exist; create it or give another path")
+    if path.is_dir() or not os.access(folder, os.W_OK):
+        raise TraceError(f"--plot {path}: cannot write there; give a file path in a folder you can write")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     started = time.perf_counter()
     try:
+        if args.plot:  # checked before the replay, whose figures would be lost at the end
+            args.plot = _plot_path(args.plot)
         pods = read_pods(args.pods)
         if args.mode == "dynamic":
             out, data = _dynamic(args, pods)

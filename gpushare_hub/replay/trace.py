@@ -66,6 +66,10 @@ def _open(path: Path, required: tuple[str, ...]) -> tuple[list[dict[str, str]], 
             rows = list(reader)
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from err
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise TraceError(
+            f"{path}: not a text CSV file ({err}); give the trace's .csv (unpacked, UTF-8)"
+        ) from err
     missing = [c for c in required if c not in header]
     if missing:
         raise TraceError(

@@ -182,3 +182,24 @@ def test_an_unreadable_catalogue_stops_before_anything_runs(capsys, spec):
     with pytest.raises(SystemExit) as exit_:
         main(["--catalogue", spec])
     assert exit_.value.code == 2 and "--catalogue" in capsys.readouterr().err
+
+
+def test_a_plot_path_that_cannot_be_written_and_a_binary_trace_are_refused_before_the_replay(
+    tmp_path, capsys
+):
+    csv = str(pods_csv(tmp_path, ["p,1000,1024,1,300,,LS,Running,0,300,"]))
+    assert main(["--pods", csv, "--cards", "2x2 T4", "--plot", str(tmp_path / "nope" / "x.png")]) == 2
+    assert f"folder {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
+    binary = tmp_path / "pods.csv.gz"
+    binary.write_bytes(b"\x1f\x8b\x08\x00\xff\xfe\x00binary")
+    assert main(["--pods", str(binary)]) == 2
+    assert "not a text CSV file" in capsys.readouterr().err
+
+
+def test_a_plot_name_without_a_suffix_is_reported_as_the_png_written(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot extra is optional: pip install 'gpushare-hub[plot]'")
+    rows = [f"p{i},1000,1024,1,300,,LS,Running,{i * 10},{i * 10 + 300}," for i in range(4)]
+    out = run_json(
+        capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "2x2 T4", "--plot", str(tmp_path / "out")
+    )
+    assert out["plot"] == str(tmp_path / "out.png") and (tmp_path / "out.png").exists()
