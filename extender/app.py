@@ -36,6 +36,7 @@ from traitlets.config import Application
 
 from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.policy import POLICIES
+from gpushare_hub.kube.kubeconfig import connection_problem
 
 from .admission import Identities, admission_yaml
 from .auth import CallerPolicy
@@ -269,7 +270,9 @@ class GPUShareExtender(Application):
     ip = Unicode("127.0.0.1", help="Address to listen on. The default suits a sidecar of the scheduler.").tag(
         config=True
     )
-    port = Integer(32766, help="Port of the verbs (filter, prioritize, bind) and /inspect.").tag(config=True)
+    port = Integer(
+        32766, min=1, max=65535, help="Port of the verbs (filter, prioritize, bind) and /inspect."
+    ).tag(config=True)
     metrics_ip = Unicode(
         "",
         help="""Address of the metrics port (/metrics, /healthz, /readyz); empty: the same as ip.
@@ -277,6 +280,8 @@ class GPUShareExtender(Application):
     ).tag(config=True)
     metrics_port = Integer(
         32767,
+        min=1,
+        max=65535,
         help="""Port of /metrics, /healthz and /readyz, which ask for no credential, so that
         Prometheus and probes need no access to /bind.""",
     ).tag(config=True)
@@ -511,10 +516,23 @@ class GPUShareExtender(Application):
         asyncio.run(self._serve())
 
     def _config_problem(self) -> str:
+        problem = connection_problem(self.kubeconfig or None)
+        if problem:
+            return problem
         if bool(self.tls_cert) != bool(self.tls_key):
             return "--tls-cert and --tls-key go together; give both or neither"
         if self.tls_client_ca and not self.tls_cert:
             return "--tls-client-ca needs HTTPS: give --tls-cert and --tls-key too"
+        if self.tls_cert:
+            try:
+                ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(
+                    self.tls_cert, self.tls_key
+                )
+            except (OSError, ssl.SSLError) as err:
+                return (
+                    f"--tls-cert {self.tls_cert} / --tls-key {self.tls_key}: cannot load them as a PEM "
+                    f"certificate and its key ({err}); give the tls.crt and tls.key of the extender's Secret"
+                )
         if self.token_file:
             try:
                 token = Path(self.token_file).read_text().strip()
@@ -535,9 +553,17 @@ class GPUShareExtender(Application):
         )
         token = Path(self.token_file).read_text().strip() if self.token_file else ""
         server = make_server(service, self.url_prefix, self.tls_cert, self.tls_key, self.tls_client_ca, token)
-        server.listen(self.port, self.ip)
         ops = make_ops_server(service)
-        ops.listen(self.metrics_port, self.metrics_ip or self.ip)
+        for what, srv, port, ip in (
+            ("--port", server, self.port, self.ip),
+            ("--metrics-port", ops, self.metrics_port, self.metrics_ip or self.ip),
+        ):
+            try:
+                srv.listen(port, ip)
+            except (OSError, ValueError) as err:  # in use, or an address this host does not have
+                self.log.error("%s %d on %s: cannot listen there (%s); choose another", what, port, ip, err)
+                await api.close()
+                sys.exit(2)
         self.log.info(
             "gpushare-extender listening on %s:%d%s (policy %s), metrics and health on %s:%d; "
             "reading the cluster",

@@ -23,6 +23,7 @@ from traitlets.config import Application
 
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.resources import ResourceNames
+from gpushare_hub.kube.kubeconfig import connection_problem
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
 from .response import HOOK_HOST_PATH, MPS_ROOT, Isolation
@@ -62,6 +63,8 @@ class GPUShareDevicePlugin(Application):
     ).tag(config=True)
     reserve_fraction = Float(
         0.0,
+        min=0.0,
+        max=0.99,
         help="""Share of each card's memory kept back from pods, e.g. 0.05 for
         the driver and CUDA contexts (gpu-manager's deviceMemoryScaling).""",
     ).tag(config=True)
@@ -126,7 +129,10 @@ class GPUShareDevicePlugin(Application):
         [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963}], read at every usage reading.""",
     ).tag(config=True)
     metrics_port = Int(
-        0, help="Port of the Prometheus /metrics endpoint (per-pod GPU memory used, slices); 0: none."
+        0,
+        min=0,
+        max=65535,
+        help="Port of the Prometheus /metrics endpoint (per-pod GPU memory used, slices); 0: none.",
     ).tag(config=True)
 
     @default("log_level")
@@ -254,6 +260,10 @@ class GPUShareDevicePlugin(Application):
             sys.exit(1)
         from .kube import KubePods, api_client, publish_isolation, publish_node
 
+        problem = connection_problem(self.kubeconfig or None)
+        if problem:
+            print(f"gpushare-device-plugin: {problem}", file=sys.stderr)
+            sys.exit(2)
         api = api_client(self.kubeconfig or None)
         if self.node_config:
             try:

@@ -59,8 +59,8 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
         merged.update(value)
     if "reserveFraction" in merged:
         r = merged["reserveFraction"]
-        if not isinstance(r, int | float) or not 0 <= r < 1:
-            raise NodeConfigError(f"{where}: reserveFraction must be a number in [0, 1), got {r!r}")
+        if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 0.99:
+            raise NodeConfigError(f"{where}: reserveFraction must be a number from 0 to 0.99, got {r!r}")
         merged["reserveFraction"] = float(r)
     for key in BOOLEANS:
         if key in merged and not isinstance(merged[key], bool):
