@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
@@ -38,12 +39,12 @@ from jupyterhub.services.auth import (  # type: ignore[import-untyped]
 from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
 from tornado import httpclient, web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Float, Integer, List, Unicode, validate
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Application, Config
 
 from gpushare_hub.core import Ledger, ResourceNames, pod_key
 from gpushare_hub.inspect.report import Report, build_report
-from gpushare_hub.spawner.catalogue import Catalogue, read_catalogue
+from gpushare_hub.spawner.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.spawner.ledger_source import Informer, SharedLedger
 
 from .hubconfig import CONFIG_ENV
@@ -259,7 +260,9 @@ class GPUShareService(Application):
         help="Seconds a failing watch may go on before availability is reported as unknown.",
     )
     ip = Unicode("", config=True, help="Address to listen on (default: from $JUPYTERHUB_SERVICE_URL).")
-    port = Integer(0, config=True, help="Port to listen on (default: from $JUPYTERHUB_SERVICE_URL).")
+    port = Integer(
+        0, min=0, max=65535, config=True, help="Port to listen on (default: from $JUPYTERHUB_SERVICE_URL)."
+    )
 
     aliases = {  # noqa: RUF012 - traitlets reads these class attributes
         "config": "GPUShareService.config_file",
@@ -286,9 +289,26 @@ class GPUShareService(Application):
         super().initialize(argv)
         env = os.environ.get(CONFIG_ENV)
         if env:
-            self.update_config(Config(json.loads(env)))
+            try:
+                settings = json.loads(env)
+            except ValueError as err:
+                raise ServiceConfigError(
+                    f"${CONFIG_ENV} is not JSON ({err}); configure_hub() writes it, or set it to "
+                    '{"GPUShareService": {...}}'
+                ) from None
+            if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
+                raise ServiceConfigError(
+                    f"${CONFIG_ENV} must be a JSON object of sections, e.g. "
+                    '{"GPUShareService": {"slices": [...]}}'
+                )
+            self.update_config(Config(settings))
         if self.config_file:
-            self.load_config_file(self.config_file)
+            path = Path(self.config_file)
+            if not path.is_file():
+                raise ServiceConfigError(
+                    f"--config {self.config_file}: no such file; give a Python config file"
+                )
+            self.load_config_file(str(path))
         self.update_config(self.cli_config)  # the command line wins
         self.catalogue: Catalogue = read_catalogue(self.slices, (), self.resource_names)
 
@@ -557,8 +577,16 @@ def hub_home() -> str:
     return url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/home")  # type: ignore[no-any-return]
 
 
+class ServiceConfigError(ValueError):
+    """The service's settings cannot be used; the message names the setting and the fix."""
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)s %(asctime)s %(name)s] %(message)s")
     app = GPUShareService()
-    app.initialize(argv)
+    try:
+        app.initialize(argv)
+    except (ServiceConfigError, CatalogueError, TraitError) as err:
+        print(f"gpushare-hub-service: {err}", file=sys.stderr)
+        sys.exit(2)
     app.start()

@@ -405,3 +405,32 @@ def test_a_slice_holder_the_hub_has_not_named_yet_makes_one_early_read_not_many(
         return hub
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "words"),
+    [
+        ("{not json", [], "$GPUSHARE_SERVICE_CONFIG is not JSON"),
+        ("[1, 2]", [], "must be a JSON object of sections"),
+        (
+            None,
+            ["--config=/nonexistent/service_config.py"],
+            "--config /nonexistent/service_config.py: no such file",
+        ),
+        ('{"GPUShareService": {"slices": [{"slug": "x", "gib": -3}]}}', [], "slices[0]"),
+    ],
+)
+def test_the_service_refuses_bad_settings_with_a_message_not_a_traceback(
+    monkeypatch, capsys, env, argv, words
+):
+    from gpushare_hub.service.app import main
+
+    if env is None:
+        monkeypatch.delenv(CONFIG_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CONFIG_ENV, env)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpushare-hub-service: ") and words in err and "Traceback" not in err, err
