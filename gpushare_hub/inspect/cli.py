@@ -15,24 +15,51 @@ from .report import build_report
 
 def _load(kubeconfig: str | None, node: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from kubernetes import client, config  # imported here: the pure parts need no client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
 
+    from gpushare_hub.kube.kubeconfig import kubeconfig_problem
+
+    if kubeconfig and (problem := kubeconfig_problem(kubeconfig)):
+        raise SystemExit(f"kubectl-inspect-gpushare: {problem}")
     try:
         config.load_kube_config(config_file=kubeconfig)
-    except Exception:
+    except Exception as kube_err:
+        if kubeconfig:  # the file the user named is not usable: say so, never fall back silently
+            raise SystemExit(f"kubectl-inspect-gpushare: --kubeconfig {kubeconfig}: {kube_err}") from None
         try:
             config.load_incluster_config()
-        except Exception as err:
+        except Exception:
             raise SystemExit(
-                f"kubectl-inspect-gpushare: no cluster to talk to ({err}); "
+                f"kubectl-inspect-gpushare: no cluster to talk to ({kube_err}); "
                 "set KUBECONFIG or pass --kubeconfig"
-            ) from err
+            ) from None
     api = client.ApiClient()
     core = client.CoreV1Api(api)
-    nodes: list[dict[str, Any]] = api.sanitize_for_serialization(core.list_node())["items"]
-    selector = f"spec.nodeName={node}" if node else None
-    pods: list[dict[str, Any]] = api.sanitize_for_serialization(
-        core.list_pod_for_all_namespaces(field_selector=selector)
-    )["items"]
+    server = api.configuration.host
+    try:
+        nodes: list[dict[str, Any]] = api.sanitize_for_serialization(core.list_node(_request_timeout=30))[
+            "items"
+        ]
+        selector = f"spec.nodeName={node}" if node else None
+        pods: list[dict[str, Any]] = api.sanitize_for_serialization(
+            core.list_pod_for_all_namespaces(field_selector=selector, _request_timeout=30)
+        )["items"]
+    except ApiException as err:
+        if err.status in (401, 403):
+            raise SystemExit(
+                f"kubectl-inspect-gpushare: the API server at {server} refused ({err.status} {err.reason}); "
+                "this needs list on nodes and on pods in all namespaces (kubectl auth can-i list pods -A)"
+            ) from None
+        raise SystemExit(
+            f"kubectl-inspect-gpushare: the API server at {server} answered {err.status} {err.reason}"
+        ) from None
+    except HTTPError as err:
+        reason = getattr(err, "reason", None) or err
+        raise SystemExit(
+            f"kubectl-inspect-gpushare: cannot reach the API server at {server} ({reason}); "
+            "check that the cluster runs and which context your kubeconfig uses (kubectl cluster-info)"
+        ) from None
     if node and not any((n.get("metadata") or {}).get("name") == node for n in nodes):
         raise SystemExit(f"kubectl-inspect-gpushare: node {node!r} not found")
     return nodes, pods

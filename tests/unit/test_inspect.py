@@ -192,3 +192,26 @@ def test_the_cli_says_how_to_reach_a_cluster_when_there_is_none(tmp_path, monkey
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(SystemExit, match="set KUBECONFIG or pass --kubeconfig"):
         cli.main([])
+
+
+def test_the_cli_names_an_unusable_kubeconfig_or_an_unreachable_server_without_a_traceback(tmp_path, capsys):
+    import pytest
+
+    from gpushare_hub.inspect.cli import main
+
+    garbage = tmp_path / "garbage.kc"
+    garbage.write_text("clusters: [")
+    dead = tmp_path / "dead.kc"
+    dead.write_text(
+        "apiVersion: v1\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    for kubeconfig, words in [
+        (tmp_path / "missing.kc", "no such file"),
+        (garbage, "not a kubeconfig (not YAML"),
+        (dead, "cannot reach the API server at https://127.0.0.1:1"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(["--kubeconfig", str(kubeconfig)])
+        assert "kubectl-inspect-gpushare: " in str(exit_.value) and words in str(exit_.value), exit_.value
