@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core import Ledger, Node, declared_cards
 from ..localcluster.processes import free_port
+from .args import at_least_one
 
 PREFIX = "/gpushare-scheduler"
 
@@ -183,9 +184,11 @@ def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("extender", help="filter/prioritize/bind latency and requests per second")
-    p.add_argument("--nodes", type=int, default=1000, help="nodes in the ledger (4 cards each)")
-    p.add_argument("--requests", type=int, default=300, help="requests per verb for the latency figures")
-    p.add_argument("--threads", type=int, default=4, help="client threads for the throughput figure")
+    p.add_argument("--nodes", type=at_least_one, default=1000, help="nodes in the ledger (4 cards each)")
+    p.add_argument(
+        "--requests", type=at_least_one, default=300, help="requests per verb for the latency figures"
+    )
+    p.add_argument("--threads", type=at_least_one, default=4, help="client threads for the throughput figure")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 

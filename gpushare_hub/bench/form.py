@@ -19,6 +19,8 @@ import time
 from typing import Any
 from unittest import mock
 
+from .args import at_least_one
+
 CATALOGUE = [
     {"slug": "t4-3g", "display_name": "Tesla T4 · 3 GiB", "gib": 3, "models": ["Tesla-T4"]},
     {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]},
@@ -94,8 +96,8 @@ def measure(nodes: int, renders: int, seed: int = 0) -> dict[str, Any]:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("form", help="spawn-form render time with availability from a large ledger")
-    p.add_argument("--nodes", type=int, default=200)
-    p.add_argument("--renders", type=int, default=200)
+    p.add_argument("--nodes", type=at_least_one, default=200)
+    p.add_argument("--renders", type=at_least_one, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from .args import at_least_one
+
 KUBELET_GRPC_LIMIT = 4 * 1024 * 1024
 
 
@@ -117,7 +119,7 @@ def measure(requests: int) -> dict[str, Any]:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("plugin", help="device plugin Allocate latency and ListAndWatch size")
-    p.add_argument("--requests", type=int, default=500)
+    p.add_argument("--requests", type=at_least_one, default=500)
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 

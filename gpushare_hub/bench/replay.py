@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ..replay.cli import main as replay_main
+from .args import at_least_one
 
 # Baselines measured elsewhere, printed beside our figures (see README, "Packing").
 PUBLISHED_STATIC = {"best-fit (FGD paper)": 7.14, "fgd (FGD paper)": 4.77}
@@ -85,7 +86,7 @@ def bench_replay(seeds: int, policies: list[str], pods: str | None) -> dict[str,
 
 def add_parser(sub: Any) -> None:
     rp = sub.add_parser("replay", help="packing quality of every policy on the trace")
-    rp.add_argument("--seeds", type=int, default=10, help="static-mode seeds (the paper uses 10)")
+    rp.add_argument("--seeds", type=at_least_one, default=10, help="static-mode seeds (the paper uses 10)")
     rp.add_argument("--policies", nargs="+", default=["binpack", "spread", "fgd"])
     rp.add_argument("--pods", default=None, help="pod list CSV (default: the trace's default list)")
     rp.add_argument("--json", action="store_true", help="print one JSON object")

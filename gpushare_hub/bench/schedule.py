@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..localcluster import build
+from .args import at_least_one
 
 CLIENT = {"clientConnection": {"qps": 5000, "burst": 5000}}
 
@@ -150,8 +151,8 @@ def measure(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("schedule", help="pods/s through kube-scheduler with vs without the extender")
-    p.add_argument("--nodes", type=int, default=500, help="kwok nodes with 4 T4 cards each")
-    p.add_argument("--pods", type=int, default=500, help="pods per run")
+    p.add_argument("--nodes", type=at_least_one, default=500, help="kwok nodes with 4 T4 cards each")
+    p.add_argument("--pods", type=at_least_one, default=500, help="pods per run")
     p.add_argument("--timeout", type=float, default=300, help="seconds to wait for each run's bindings")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)

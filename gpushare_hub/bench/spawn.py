@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any
 
+from .args import at_least_one
+
 
 def _watch(cluster: Any, namespace: str, seen: dict[str, dict[str, float]], stop: threading.Event) -> None:
     from kubernetes import watch
@@ -161,7 +163,7 @@ def measure(spawns: int) -> dict[str, Any]:
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("spawn", help="hub spawn to ready through the proxy, on local notebook nodes")
-    p.add_argument("--spawns", type=int, default=10)
+    p.add_argument("--spawns", type=at_least_one, default=10)
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--compare-plain",
