@@ -237,7 +237,7 @@ def test_node_config_merges_default_and_node_and_names_mistakes():
         NodeConfigError, match=r"ConfigMap gpushare/plugin key 'gpu-1': unknown option\(s\) \['reserve'\]"
     ):
         options_for("gpu-1", {"gpu-1": '{"reserve": 1}'}, "ConfigMap gpushare/plugin")
-    with pytest.raises(NodeConfigError, match="must be a number from 0 to 0.99"):
+    with pytest.raises(NodeConfigError, match=r"must be a number from 0 to 0\.99"):
         options_for("gpu-1", {"default": '{"reserveFraction": 1.5}'}, "cm")
 
 
