@@ -380,13 +380,25 @@ class GPUShareService(Application):
             os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api"),
             os.environ.get("JUPYTERHUB_API_TOKEN", ""),
         )
+        missing = [v for v in ("JUPYTERHUB_API_URL", "JUPYTERHUB_API_TOKEN") if not os.environ.get(v)]
+        if missing:
+            log.error(
+                "%s not set: JupyterHub sets them for a service it starts (configure_hub in "
+                "jupyterhub_config.py); an external service needs them, with its hub API token",
+                " and ".join(missing),
+            )
         connecting = asyncio.create_task(self._connect())
         await hub.poll()
         PeriodicCallback(hub.poll, self.hub_poll_seconds * 1000).start()
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
         app = self.make_app(self.cluster, hub)
-        app.listen(self.port or url.port or 80, self.ip or url.hostname or "127.0.0.1")
-        log.info("gpushare service listening on %s", self.ip or url.geturl())
+        ip, port = self.ip or url.hostname or "127.0.0.1", self.port or url.port or 80
+        try:
+            app.listen(port, ip)
+        except (OSError, ValueError) as err:  # in use, or an address this host does not have
+            log.error("cannot listen on %s:%d (%s); set --port/--ip or the service's url", ip, port, err)
+            sys.exit(2)
+        log.info("gpushare service listening on %s:%d", ip, port)
         await asyncio.Event().wait()
         connecting.cancel()
 
