@@ -5,13 +5,19 @@ pod stopped the extender's list, the service's ledger and the plugin's Allocate 
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
 from extender.decisions import Decisions
-from gpushare_hub.core import CARDS_ANNOTATION, InvalidObject, Ledger, demand_from_pod, node_from_k8s
+from gpushare_hub.core import (
+    CARDS_ANNOTATION,
+    InvalidObject,
+    Ledger,
+    Placement,
+    demand_from_pod,
+    node_from_k8s,
+)
 from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, AllocationRecord, CardShare, ContainerShare
 from gpushare_hub.core.demand import MAX_MODELS
 from gpushare_hub.core.jsonfields import MAX_JSON_CHARS
@@ -91,7 +97,6 @@ def test_a_poisoned_card_inventory_is_refused_with_the_reason(raw):
 def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():
     models = ",".join(f"m{i}" for i in range(120_000))
     pod = pod_obj("greedy", 1, annotations={"gpushare-hub.io/exclude-card-models": models})
-    start = time.perf_counter()
     with pytest.raises(InvalidObject, match=f"at most {MAX_MODELS} card models"):
         demand_from_pod(pod)
     long_name = pod_obj("long", 1, annotations={"gpushare-hub.io/card-models": "T" * 65})
@@ -102,14 +107,14 @@ def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():
     # The extender's filter answers with that reason instead of weighing every card.
     d = Decisions(Ledger.from_objects([node_obj(f"gpu-{i}") for i in range(10)], []))
     out = d.filter(args(pod, [f"gpu-{i}" for i in range(10)]))
-    assert f"at most {MAX_MODELS} card models" in out.error and time.perf_counter() - start < 5
+    assert f"at most {MAX_MODELS} card models" in out.error
 
 
 def test_the_whole_card_wait_names_no_other_users_pod():
     node = node_obj("gpu-1")
     node["metadata"]["annotations"]["gpushare-hub.io/allocator"] = "gpushare-device-plugin"
     d = Decisions(Ledger.from_objects([node], []))
-    assert d.bind(pod_obj("jupyter-bob", count=1), "gpu-1").__class__.__name__ == "Placement"
+    assert isinstance(d.bind(pod_obj("jupyter-bob", count=1), "gpu-1"), Placement)
     out = d.filter(args(pod_obj("jupyter-alice", count=1), ["gpu-1"]))
     text = out.error + " ".join((out.failed or {}).values())
     assert "still handing whole cards" in text and "another pod" in text, out
