@@ -28,7 +28,8 @@ REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
         "gpu_memory_full",
         re.compile(
             r"card(?: on node \S+)? has .* free|no node has free now|empty .*card\(s\)"
-            r"|Insufficient (?!cpu\b|memory\b)"
+            # an extended resource, not one of Kubernetes' own (those are below, or "other")
+            r"|Insufficient (?!cpu\b|memory\b|ephemeral-storage\b|pods\b|hugepages-)"
         ),
     ),
     ("cpu_or_memory", re.compile(r"Insufficient (?:cpu|memory)\b|CPU free|memory free")),

@@ -205,6 +205,8 @@ def test_metrics_parse_and_match_the_ledger():
             "gpu_memory_full",
         ),
         ("0/3 nodes are available: 3 Insufficient cpu.", "cpu_or_memory"),
+        ("0/3 nodes are available: 3 Insufficient ephemeral-storage.", "other"),
+        ("0/3 nodes are available: 3 Too many pods, 3 Insufficient pods.", "other"),
         ("0/1 nodes are available: 1 node gpu-1 has 500m CPU free, the pod asks 2000m.", "cpu_or_memory"),
         (
             "0/2 nodes are available: 1 cards on node gpu-1 hold at most 15 GiB, the pod asks 16 GiB on "
