@@ -150,6 +150,11 @@ def _since(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("startTime") or meta.get("creationTimestamp") or "")
 
 
+def _unreadable(key: str, err: Exception) -> str:
+    """A warning for a pod that could not be read: our errors name the pod already."""
+    return str(err) if isinstance(err, GPUShareError) else f"pod {key}: {err}"
+
+
 def _scheduling_reason(pod: Mapping[str, Any]) -> str:
     for cond in (pod.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
@@ -197,7 +202,7 @@ def build_report(
         try:
             demand = demand_from_pod(pod, names)
         except Exception as err:  # GPUShareError: says why; anything else must not end the report
-            warnings.append(f"pod {key}: {err}" if not isinstance(err, GPUShareError) else str(err))
+            warnings.append(_unreadable(key, err))
             continue
         if demand is None or not demand.wants_gpu:
             continue
@@ -223,7 +228,7 @@ def build_report(
         try:
             ignored = ledger.observe_pod(pod)
         except Exception as err:  # GPUShareError: says why; anything else must not end the report
-            warnings.append(f"pod {key}: {err}" if not isinstance(err, GPUShareError) else str(err))
+            warnings.append(_unreadable(key, err))
         else:
             if ignored is not None:  # a forged or unreadable record: it holds no card, say why
                 warnings.append(ignored.message())
