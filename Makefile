@@ -64,7 +64,7 @@ hub-proxy: setup
 ## Every test tier that can run here (unit, cluster, kubelet, hub, browser, chart, bench), after building what
 ## they need; then the cluster and kubelet tiers again against each further pinned Kubernetes version.
 test: setup system-deps k8s-binaries hub-proxy
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
+	$(BIN)/ruff check gpushare_hub tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py
@@ -83,8 +83,8 @@ test-chart: setup k8s-binaries
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff check gpushare_hub extender plugin tests helm images
-	$(BIN)/ruff format --check gpushare_hub extender plugin tests helm images
+	$(BIN)/ruff check gpushare_hub tests helm images
+	$(BIN)/ruff format --check gpushare_hub tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py
@@ -92,11 +92,11 @@ lint: setup
 bench: setup
 	$(BIN)/gpushare-bench replay
 
-## Regenerate plugin/api from the kubelet's proto at the pinned Kubernetes version.
+## Regenerate gpushare_hub/plugin/api from the kubelet's proto at the pinned Kubernetes version.
 proto: setup
-	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/deviceplugin/v1beta1/api.proto" plugin/api/deviceplugin_v1beta1.proto
-	chmod 644 plugin/api/deviceplugin_v1beta1.proto
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. plugin/api/deviceplugin_v1beta1.proto
+	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/deviceplugin/v1beta1/api.proto" gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
+	chmod 644 gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
 
 ## Regenerate the chart's generated files (values.schema.json, RBAC rules, admission policy template).
 chart: setup

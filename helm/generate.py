@@ -2,9 +2,9 @@
 
 * ``values.schema.json`` from ``values.schema.yaml`` (as Zero to JupyterHub does: the YAML,
   with its descriptions, is what people edit and read).
-* ``files/rbac/*.yaml``: the rules of the extender (``extender.rbac.RULES``) and the device
-  plugin (``plugin.kube.RBAC_RULES``), so the chart grants exactly what the code says it needs.
-* ``templates/admission-policy.yaml``: ``extender.admission`` output with the identities left
+* ``files/rbac/*.yaml``: the rules of the extender (``gpushare_hub.extender.rbac.RULES``) and the device
+  plugin (``gpushare_hub.plugin.kube.RBAC_RULES``), so the chart grants exactly what the code says it needs.
+* ``templates/admission-policy.yaml``: ``gpushare_hub.extender.admission`` output with the identities left
   as template expressions (release namespace, admin groups, policy setters), so that
   ``helm template`` renders what ``gpushare-extender --print-admission-policy`` would print
   for the same identities (``tests/chart`` compares the two).
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import yaml
 
-from extender.admission import Identities, admission_yaml
-from extender.rbac import RULES as EXTENDER_RULES
-from plugin.kube import RBAC_RULES as PLUGIN_RULES
+from gpushare_hub.extender.admission import Identities, admission_yaml
+from gpushare_hub.extender.rbac import RULES as EXTENDER_RULES
+from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
 
 CHART = Path(__file__).resolve().parent / "gpushare-hub"
 NAMESPACE = "@@NAMESPACE@@"
@@ -89,14 +89,14 @@ def admission_template() -> str:
     text = _cel_list_to_template(text, SETTERS, ".Values.admission.policySetters")
     if "@@" in text:
         raise SystemExit("admission policy: a placeholder is left in the template")
-    header = HEADER.format(source="extender/admission.py")
+    header = HEADER.format(source="gpushare_hub/extender/admission.py")
     return header + "{{- if .Values.admission.enabled }}\n" + text + "{{- end }}\n"
 
 
 OUTPUTS: dict[str, Callable[[], str]] = {
     "values.schema.json": schema_json,
-    "files/rbac/extender.yaml": lambda: rules_yaml(EXTENDER_RULES, "extender/rbac.py"),
-    "files/rbac/device-plugin.yaml": lambda: rules_yaml(PLUGIN_RULES, "plugin/kube.py"),
+    "files/rbac/extender.yaml": lambda: rules_yaml(EXTENDER_RULES, "gpushare_hub/extender/rbac.py"),
+    "files/rbac/device-plugin.yaml": lambda: rules_yaml(PLUGIN_RULES, "gpushare_hub/plugin/kube.py"),
     "templates/admission-policy.yaml": admission_template,
 }
 

@@ -37,7 +37,7 @@ PACKAGES = ("python3", "python3-pip", "python-is-python3")
 CLEAN = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info")
 # What the package's wheel is made of (its key; a wheel's own bytes change with each build).
 # README.md, the wheel's long description only, is left out: editing it rebuilds nothing.
-SOURCES = ("pyproject.toml", "gpushare_hub", "extender", "plugin")
+SOURCES = ("pyproject.toml", "gpushare_hub")
 
 
 @dataclass(frozen=True)
@@ -52,11 +52,11 @@ class Image:
 
 
 IMAGES = (
-    Image("extender", "import extender.app, plugin"),
-    Image("device-plugin", "import plugin.app, extender"),
+    Image("extender", "import gpushare_hub.extender.app, gpushare_hub.plugin"),
+    Image("device-plugin", "import gpushare_hub.plugin.app, gpushare_hub.extender"),
     # Zero to JupyterHub's hub image cannot be pulled here: the same Dockerfile on our base
     # (its unprivileged user by UID, as our base has no jovyan).
-    Image("hub", "import gpushare_hub, extender, plugin", {"NB_USER": "65532"}),
+    Image("hub", "import gpushare_hub, gpushare_hub.extender, gpushare_hub.plugin", {"NB_USER": "65532"}),
 )
 
 

@@ -87,7 +87,7 @@ class Gpushare:
     def spread(self) -> str:
         """A second extender + scheduler pair with the spread policy; returns its scheduler name."""
         if self._spread is None:
-            from extender.schedconfig import extender_entry, profile
+            from gpushare_hub.extender.schedconfig import extender_entry, profile
 
             ext = self.cluster.start_extender("spread", name="gpushare-extender-spread")
             sched = self.cluster.start_scheduler(

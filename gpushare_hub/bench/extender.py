@@ -70,8 +70,8 @@ class InstantKube:
 def serve(nodes: int, port: int) -> None:
     from tornado.httpserver import HTTPServer
 
-    from extender.app import make_app
-    from extender.service import ExtenderService
+    from gpushare_hub.extender.app import make_app
+    from gpushare_hub.extender.service import ExtenderService
 
     from ..kube import LedgerInformer
 

@@ -27,8 +27,8 @@ KUBELET_GRPC_LIMIT = 4 * 1024 * 1024
 
 def _state(spec: str, unit: str, pods: Any) -> Any:
     from gpushare_hub.core.resources import ResourceNames
-    from plugin.backends import SimulatedBackend
-    from plugin.server import PluginState, Settings
+    from gpushare_hub.plugin.backends import SimulatedBackend
+    from gpushare_hub.plugin.server import PluginState, Settings
 
     return PluginState(
         SimulatedBackend(spec, "bench-node"),
@@ -41,10 +41,10 @@ def measure(requests: int) -> dict[str, Any]:
     import grpc
 
     from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
-    from plugin.api import deviceplugin_v1beta1_pb2 as pb
-    from plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
-    from plugin.devices import device_ids
-    from plugin.server import PodSource, Servicer
+    from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
+    from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
+    from gpushare_hub.plugin.devices import device_ids
+    from gpushare_hub.plugin.server import PodSource, Servicer
 
     class Pods(PodSource):
         def __init__(self) -> None:

@@ -111,7 +111,7 @@ def _run(cluster: Any, namespace: str, pods: int, start: Any, timeout: float) ->
 
 
 def measure(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
-    from extender.schedconfig import extender_entry, profile
+    from gpushare_hub.extender.schedconfig import extender_entry, profile
 
     from ..localcluster.cluster import LocalCluster
 

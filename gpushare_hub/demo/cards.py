@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpushare_hub.core import DEFAULT_NAMES, GPUShareError
 from gpushare_hub.core.cards import MODEL_MIB
-from gpushare_hub.spawner.catalogue import known_model
+from gpushare_hub.core.catalogue import known_model
 
 CARDS_FORM = '"COUNTx MODEL", e.g. --cards "2x Tesla T4"'
 _CARDS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\S.*?)\s*$")

@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
+from gpushare_hub.core.report import build_report
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 from .render import details, summary
-from .report import build_report
 
 
 def _load(kubeconfig: str | None, node: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -11,7 +11,8 @@ card inventory cannot be read.
 
 from __future__ import annotations
 
-from .report import NodeRow, PodRow, Report
+from gpushare_hub.core.report import NodeRow, PodRow, Report
+
 from .tabwriter import tabulate
 
 

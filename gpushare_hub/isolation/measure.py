@@ -3,7 +3,7 @@
 ``gpushare-bench isolation`` (or ``python -m gpushare_hub.isolation.measure`` where only the
 frameworks are installed, as on a lent GPU machine) finds the cards through the device
 plugin's own NVML backend, then for each slice size builds the environment the plugin's
-Allocate returns for that slice on card 0 (:func:`plugin.response.container_response`) and
+Allocate returns for that slice on card 0 (:func:`gpushare_hub.plugin.response.container_response`) and
 runs a probe per framework in a fresh Python process with it:
 
 * ``env``: the plugin's variables alone (no hook on ``PYTHONPATH``);
@@ -101,8 +101,8 @@ def slice_env(card: Any, gib: int, hook_dir: str | None, mps_pipe: str | None) -
     """The variables the plugin's Allocate gives one container of a ``gib`` slice on ``card``,
     with the container paths replaced by this machine's (hook folder, MPS pipe)."""
     from gpushare_hub.core.cards import Card
-    from plugin.matching import Waiting
-    from plugin.response import HOOK_CONTAINER_PATH, Isolation, container_response
+    from gpushare_hub.plugin.matching import Waiting
+    from gpushare_hub.plugin.response import HOOK_CONTAINER_PATH, Isolation, container_response
 
     c = Card(index=card.index, uuid=card.uuid, model=card.model, units=card.mib // 1024, mib=card.mib)
     waiting = Waiting("bench/probe", "uid-probe", "notebook", card.uuid, gib, gib, 0, (card.uuid,))
@@ -208,7 +208,7 @@ class MPSDaemon:
 
 def measure(slices: list[int], with_mps: bool, frameworks: tuple[str, ...] = FRAMEWORKS) -> dict[str, Any]:
     from gpushare_hub.isolation.hookfiles import install_hook
-    from plugin.backends import BackendUnavailable, NVMLBackend
+    from gpushare_hub.plugin.backends import BackendUnavailable, NVMLBackend
 
     try:
         backend = NVMLBackend()

@@ -385,7 +385,7 @@ class LocalCluster:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        from extender.rbac import cluster_role, cluster_role_binding
+        from gpushare_hub.extender.rbac import cluster_role, cluster_role_binding
 
         rbac = client.RbacAuthorizationV1Api(self.api_client())
         subject = {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
@@ -415,7 +415,7 @@ class LocalCluster:
         """
         import sys
 
-        from extender.rbac import RULES
+        from gpushare_hub.extender.rbac import RULES
 
         self.grant("gpushare-extender", RULES)
         kubeconfig = self.credential(f"user-{name}", "gpushare-extender")
@@ -426,7 +426,7 @@ class LocalCluster:
             [
                 sys.executable,
                 "-m",
-                "extender.app",
+                "gpushare_hub.extender.app",
                 f"--kubeconfig={kubeconfig}",
                 "--ip=127.0.0.1",
                 f"--port={port}",
@@ -451,7 +451,7 @@ class LocalCluster:
         self, policy: str = "binpack", scheduler_name: str = "gpushare-scheduler"
     ) -> tuple[Component, Component]:
         """The extender, then a dedicated scheduler ``scheduler_name`` that calls it."""
-        from extender.schedconfig import extender_entry, profile
+        from gpushare_hub.extender.schedconfig import extender_entry, profile
 
         ext = self.start_extender(policy)
         sched = self.start_scheduler(

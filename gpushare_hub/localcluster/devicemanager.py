@@ -5,7 +5,7 @@ registers there, the kubelet dials the plugin's socket back, keeps ``ListAndWatc
 when a container that asks the resource starts, calls ``GetPreferredAllocation`` (when the
 plugin offers it) and ``Allocate`` with device IDs that no other container holds.
 :class:`DeviceManager` does the same in a folder of its own (one per simulated node), over
-the plugin's real gRPC socket, with the generated stubs in ``plugin/api``. Which device IDs
+the plugin's real gRPC socket, with the generated stubs in ``gpushare_hub/plugin/api``. Which device IDs
 each container holds is the caller's to remember (the agent keeps it with the pod's state,
 as the kubelet keeps its checkpoint file) and to hand back through :meth:`hold`.
 """
@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 
-from plugin.api import deviceplugin_v1beta1_pb2 as pb
-from plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
+from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
+from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
 
 from .podprocess import Mount
 

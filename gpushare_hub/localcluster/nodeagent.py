@@ -225,7 +225,7 @@ class NodeAgent:
                 [
                     sys.executable,
                     "-m",
-                    "plugin.app",
+                    "gpushare_hub.plugin.app",
                     "--backend=simulated",
                     f"--simulate={spec.cards}",
                     f"--node-name={name}",

@@ -123,7 +123,7 @@ class NotebookNodes:
     def start(self) -> Component:
         if not self.nodes:
             raise HarnessError("add notebook nodes before starting the node agent")
-        from plugin.kube import RBAC_RULES as PLUGIN_RULES
+        from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
 
         self.cluster.grant("gpushare-node-agent", RBAC_RULES)
         self.cluster.grant("gpushare-device-plugin", PLUGIN_RULES)

@@ -6,7 +6,7 @@ Two watchers keep what the handlers read current:
   watch code) keeps the core ledger, through the spawner's
   :class:`~gpushare_hub.spawner.ledger_source.SharedLedger` (trusted only while fresh); its
   subscribers keep the Node and Pod objects that
-  :func:`~gpushare_hub.inspect.report.build_report` reads for names, slices and reasons;
+  :func:`~gpushare_hub.core.report.build_report` reads for names, slices and reasons;
 - :class:`HubServers` polls the hub's REST API (``GET /hub/api/users?state=active``) with the
   service's own token for each server's start and last activity and each user's groups.
 
@@ -43,8 +43,8 @@ from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, val
 from traitlets.config import Application, Config
 
 from gpushare_hub.core import Ledger, ResourceNames, pod_key
-from gpushare_hub.inspect.report import Report, build_report
-from gpushare_hub.spawner.catalogue import Catalogue, CatalogueError, read_catalogue
+from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
+from gpushare_hub.core.report import Report, build_report
 from gpushare_hub.spawner.ledger_source import Informer, SharedLedger
 
 from .hubconfig import CONFIG_ENV

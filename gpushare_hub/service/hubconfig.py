@@ -150,7 +150,7 @@ def configure_hub(
         if key in spawner:
             service_config[key] = spawner[key]
     # Check the catalogue now, with the spawner's rules, so a mistake stops the hub at start.
-    from gpushare_hub.spawner.catalogue import read_catalogue
+    from gpushare_hub.core.catalogue import read_catalogue
 
     read_catalogue(slices)
 

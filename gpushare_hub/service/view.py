@@ -1,8 +1,8 @@
 """What the service answers, computed from a report, the hub's servers and the catalogue. Pure.
 
 The documents of ``api/v1/ledger``, ``api/v1/availability`` and ``api/v1/me`` are built
-here from values (:class:`~gpushare_hub.inspect.report.Report`, :class:`HubServer`, the
-checked :class:`~gpushare_hub.spawner.catalogue.Catalogue`), so that they can be tested
+here from values (:class:`~gpushare_hub.core.report.Report`, :class:`HubServer`, the
+checked :class:`~gpushare_hub.core.catalogue.Catalogue`), so that they can be tested
 without a hub or a cluster; :mod:`.app` only gathers the inputs and answers HTTP.
 
 **Fragmentation** (the dashboard's figure and ``gpushare_fragmentation_gib``): the free
@@ -23,9 +23,9 @@ from datetime import datetime
 from typing import Any
 
 from gpushare_hub.core import Ledger, model_matches
-from gpushare_hub.inspect.report import CardRow, PodRow, Report
-from gpushare_hub.spawner.availability import availability, render
-from gpushare_hub.spawner.catalogue import Catalogue, Slice
+from gpushare_hub.core.availability import availability, render
+from gpushare_hub.core.catalogue import Catalogue, Slice
+from gpushare_hub.core.report import CardRow, PodRow, Report
 
 API_VERSION = "v1"
 

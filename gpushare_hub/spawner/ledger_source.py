@@ -2,7 +2,7 @@
 
 :class:`SharedLedger` wraps anything shaped like the informer of ``gpushare_hub.kube``
 (``start()``, ``ledger``, ``synced``, ``stale_for()``) and is a
-:data:`~gpushare_hub.spawner.availability.LedgerProvider`: it returns the ledger only
+:data:`~gpushare_hub.core.availability.LedgerProvider`: it returns the ledger only
 while the informer has listed once and no watch has been failing for longer than
 ``max_stale`` seconds. Otherwise ``None``, and the spawner says availability is
 unknown instead of deciding on old numbers (a spawn is then not held back, and a

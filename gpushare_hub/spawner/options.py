@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from .catalogue import Catalogue, Slice
+from gpushare_hub.core.catalogue import Catalogue, Slice
 
 UNLISTED = "--unlisted-choice"
 

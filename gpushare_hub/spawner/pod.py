@@ -17,8 +17,7 @@ from kubernetes_asyncio.client import V1Pod, V1ResourceRequirements, V1Toleratio
 
 from gpushare_hub.core import DEFAULT_NAMES, ResourceNames
 from gpushare_hub.core.annotations import EXCLUDE_MODELS_ANNOTATION, MODELS_ANNOTATION, PREFIX
-
-from .catalogue import Slice
+from gpushare_hub.core.catalogue import Slice
 
 SLICE_ANNOTATION = f"{PREFIX}/slice"
 # KubeSpawner's own names for the hub user and server (kubectl inspect gpushare reads them);

@@ -21,8 +21,7 @@ from gpushare_hub.core import (
     demand_from_pod,
     pod_key,
 )
-
-from .availability import Availability, availability
+from gpushare_hub.core.availability import Availability, availability
 
 
 @dataclass(frozen=True)

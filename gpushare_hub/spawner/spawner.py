@@ -20,10 +20,10 @@ from tornado import web
 from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
 
 from gpushare_hub.core import ResourceNames
+from gpushare_hub.core.availability import Availability, availability
+from gpushare_hub.core.availability import render as render_availability
+from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 
-from .availability import Availability, availability
-from .availability import render as render_availability
-from .catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from .ledger_source import Informer, SharedLedger
 from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
 from .pod import SlicePod, apply_slice

@@ -559,7 +559,7 @@ def run_rendered_pair(installed: Installed, docs: list[dict[str, Any]], pod: Pod
         [
             sys.executable,
             "-m",
-            "extender.app",
+            "gpushare_hub.extender.app",
             f"--kubeconfig={ext_kc}",
             *sidecar_args(deployment, pod, port, metrics),
         ],

@@ -18,8 +18,8 @@ import pytest
 
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
-from plugin.matching import Waiting
-from plugin.response import MPS_ROOT, Isolation, container_response
+from gpushare_hub.plugin.matching import Waiting
+from gpushare_hub.plugin.response import MPS_ROOT, Isolation, container_response
 
 from .conftest import CHART, Helm
 

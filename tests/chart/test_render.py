@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.admission import Identities, admission_manifests
-from extender.rbac import RULES as EXTENDER_RULES
-from extender.schedconfig import scheduler_config
-from plugin.kube import RBAC_RULES as PLUGIN_RULES
+from gpushare_hub.extender.admission import Identities, admission_manifests
+from gpushare_hub.extender.rbac import RULES as EXTENDER_RULES
+from gpushare_hub.extender.schedconfig import scheduler_config
+from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
 
 from .conftest import CHART, CHART_EXAMPLES, EXAMPLES, KUBE_VERSION, Helm, generator
 
@@ -213,7 +213,7 @@ def test_a_service_monitor_only_where_the_prometheus_operator_is(helm: Helm):
 
 
 def test_node_options_in_the_schema_are_the_ones_the_plugin_reads():
-    from plugin.nodeconfig import KNOWN
+    from gpushare_hub.plugin.nodeconfig import KNOWN
 
     schema = yaml.safe_load((CHART / "values.schema.yaml").read_text())
     options = schema["properties"]["devicePlugin"]["properties"]["nodeOptions"]["additionalProperties"]

@@ -67,7 +67,7 @@ def test_the_hub_service_and_the_check_snippets_compile():
 
 
 def test_the_t4_catalogue_is_one_the_spawner_accepts():
-    catalogue = pytest.importorskip("gpushare_hub.spawner.catalogue", reason="GPUShareSpawner not merged yet")
+    catalogue = pytest.importorskip("gpushare_hub.core.catalogue", reason="GPUShareSpawner not merged yet")
     slices = z2jh()["hub"]["config"]["GPUShareSpawner"]["slices"]
     read = catalogue.read_catalogue(slices)
     assert [s.gib for s in read.slices] == [3, 5, 7]

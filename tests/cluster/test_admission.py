@@ -16,15 +16,15 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from extender.admission import Identities, admission_manifests
-from extender.rbac import cluster_role, cluster_role_binding
 from gpushare_hub.core import ALLOCATION_ANNOTATION, AllocationRecord, CardShare
 from gpushare_hub.core.annotations import CARDS_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.resources import DEFAULT_NAMES
+from gpushare_hub.extender.admission import Identities, admission_manifests
+from gpushare_hub.extender.rbac import cluster_role, cluster_role_binding
 from gpushare_hub.localcluster.cluster import LocalCluster
-from plugin.kube import RBAC_RULES as PLUGIN_RULES
-from plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
+from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
+from gpushare_hub.plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
 from tests.conftest import gpu_pod, running_cluster, wait_for
 
 SCHED = "gpushare-scheduler"

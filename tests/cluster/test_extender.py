@@ -219,7 +219,7 @@ def test_two_replicas_under_leader_election_place_each_pod_once(
     local_cluster, gpushare, node_group, namespace
 ):
     """Two scheduler + sidecar-extender pairs: only the leader decides, and the other takes over."""
-    from extender.schedconfig import extender_entry, profile
+    from gpushare_hub.extender.schedconfig import extender_entry, profile
 
     nodes, sel = node_group(2, cards=2)
     name = "gpushare-ha"

@@ -33,7 +33,7 @@ class Pair:
     """A dedicated extender (``--stale-after 3``) and the scheduler that calls it."""
 
     def __init__(self, cluster: LocalCluster) -> None:
-        from extender.schedconfig import extender_entry, profile
+        from gpushare_hub.extender.schedconfig import extender_entry, profile
 
         self.ext = cluster.start_extender(
             "binpack", name="gpushare-extender-faults", extra_args=[f"--stale-after={STALE_AFTER}"]

@@ -120,7 +120,7 @@ def test_scheduler_binds_over_mutual_tls_and_strangers_are_refused(
     local_cluster, node_group, namespace, tmp_path
 ):
     """kube-scheduler's extender tlsConfig, as --print-scheduler-config writes it, against --tls-client-ca."""
-    from extender.schedconfig import extender_entry, profile
+    from gpushare_hub.extender.schedconfig import extender_entry, profile
 
     pki = PKI(tmp_path / "extender-pki")  # a CA for the extender's callers only
     serving = pki.issue("serving", "gpushare-extender", server=True, hosts=("127.0.0.1",))
@@ -159,7 +159,7 @@ def test_scheduler_binds_over_mutual_tls_and_strangers_are_refused(
 
 def test_two_active_replicas_only_the_lease_holder_binds(local_cluster, node_group, namespace):
     """A Deployment of two extenders that both answer: each behind its own active kube-scheduler."""
-    from extender.schedconfig import extender_entry, profile
+    from gpushare_hub.extender.schedconfig import extender_entry, profile
 
     nodes, sel = node_group(1, cards=2)
     name = "gpushare-active"

@@ -23,7 +23,7 @@ import pytest
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import Component
-from plugin.kube import RBAC_RULES
+from gpushare_hub.plugin.kube import RBAC_RULES
 from tests.conftest import wait_for
 
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -120,7 +120,7 @@ class Plugin:
             [
                 sys.executable,
                 "-m",
-                "plugin.app",
+                "gpushare_hub.plugin.app",
                 "--backend=simulated",
                 "--simulate=2x Tesla T4:15360",
                 f"--node-name={NODE}",

@@ -8,9 +8,9 @@ import threading
 import pytest
 
 from gpushare_hub.localcluster.devicemanager import DeviceManager, DeviceUnavailable
-from plugin.backends import SimulatedBackend
-from plugin.devices import card_of
-from plugin.server import PluginState, Runner, Settings
+from gpushare_hub.plugin.backends import SimulatedBackend
+from gpushare_hub.plugin.devices import card_of
+from gpushare_hub.plugin.server import PluginState, Runner, Settings
 from tests.conftest import wait_for
 
 from .test_plugin import MemoryPods, placed

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from extender.binding import Binder, Outcome, Phase
-from extender.decisions import Decisions
 from gpushare_hub.core import Ledger
+from gpushare_hub.extender.binding import Binder, Outcome, Phase
+from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.kube import ApiError
 
 from .helpers import node_obj, pod_obj

@@ -10,13 +10,13 @@ import stat
 
 import pytest
 
+from gpushare_hub.core.catalogue import read_catalogue
 from gpushare_hub.demo import cli
 from gpushare_hub.demo.auth import DemoAuthenticator
 from gpushare_hub.demo.cards import CardsError, parse_cards
 from gpushare_hub.demo.catalogue import demo_slices, offered, slug_prefix
 from gpushare_hub.demo.readyfile import DemoUser, Ready, remove_ready, write_ready
 from gpushare_hub.demo.sliceinfo import as_json, read_slice, render_html
-from gpushare_hub.spawner.catalogue import read_catalogue
 
 
 def test_cards_value_gives_count_model_and_the_models_size():

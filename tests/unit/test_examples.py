@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from extender.admission import Identities, admission_yaml
-from extender.schedconfig import scheduler_config
 from gpushare_hub.core import demand_from_pod
+from gpushare_hub.extender.admission import Identities, admission_yaml
+from gpushare_hub.extender.schedconfig import scheduler_config
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -32,7 +32,7 @@ def test_admission_policy_example_is_what_the_extender_prints():
 
 
 def test_printed_scheduler_config_carries_the_client_certificate_for_mutual_tls(capsys):
-    from extender.app import GPUShareExtender
+    from gpushare_hub.extender.app import GPUShareExtender
 
     app = GPUShareExtender()
     app.initialize(

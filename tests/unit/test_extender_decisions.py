@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from extender.decisions import Decisions
-from extender.schedconfig import scheduler_config
-from extender.wire import BadRequest, BindingArgs, ExtenderArgs, filter_result, priority_list
 from gpushare_hub.core import Ledger, Placement
 from gpushare_hub.core.annotations import ALLOCATOR_ANNOTATION, GPU_MEM_ASSIGNED
+from gpushare_hub.extender.decisions import Decisions
+from gpushare_hub.extender.schedconfig import scheduler_config
+from gpushare_hub.extender.wire import BadRequest, BindingArgs, ExtenderArgs, filter_result, priority_list
 
 from .helpers import node_obj, pod_obj
 

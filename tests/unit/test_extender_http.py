@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tornado.httpserver import HTTPServer
 
-from extender.app import make_ops_server, make_server
-from extender.service import ExtenderService
+from gpushare_hub.extender.app import make_ops_server, make_server
+from gpushare_hub.extender.service import ExtenderService
 from gpushare_hub.localcluster.pki import PKI, Credential
 from gpushare_hub.localcluster.processes import free_port
 

@@ -9,13 +9,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.decisions import Decisions
 from gpushare_hub.core import ALLOCATION_ANNOTATION, Ledger, Placement
 from gpushare_hub.core.annotations import GPU_MEM_ASSIGNED
-from plugin.backends import SimulatedBackend
-from plugin.devices import device_ids
-from plugin.matching import COUNT
-from plugin.server import PluginState, PodSource, Settings
+from gpushare_hub.extender.decisions import Decisions
+from gpushare_hub.plugin.backends import SimulatedBackend
+from gpushare_hub.plugin.devices import device_ids
+from gpushare_hub.plugin.matching import COUNT
+from gpushare_hub.plugin.server import PluginState, PodSource, Settings
 
 from .helpers import node_obj, pod_obj
 

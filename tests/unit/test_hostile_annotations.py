@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from extender.decisions import Decisions
 from gpushare_hub.core import (
     CARDS_ANNOTATION,
     InvalidObject,
@@ -22,9 +21,10 @@ from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, AllocationRecor
 from gpushare_hub.core.demand import MAX_MODELS
 from gpushare_hub.core.jsonfields import MAX_JSON_CHARS
 from gpushare_hub.core.records import IgnoredRecord, read_allocation
-from gpushare_hub.inspect.report import build_report
+from gpushare_hub.core.report import build_report
+from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.kube import LedgerInformer
-from plugin.matching import waiting_containers
+from gpushare_hub.plugin.matching import waiting_containers
 
 from .helpers import node_obj, pod_obj
 from .test_extender_decisions import args

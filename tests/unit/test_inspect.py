@@ -10,9 +10,9 @@ import pytest
 from gpushare_hub.core import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
 from gpushare_hub.core.annotations import AllocationRecord, CardShare
 from gpushare_hub.core.cards import declared_cards
+from gpushare_hub.core.report import HUB_SERVER, HUB_USER, build_report
 from gpushare_hub.inspect import cli
 from gpushare_hub.inspect.render import details, summary
-from gpushare_hub.inspect.report import HUB_SERVER, HUB_USER, build_report
 from gpushare_hub.inspect.tabwriter import tabulate
 from tests.unit.helpers import node_obj, pod_obj
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpushare_hub.isolation.measure import slice_env, table
-from plugin.backends import DiscoveredCard
+from gpushare_hub.plugin.backends import DiscoveredCard
 
 CARD = DiscoveredCard(
     uuid="GPU-3cc7cb56-9eed-90be-33b3-e7b0157aeeee", index=0, model="NVIDIA-H100-80GB-HBM3", mib=81559

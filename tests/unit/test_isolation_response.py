@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gpushare_hub.core.cards import Card
-from plugin.matching import Waiting
-from plugin.nodeconfig import NodeConfigError, options_for
-from plugin.response import (
+from gpushare_hub.plugin.matching import Waiting
+from gpushare_hub.plugin.nodeconfig import NodeConfigError, options_for
+from gpushare_hub.plugin.response import (
     HOOK_CONTAINER_PATH,
     MPS_PIPE_CONTAINER_PATH,
     Isolation,
@@ -70,7 +70,7 @@ def test_node_config_reads_isolation_switches_and_refuses_non_booleans():
 
 def test_plugin_flags_become_the_nodes_isolation_and_a_hook_folder_it_cannot_write_stops_it(tmp_path):
     from gpushare_hub.core.errors import GPUShareError
-    from plugin.app import GPUShareDevicePlugin
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
 
     app = GPUShareDevicePlugin()
     flags = ["--mps=true", "--mps-root=/run/m", "--cdi=true", f"--hook-host-path={tmp_path}/h"]

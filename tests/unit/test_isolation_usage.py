@@ -21,9 +21,9 @@ from gpushare_hub.isolation.usage import (
     pod_uid_of_cgroup,
     usage_report,
 )
-from plugin.backends import SimulatedBackend, read_proc
-from plugin.server import PluginState, Settings
-from plugin.usage import UsageCollector, UsageReporter
+from gpushare_hub.plugin.backends import SimulatedBackend, read_proc
+from gpushare_hub.plugin.server import PluginState, Settings
+from gpushare_hub.plugin.usage import UsageCollector, UsageReporter
 
 from .test_plugin import NODE, MemoryPods, placed
 
@@ -219,7 +219,7 @@ def test_nvml_processes_are_read_once_per_pid_with_their_proc_details():
     import os
     from types import SimpleNamespace
 
-    from plugin.backends import NVMLBackend
+    from gpushare_hub.plugin.backends import NVMLBackend
 
     me = os.getpid()
     gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # no process can have it

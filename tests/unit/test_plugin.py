@@ -13,12 +13,12 @@ import pytest
 from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
 from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.records import Ignored, IgnoredRecord
-from plugin.api import deviceplugin_v1beta1_pb2 as pb
-from plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
-from plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
-from plugin.devices import by_card, card_of, device_ids, preferred, units_of
-from plugin.matching import NoMatch, container_env, match, waiting_containers
-from plugin.server import PluginState, PodSource, Servicer, Settings
+from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
+from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
+from gpushare_hub.plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
+from gpushare_hub.plugin.devices import by_card, card_of, device_ids, preferred, units_of
+from gpushare_hub.plugin.matching import NoMatch, container_env, match, waiting_containers
+from gpushare_hub.plugin.server import PluginState, PodSource, Servicer, Settings
 
 from .helpers import pod_obj
 
@@ -227,7 +227,7 @@ def test_grpc_list_and_watch_allocate_and_errors(grpc_plugin):
 
 
 def test_node_config_merges_default_and_node_and_names_mistakes():
-    from plugin.nodeconfig import NodeConfigError, options_for
+    from gpushare_hub.plugin.nodeconfig import NodeConfigError, options_for
 
     data = {"default": '{"reserveFraction": 0.05}', "gpu-7": '{"reserveFraction": 0.1}'}
     assert options_for("gpu-7", data, "cm") == {"reserveFraction": 0.1}

@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from traitlets.config import Config
 
 from gpushare_hub.core import CARDS_ANNOTATION, Ledger
-from gpushare_hub.inspect.report import build_report
+from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
+from gpushare_hub.core.report import build_report
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
 from gpushare_hub.service.metrics import REASONS, reason_label, render_metrics
@@ -27,7 +28,6 @@ from gpushare_hub.service.view import (
     parse_query,
     servers_from_users,
 )
-from gpushare_hub.spawner.catalogue import CatalogueError, read_catalogue
 from tests.unit.helpers import node_obj
 from tests.unit.test_inspect import fixture_cluster, placed
 

@@ -15,8 +15,8 @@ from traitlets.config import Config
 
 from gpushare_hub import GPUShareSpawner
 from gpushare_hub.core import Demand, Ledger, Placer, demand_from_pod
+from gpushare_hub.core.catalogue import CatalogueError
 from gpushare_hub.spawner import SpawnRefused
-from gpushare_hub.spawner.catalogue import CatalogueError
 
 from .helpers import node_obj
 

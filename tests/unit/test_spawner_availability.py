@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpushare_hub.core import Demand, Ledger, Placer
-from gpushare_hub.spawner.availability import availability, render
+from gpushare_hub.core.availability import availability, render
 from gpushare_hub.spawner.progress import Bound, NeverFits, Waiting, queue_position, spawn_status
 from gpushare_hub.spawner.progress import render as render_status
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # One NVIDIA MPS control daemon per card of this node, in the layout the gpushare device
-# plugin mounts into GPU containers (plugin/response.py):
+# plugin mounts into GPU containers (gpushare_hub/plugin/response.py):
 #   <root>/<card UUID>/pipe  the daemon's CUDA_MPS_PIPE_DIRECTORY (clients' too)
 #   <root>/<card UUID>/shm   the daemon's /dev/shm (mounted over the clients' /dev/shm)
 #   <root>/<card UUID>/log   CUDA_MPS_LOG_DIRECTORY

@@ -1,7 +1,7 @@
 """``gpushare-extender``: the HTTP service kube-scheduler calls.
 
 Endpoints (all JSON) on ``--port``, for callers that prove themselves (mutual TLS
-or a bearer token, see :mod:`extender.auth`): ``POST /filter``, ``POST /prioritize``,
+or a bearer token, see :mod:`gpushare_hub.extender.auth`): ``POST /filter``, ``POST /prioritize``,
 ``POST /bind``, ``GET /inspect`` (the ledger; ``/inspect/<node>`` for one node).
 On ``--metrics-port``, open: ``GET /healthz``, ``GET /readyz``, ``GET /metrics``
 (Prometheus). ``--print-scheduler-config`` writes the KubeSchedulerConfiguration of

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from plugin.api import deviceplugin_v1beta1_pb2 as plugin_dot_api_dot_deviceplugin__v1beta1__pb2
+from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as plugin_dot_api_dot_deviceplugin__v1beta1__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in plugin/api/deviceplugin_v1beta1_pb2_grpc.py depends on'
+        + ' but the generated code in gpushare_hub/plugin/api/deviceplugin_v1beta1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
