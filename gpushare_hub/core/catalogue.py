@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames, normalize_model
+from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames
 from gpushare_hub.core.cards import MODEL_MIB
+from gpushare_hub.core.declarations import known_mib
 
 SLICES_TRAIT = "c.GPUShareSpawner.slices"
 PROFILE_KEY = "gpushare_slice"  # in an ordinary profile_list entry: the slice it runs on
@@ -80,11 +81,8 @@ class Slice:
 
 def known_model(name: str) -> str | None:
     """The core table's spelling of a card model (case and spaces ignored), or ``None``."""
-    want = normalize_model(name).lower()
-    for key in MODEL_MIB:
-        if key.lower() == want:
-            return key
-    return None
+    found = known_mib(name)
+    return None if found is None else found[0]
 
 
 def model_units(name: str, names: ResourceNames = DEFAULT_NAMES) -> int | None:

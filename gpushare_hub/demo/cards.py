@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from gpushare_hub.core import DEFAULT_NAMES, GPUShareError
-from gpushare_hub.core.cards import MODEL_MIB
-from gpushare_hub.core.catalogue import known_model
+from gpushare_hub.core.declarations import DeclarationError, parse_card_groups
 
-CARDS_FORM = '"COUNTx MODEL", e.g. --cards "2x Tesla T4"'
-_CARDS_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\S.*?)\s*$")
 MAX_CARDS = 8
 
 
@@ -33,15 +29,11 @@ class DemoCards:
 
 
 def parse_cards(text: str) -> DemoCards:
-    """``"2x Tesla T4"`` -> 2 cards of 15360 MiB; a malformed or unknown value raises :class:`CardsError`."""
-    m = _CARDS_RE.match(text)
-    if not m:
-        raise CardsError(f"--cards {text!r} is not of the form {CARDS_FORM}")
-    count, model = int(m.group(1)), " ".join(m.group(2).split())
-    if not 1 <= count <= MAX_CARDS:
-        raise CardsError(f"--cards {text!r}: COUNT must be 1 to {MAX_CARDS}; the form is {CARDS_FORM}")
-    key = known_model(model)
-    if key is None:
-        known = ", ".join(sorted({k.replace("-", " ") for k in MODEL_MIB}))
-        raise CardsError(f"--cards {text!r}: unknown card model {model!r}; known models: {known}")
-    return DemoCards(count=count, model=model, mib=MODEL_MIB[key])
+    """``"2x Tesla T4"`` -> 2 cards of 15360 MiB; a malformed or unknown value raises :class:`CardsError`.
+
+    The grammar is the core's one card declaration (:mod:`gpushare_hub.core.declarations`), one group."""
+    try:
+        (group,) = parse_card_groups(text, flag="--cards", max_count=MAX_CARDS, single=True)
+    except DeclarationError as err:
+        raise CardsError(str(err)) from err
+    return DemoCards(count=group.count, model=group.model, mib=group.mib)

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpushare_hub.core.cards import MODEL_MIB, normalize_model
+from gpushare_hub.core.cards import normalize_model
+from gpushare_hub.core.declarations import DeclarationError, parse_card_groups
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.isolation.usage import GPUProcess
 
@@ -226,26 +226,13 @@ class NVMLBackend:
             pass
 
 
-_DECL = re.compile(r"^\s*(\d+)\s*x\s*([^:,]+?)\s*(?::\s*(\d+))?\s*$")
-
-
 def parse_declaration(spec: str) -> list[tuple[int, str, int]]:
-    """``"2x Tesla T4:15360, 1x A10"`` -> [(2, "Tesla-T4", 15360), (1, "A10", 23028)]."""
-    out = []
-    for part in spec.split(","):
-        m = _DECL.match(part)
-        if not m:
-            raise BackendUnavailable(
-                f"--simulate: cannot read {part.strip()!r}; write COUNTx MODEL[:MiB], "
-                "e.g. '2x Tesla T4:15360'"
-            )
-        count, model, mib = int(m[1]), normalize_model(m[2]), m[3]
-        if mib is None and model not in MODEL_MIB:
-            raise BackendUnavailable(
-                f"--simulate: give the memory of {model!r} in MiB, e.g. '{count}x {model}:16384'"
-            )
-        out.append((count, model, int(mib) if mib else MODEL_MIB[model]))
-    return out
+    """``"2x Tesla T4:15360, 1x A10"`` -> [(2, "Tesla-T4", 15360), (1, "A10", 23028)] (the core's one
+    card declaration grammar)."""
+    try:
+        return [(g.count, g.key, g.mib) for g in parse_card_groups(spec, flag="--simulate")]
+    except DeclarationError as err:
+        raise BackendUnavailable(str(err)) from err
 
 
 class SimulatedBackend:

@@ -9,47 +9,23 @@ commas; the MiB may be left out for models in :data:`KNOWN_MODELS`.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-from ..core.cards import Card, Node, normalize_model
+from ..core.cards import Card, Node
+from ..core.declarations import CardGroup, DeclarationError, parse_card_groups
 from ..core.demand import Demand
 from ..core.ledger import Ledger
 from ..core.resources import ResourceNames
 from .trace import KNOWN_MODELS, TraceError, TraceNode, TracePod
 
-_GROUP = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s+([^:,]+?)\s*(?::\s*(\d+))?\s*$")
-
-
-@dataclass(frozen=True)
-class CardGroup:
-    nodes: int
-    cards: int
-    model: str
-    mib: int | None
-
 
 def parse_cards(spec: str) -> list[CardGroup]:
-    """``"40x2 Tesla-T4:15360, 4x8 A100-80GB"`` -> card groups, with a clear error otherwise."""
-    groups = []
-    for part in spec.split(","):
-        m = _GROUP.match(part)
-        if not m:
-            raise TraceError(
-                f"--cards: cannot read {part.strip()!r}; write NODESxCARDS MODEL[:MiB], "
-                "e.g. '40x2 Tesla-T4:15360'"
-            )
-        nodes, cards, model, mib = int(m[1]), int(m[2]), normalize_model(m[3]), m[4]
-        if nodes <= 0 or cards <= 0:
-            raise TraceError(f"--cards: {part.strip()!r} needs at least one node and one card")
-        if mib is None and model not in KNOWN_MODELS:
-            raise TraceError(
-                f"--cards: unknown card model {model!r} in {part.strip()!r}; give its memory as "
-                f"{model}:MiB or use one of {', '.join(sorted(KNOWN_MODELS))}"
-            )
-        size = int(mib) if mib is not None else KNOWN_MODELS[model]
-        groups.append(CardGroup(nodes, cards, model, size))
-    return groups
+    """``"40x2 Tesla-T4:15360, 4x8 A100-80GB"`` -> card groups (the core's one card declaration
+    grammar, with a node count first), with a clear error otherwise."""
+    try:
+        return parse_card_groups(spec, flag="--cards", per_node=True, known=KNOWN_MODELS)
+    except DeclarationError as err:
+        raise TraceError(str(err)) from err
 
 
 @dataclass(frozen=True)
@@ -164,8 +140,8 @@ def ledger_from_groups(groups: list[CardGroup], units: Units) -> Ledger:
             name = f"node-{n:04d}"
             n += 1
             cards = tuple(
-                Card(index=i, uuid=f"GPU-{name}-{i}", model=g.model, units=units.per_card, mib=g.mib or 0)
-                for i in range(g.cards)
+                Card(index=i, uuid=f"GPU-{name}-{i}", model=g.key, units=units.per_card, mib=g.mib)
+                for i in range(g.count)
             )
             ledger.set_node(Node(name=name, cards=cards))
     return ledger

@@ -18,7 +18,9 @@ from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
 from gpushare_hub.plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
 from gpushare_hub.plugin.devices import by_card, card_of, device_ids, preferred, units_of
 from gpushare_hub.plugin.matching import NoMatch, container_env, match, waiting_containers
-from gpushare_hub.plugin.server import PluginState, PodSource, Servicer, Settings
+from gpushare_hub.plugin.servicer import Servicer
+from gpushare_hub.plugin.settings import Settings
+from gpushare_hub.plugin.state import PluginState, PodSource
 
 from .helpers import pod_obj
 
@@ -53,7 +55,7 @@ def test_declared_cards_parse_and_bad_ones_say_how():
     assert parse_declaration("2x Tesla T4:15360, 1x A10") == [(2, "Tesla-T4", 15360), (1, "A10", 23028)]
     with pytest.raises(BackendUnavailable, match="COUNTx MODEL"):
         parse_declaration("two T4")
-    with pytest.raises(BackendUnavailable, match="give the memory of 'Quadro'"):
+    with pytest.raises(BackendUnavailable, match=r"unknown card model 'Quadro'.*Quadro:MiB"):
         parse_declaration("1x Quadro")
 
 
@@ -260,7 +262,7 @@ def test_a_failed_assigned_mark_keeps_the_container_served_and_is_retried():
     pods.fail = False
     state.allocate(ids)  # serves b, not a again; a's mark is retried and written
     assert sorted(pods.assigned) == ["jhub/a", "jhub/b"]
-    assert state._served == set() and state._unmarked == {}
+    assert state.served.keys == set() and state.served.unmarked == {}
 
 
 def test_nvml_card_that_turned_unhealthy_is_reported_healthy_again_once_quiet_and_answering():
