@@ -28,7 +28,8 @@ KUBELET_GRPC_LIMIT = 4 * 1024 * 1024
 def _state(spec: str, unit: str, pods: Any) -> Any:
     from gpushare_hub.core.resources import ResourceNames
     from gpushare_hub.plugin.backends import SimulatedBackend
-    from gpushare_hub.plugin.server import PluginState, Settings
+    from gpushare_hub.plugin.settings import Settings
+    from gpushare_hub.plugin.state import PluginState
 
     return PluginState(
         SimulatedBackend(spec, "bench-node"),
@@ -44,7 +45,8 @@ def measure(requests: int) -> dict[str, Any]:
     from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
     from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
     from gpushare_hub.plugin.devices import device_ids
-    from gpushare_hub.plugin.server import PodSource, Servicer
+    from gpushare_hub.plugin.servicer import Servicer
+    from gpushare_hub.plugin.state import PodSource
 
     class Pods(PodSource):
         def __init__(self) -> None:

@@ -26,8 +26,10 @@ from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
+from .registration import Runner
 from .response import HOOK_HOST_PATH, MPS_ROOT, Isolation
-from .server import DEFAULT_DIR, PluginState, Runner, Settings
+from .settings import DEFAULT_DIR, Settings
+from .state import PluginState
 
 
 class GPUShareDevicePlugin(Application):

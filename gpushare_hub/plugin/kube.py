@@ -17,7 +17,7 @@ from gpushare_hub.core.cards import Card, cards_to_annotation
 from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.core.resources import ResourceNames
 
-from .server import PodSource
+from .state import PodSource
 
 # Seconds per API call. Allocate makes up to two (list the node's pods, mark one assigned)
 # and the kubelet calls it without a deadline: a slow API server must not stall admission.

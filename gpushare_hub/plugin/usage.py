@@ -21,7 +21,7 @@ from gpushare_hub.core.cards import Node
 from gpushare_hub.core.mps import MPS_SERVERS_ANNOTATION
 from gpushare_hub.isolation.usage import OVER_SLICE_REASON, USAGE_ANNOTATION, UsageReport, usage_report
 
-from .server import PluginState
+from .state import PluginState
 
 log = logging.getLogger("gpushare.plugin")
 MIB = 1024 * 1024

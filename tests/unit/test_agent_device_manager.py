@@ -10,7 +10,9 @@ import pytest
 from gpushare_hub.localcluster.devicemanager import DeviceManager, DeviceUnavailable
 from gpushare_hub.plugin.backends import SimulatedBackend
 from gpushare_hub.plugin.devices import card_of
-from gpushare_hub.plugin.server import PluginState, Runner, Settings
+from gpushare_hub.plugin.registration import Runner
+from gpushare_hub.plugin.settings import Settings
+from gpushare_hub.plugin.state import PluginState
 from tests.conftest import wait_for
 
 from .test_plugin import MemoryPods, placed

@@ -15,7 +15,8 @@ from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.plugin.backends import SimulatedBackend
 from gpushare_hub.plugin.devices import device_ids
 from gpushare_hub.plugin.matching import COUNT
-from gpushare_hub.plugin.server import PluginState, PodSource, Settings
+from gpushare_hub.plugin.settings import Settings
+from gpushare_hub.plugin.state import PluginState, PodSource
 
 from .helpers import node_obj, pod_obj
 

@@ -22,7 +22,8 @@ from gpushare_hub.isolation.usage import (
     usage_report,
 )
 from gpushare_hub.plugin.backends import SimulatedBackend, read_proc
-from gpushare_hub.plugin.server import PluginState, Settings
+from gpushare_hub.plugin.settings import Settings
+from gpushare_hub.plugin.state import PluginState
 from gpushare_hub.plugin.usage import UsageCollector, UsageReporter
 
 from .test_plugin import NODE, MemoryPods, placed
