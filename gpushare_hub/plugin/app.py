@@ -32,6 +32,15 @@ from .settings import DEFAULT_DIR, Settings
 from .state import PluginState
 
 
+class CannotStart(GPUShareError):
+    """Why the plugin cannot start, printed once by :meth:`GPUShareDevicePlugin.start`, and the
+    status it exits with."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class GPUShareDevicePlugin(Application):
     name = "gpushare-device-plugin"
     description = __doc__
@@ -247,6 +256,53 @@ class GPUShareDevicePlugin(Application):
             registry.register(UsageCollector(reporter))
             start_http_server(self.metrics_port, registry=registry)
 
+    def connect(self) -> Any:
+        """The API client, with the per-node options applied; :class:`CannotStart` if neither can be had."""
+        from .kube import api_client
+
+        problem = connection_problem(self.kubeconfig or None)
+        if problem:
+            raise CannotStart(problem, 2)
+        api = api_client(self.kubeconfig or None)
+        if self.node_config:
+            try:
+                self.apply_node_config(api)
+            except GPUShareError as err:
+                raise CannotStart(str(err), 2) from err
+        return api
+
+    def plugin_settings(self, names: ResourceNames) -> Settings:
+        return Settings(
+            node=self.node_name,
+            names=names,
+            reserve_fraction=self.reserve_fraction,
+            plugin_dir=self.plugin_dir,
+            served_file=self.served_file or str(Path(self.plugin_dir) / "gpushare-hub-served.json"),
+            isolation=self.isolation(),
+        )
+
+    def prepare(self) -> tuple[Backend, Any, PluginState]:
+        """Everything the plugin needs before it serves: its cards, the API server, the start-up
+        hook, its state; :class:`CannotStart` naming what is missing."""
+        try:
+            backend = self.make_backend()
+        except BackendUnavailable as err:
+            raise CannotStart(str(err), 1) from err
+        from .kube import KubePods
+
+        api = self.connect()
+        try:
+            self.install_hook()
+            state = PluginState(backend, KubePods(api), self.plugin_settings(self.resource_names()))
+        except GPUShareError as err:
+            raise CannotStart(str(err), 1) from err
+        if not state.cards:
+            raise CannotStart(f"no shareable card on {self.node_name} (MIG-enabled cards are skipped)", 1)
+        return backend, api, state
+
+    def resource_names(self) -> ResourceNames:
+        return ResourceNames(memory=self.resource_name, count=self.count_resource_name, unit=self.unit)
+
     def start(self) -> None:
         logging.basicConfig(
             level=cast(int, self.log_level), format="%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -256,49 +312,19 @@ class GPUShareDevicePlugin(Application):
             log.error("--node-name is required (set it from the downward API: spec.nodeName)")
             sys.exit(2)
         try:
-            backend = self.make_backend()
-        except BackendUnavailable as err:
+            backend, api, state = self.prepare()
+        except CannotStart as err:
             print(f"gpushare-device-plugin: {err}", file=sys.stderr)
-            sys.exit(1)
-        from .kube import KubePods, api_client, publish_isolation, publish_node
+            sys.exit(err.status)
+        self.serve(api, state)
+        backend.close()
 
-        problem = connection_problem(self.kubeconfig or None)
-        if problem:
-            print(f"gpushare-device-plugin: {problem}", file=sys.stderr)
-            sys.exit(2)
-        api = api_client(self.kubeconfig or None)
-        if self.node_config:
-            try:
-                self.apply_node_config(api)
-            except GPUShareError as err:
-                print(f"gpushare-device-plugin: {err}", file=sys.stderr)
-                sys.exit(2)
-        try:
-            self.install_hook()
-        except GPUShareError as err:
-            print(f"gpushare-device-plugin: {err}", file=sys.stderr)
-            sys.exit(1)
-        names = ResourceNames(memory=self.resource_name, count=self.count_resource_name, unit=self.unit)
-        settings = Settings(
-            node=self.node_name,
-            names=names,
-            reserve_fraction=self.reserve_fraction,
-            plugin_dir=self.plugin_dir,
-            served_file=self.served_file or str(Path(self.plugin_dir) / "gpushare-hub-served.json"),
-            isolation=self.isolation(),
-        )
-        try:
-            state = PluginState(backend, KubePods(api), settings)
-        except GPUShareError as err:
-            print(f"gpushare-device-plugin: {err}", file=sys.stderr)
-            sys.exit(1)
-        if not state.cards:
-            print(
-                f"gpushare-device-plugin: no shareable card on {self.node_name} "
-                "(MIG-enabled cards are skipped)",
-                file=sys.stderr,
-            )
-            sys.exit(1)
+    def serve(self, api: Any, state: PluginState) -> None:
+        """Publish the inventory, serve and stay registered with the kubelet until SIGTERM or SIGINT."""
+        from .kube import publish_isolation, publish_node
+
+        log = logging.getLogger("gpushare.plugin")
+        names = state.settings.names
 
         def publish() -> None:
             try:
@@ -325,7 +351,6 @@ class GPUShareDevicePlugin(Application):
             "on" if self.tensorflow_memory_limit else "off",
         )
         runner.run()
-        backend.close()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -328,3 +328,47 @@ def test_a_plugin_restart_before_the_assigned_mark_does_not_serve_a_container_tw
     PluginState(backend, pods, settings).allocate(ids)  # serves a; its mark cannot be written
     restarted = PluginState(backend, pods, settings)
     assert [w.pod for w in restarted._waiting()] == ["jhub/b"]  # a is remembered as served
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+SIMULATED = ["--node-name=gpu-1", "--backend=simulated", "--simulate=1x T4"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "status", "message"),
+    [
+        (["--backend=simulated"], 2, None),  # no --node-name: logged, not printed
+        (["--node-name=gpu-1", "--backend=simulated"], 1, "--backend simulated needs --simulate"),
+        ([*SIMULATED, "--kubeconfig={tmp}/none"], 2, "--kubeconfig {tmp}/none: no such file"),
+        ([*SIMULATED, "--kubeconfig={kc}", "--node-config=cm"], 2, "'cm': write NAMESPACE/NAME"),
+        (
+            [*SIMULATED, "--kubeconfig={kc}", "--hook-host-path={kc}/h"],
+            1,
+            "cannot install the Python start-up hook into {kc}/h",
+        ),
+    ],
+)
+def test_a_plugin_that_cannot_start_says_why_once_and_exits_with_its_status(
+    tmp_path, capsys, flags, status, message
+):
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
+
+    kc = tmp_path / "kc"
+    kc.write_text(KUBECONFIG)
+    app = GPUShareDevicePlugin()
+    app.parse_command_line([f.format(tmp=tmp_path, kc=kc) for f in flags])
+    with pytest.raises(SystemExit) as stop:
+        app.start()
+    assert stop.value.code == status
+    err = capsys.readouterr().err.splitlines()
+    said = [line for line in err if line.startswith("gpushare-device-plugin: ")]
+    if message is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and message.format(tmp=tmp_path, kc=kc) in said[0]
