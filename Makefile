@@ -68,6 +68,7 @@ test: setup system-deps k8s-binaries hub-proxy
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -p no:cacheprovider
 	$(MAKE) --no-print-directory test-k8s-also
 
@@ -88,6 +89,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py
+	$(BIN)/lint-imports --no-cache
 
 bench: setup
 	$(BIN)/gpushare-bench replay
@@ -102,8 +104,8 @@ proto: setup
 chart: setup
 	$(BIN)/python helm/generate.py
 
-## Wheels of the package and its dependencies for the images (images/*/Dockerfile), built on the
-## host for the image's Python (IMAGE_PYTHON; the hub image: its own Python, e.g. 3.14).
+## Wheels of the package and its dependencies, with the `hub` extra, for the images (images/*/Dockerfile),
+## built on the host for the image's Python (IMAGE_PYTHON; the hub image: its own Python, e.g. 3.14).
 IMAGE_PYTHON   ?= 3.12
 IMAGE_PLATFORM ?= x86_64
 wheelhouse: setup
@@ -111,7 +113,7 @@ wheelhouse: setup
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir wheelhouse .
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
-	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any wheelhouse/gpushare_hub-*.whl
+	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any "$$(ls wheelhouse/gpushare_hub-*.whl)[hub]"
 
 ## The images, built here with buildah (chroot, vfs) on a debootstrap base, cached under
 ## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.

@@ -51,12 +51,14 @@ class Image:
         return ROOT / "images" / self.name / "Dockerfile"
 
 
+_NO_HUB = "import importlib.util as u; assert not u.find_spec('jupyterhub') and not u.find_spec('kubespawner')"
 IMAGES = (
-    Image("extender", "import gpushare_hub.extender.app, gpushare_hub.plugin"),
-    Image("device-plugin", "import gpushare_hub.plugin.app, gpushare_hub.extender"),
+    # The extender and plugin images carry neither JupyterHub nor KubeSpawner (the `hub` extra).
+    Image("extender", f"import gpushare_hub.extender.app; {_NO_HUB}"),
+    Image("device-plugin", f"import gpushare_hub.plugin.app; {_NO_HUB}"),
     # Zero to JupyterHub's hub image cannot be pulled here: the same Dockerfile on our base
     # (its unprivileged user by UID, as our base has no jovyan).
-    Image("hub", "import gpushare_hub, gpushare_hub.extender, gpushare_hub.plugin", {"NB_USER": "65532"}),
+    Image("hub", "import gpushare_hub.spawner, gpushare_hub.service.app", {"NB_USER": "65532"}),
 )
 
 

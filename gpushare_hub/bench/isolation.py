@@ -1,10 +1,10 @@
-"""``gpushare-bench isolation``: what a slice holds on a real GPU (:mod:`gpushare_hub.isolation.measure`)."""
+"""``gpushare-bench isolation``: what a slice holds on a real GPU (:mod:`gpushare_hub.bench.isolation_measure`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpushare_hub.isolation.measure import add_arguments, run
+from gpushare_hub.bench.isolation_measure import add_arguments, run
 
 
 def add_parser(sub: Any) -> None:

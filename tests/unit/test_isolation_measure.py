@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpushare_hub.isolation.measure import slice_env, table
+from gpushare_hub.bench.isolation_measure import slice_env, table
 from gpushare_hub.plugin.backends import DiscoveredCard
 
 CARD = DiscoveredCard(

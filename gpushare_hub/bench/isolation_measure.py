@@ -1,6 +1,6 @@
 """Measure on a real GPU what a slice holds: the plugin's environment, the start-up hook, MPS.
 
-``gpushare-bench isolation`` (or ``python -m gpushare_hub.isolation.measure`` where only the
+``gpushare-bench isolation`` (or ``python -m gpushare_hub.bench.isolation_measure`` where only the
 frameworks are installed, as on a lent GPU machine) finds the cards through the device
 plugin's own NVML backend, then for each slice size builds the environment the plugin's
 Allocate returns for that slice on card 0 (:func:`gpushare_hub.plugin.response.container_response`) and
@@ -326,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gpushare_hub.isolation.measure", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m gpushare_hub.bench.isolation_measure", description=__doc__)
     add_arguments(p)
     return run(p.parse_args(argv))
 
