@@ -13,23 +13,18 @@ import contextlib
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from gpushare_hub.service.address import free_port as free_port  # the harness's importers use it from here
 
 _LIVE: set[Component] = set()
 
 
 class HarnessError(RuntimeError):
     """A component did not start or become ready; the message names its log."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

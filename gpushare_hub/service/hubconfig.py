@@ -24,7 +24,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+from .address import free_port, listen_on
 
 CONFIG_ENV = "GPUSHARE_SERVICE_CONFIG"
 DISPLAY_NAME = "GPU slices"
@@ -60,29 +61,6 @@ def _current(c: Any, key: str, empty: Any) -> Any:
     value = section.get(key, empty) if key in section else empty
     # An unset trait reads as a LazyConfigValue in traitlets; only plain values are kept.
     return value if isinstance(value, type(empty)) else empty
-
-
-def _listen_on(url: str, port: int | None) -> dict[str, Any]:
-    """The service's ``ip`` and ``port`` for a ``url`` the proxy reaches it at (checked here)."""
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/"):
-        raise ValueError(
-            f"configure_hub(url={url!r}): give the service's address as http://HOST:PORT, "
-            "for example http://hub:10101 (the hub's Kubernetes Service) in Zero to JupyterHub"
-        )
-    try:
-        url_port = parsed.port
-    except ValueError as err:
-        raise ValueError(f"configure_hub(url={url!r}): {err}; give a port from 1 to 65535") from None
-    if url_port is None:
-        raise ValueError(f"configure_hub(url={url!r}): the URL needs a port, e.g. http://hub:10101")
-    if port is not None and port != url_port:
-        raise ValueError(
-            f"configure_hub(url={url!r}, port={port}): the two ports differ; leave out port, "
-            "the URL's is the one the service listens on"
-        )
-    loopback = parsed.hostname in ("localhost", "::1") or parsed.hostname.startswith("127.")
-    return {"ip": parsed.hostname if loopback else "0.0.0.0", "port": url_port}
 
 
 def configure_hub(
@@ -126,16 +104,39 @@ def configure_hub(
     """
     spawner = _section(c, "GPUShareSpawner")
     kube = _section(c, "KubeSpawner")
+    service_config = _service_config(name, spawner, kube, slices, node_selector)
+    env = _kube_access(kubeconfig, service_config)
+    url = _service_url(url, port, service_config)
+    env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
+    env.update(environment or {})
+    _add_service(c, name, url, env)
+    _add_scopes(c, name)
+    _add_roles(c, name, list(admin_users), list(admin_groups), list(metrics_services))
+
+
+def _node_selector(spawner: Mapping[str, Any], kube: Mapping[str, Any]) -> dict[str, str]:
+    """The spawner's node selector (its own, else KubeSpawner's) merged with its gpu_node_selector."""
+    selector: dict[str, str] = {}
+    for section in (kube, spawner):
+        if "node_selector" in section:
+            selector.update(section["node_selector"])
+    if "gpu_node_selector" in spawner:
+        selector.update(spawner["gpu_node_selector"])
+    return selector
+
+
+def _service_config(
+    name: str,
+    spawner: Mapping[str, Any],
+    kube: Mapping[str, Any],
+    slices: list[dict[str, Any]] | None,
+    node_selector: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The service's own settings, from the arguments and the spawner's; the catalogue checked."""
     if slices is None:
         slices = list(spawner.get("slices", [])) if "slices" in spawner else []
     if node_selector is None:
-        selector: dict[str, str] = {}
-        for section in (kube, spawner):
-            if "node_selector" in section:
-                selector.update(section["node_selector"])
-        if "gpu_node_selector" in spawner:
-            selector.update(spawner["gpu_node_selector"])
-        node_selector = selector
+        node_selector = _node_selector(spawner, kube)
     service_config: dict[str, Any] = {
         "slices": slices,
         "node_selector": dict(node_selector),
@@ -153,7 +154,12 @@ def configure_hub(
     from gpushare_hub.core.catalogue import read_catalogue
 
     read_catalogue(slices)
+    return service_config
 
+
+def _kube_access(kubeconfig: str | None, service_config: dict[str, Any]) -> dict[str, str]:
+    """The service's variables for reaching the API server: a kubeconfig, or (the hub in a pod)
+    the pod's service account, which also sets ``in_cluster`` in ``service_config``."""
     env: dict[str, str] = {}
     kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
     if kubeconfig:
@@ -164,16 +170,19 @@ def configure_hub(
         service_config["in_cluster"] = True
         for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
             env[var] = os.environ.get(var, "")
+    return env
 
+
+def _service_url(url: str | None, port: int | None, service_config: dict[str, Any]) -> str:
+    """Where the proxy reaches the service; for a given ``url``, its ip and port in ``service_config``."""
     if url is None:
-        from gpushare_hub.localcluster.processes import free_port
+        return f"http://127.0.0.1:{port or free_port()}"
+    service_config.update(listen_on(url, port))
+    return url
 
-        url = f"http://127.0.0.1:{port or free_port()}"
-    else:
-        service_config.update(_listen_on(url, port))
-    env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
-    env.update(environment or {})
 
+def _add_service(c: Any, name: str, url: str, env: dict[str, str]) -> None:
+    """The ``c.JupyterHub.services`` entry (replacing one of that name) and our page.html's folder."""
     services = [s for s in _current(c, "services", []) if s.get("name") != name]
     services.append(
         {
@@ -193,6 +202,8 @@ def configure_hub(
     if TEMPLATES not in paths:
         c.JupyterHub.template_paths = [*paths, TEMPLATES]  # an admin's own page.html still wins
 
+
+def _add_scopes(c: Any, name: str) -> None:
     scopes = dict(_current(c, "custom_scopes", {}))
     scopes[admin_scope(name)] = {
         "description": f"See every user's GPU slices on the {DISPLAY_NAME} dashboard and ledger API.",
@@ -201,6 +212,11 @@ def configure_hub(
     scopes[metrics_scope(name)] = {"description": f"Scrape the {DISPLAY_NAME} service's Prometheus metrics."}
     c.JupyterHub.custom_scopes = scopes
 
+
+def _add_roles(
+    c: Any, name: str, admin_users: list[str], admin_groups: list[str], metrics_services: list[str]
+) -> None:
+    """Our roles (replacing earlier ones of the same names), and every user's access to the service."""
     access = f"access:services!service={name}"
     ours = {f"{name}-service", f"{name}-admins", f"{name}-metrics"}
     roles = [dict(r) for r in _current(c, "load_roles", []) if r.get("name") not in ours]
@@ -217,24 +233,27 @@ def configure_hub(
             "name": f"{name}-admins",
             "description": f"Full view of the {DISPLAY_NAME} dashboard.",
             "scopes": [admin_scope(name), access],
-            "users": list(admin_users),
-            "groups": list(admin_groups),
+            "users": admin_users,
+            "groups": admin_groups,
         }
     )
-    # Every user may open the service: JupyterHub's default "user" role, extended.
-    user_role = next((r for r in roles if r.get("name") == "user"), None)
-    if user_role is None:
-        user_role = {"name": "user", "scopes": ["self"]}
-        roles.append(user_role)
-    user_role["scopes"] = [*[s for s in user_role.get("scopes", ["self"]) if s != access], access]
-    metrics = list(metrics_services)
-    if metrics:
+    _grant_every_user(roles, access)
+    if metrics_services:
         roles.append(
             {
                 "name": f"{name}-metrics",
                 "description": f"Scrape the {DISPLAY_NAME} metrics.",
                 "scopes": [metrics_scope(name), access],
-                "services": metrics,
+                "services": metrics_services,
             }
         )
     c.JupyterHub.load_roles = roles
+
+
+def _grant_every_user(roles: list[dict[str, Any]], access: str) -> None:
+    """Every user may open the service: JupyterHub's default "user" role, extended."""
+    user_role = next((r for r in roles if r.get("name") == "user"), None)
+    if user_role is None:
+        user_role = {"name": "user", "scopes": ["self"]}
+        roles.append(user_role)
+    user_role["scopes"] = [*[s for s in user_role.get("scopes", ["self"]) if s != access], access]

@@ -287,6 +287,19 @@ def test_configure_hub_adds_the_service_scopes_and_least_privilege_roles():
     assert [r["name"] for r in c.JupyterHub.load_roles].count("user") == 1
 
 
+def test_configure_hub_without_a_port_or_url_gives_the_service_a_free_loopback_port():
+    import socket
+
+    c = hub_config()
+    configure_hub(c)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    host, _, port = svc["url"].removeprefix("http://").partition(":")
+    assert host == "127.0.0.1" and 0 < int(port) < 65536
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", int(port)))  # free: the service can listen there
+    assert "ip" not in json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+
+
 def test_configure_hub_url_puts_the_service_where_a_proxy_in_another_pod_reaches_it():
     c = hub_config()
     configure_hub(c, url="http://hub:10101")
