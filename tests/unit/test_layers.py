@@ -53,3 +53,12 @@ def test_a_forbidden_import_breaks_a_contract(copy: Path, module: str, line: str
     result = lint(copy)
     assert result.returncode == 1
     assert broken in result.stdout, result.stdout
+
+
+def test_no_top_level_extender_or_plugin_package_is_installed():
+    """The extender and the device plugin are gpushare_hub.extender and gpushare_hub.plugin; the wheel
+    holds no other top-level package."""
+    code = "import importlib.util as u; print(u.find_spec('extender'), u.find_spec('plugin'))"
+    out = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["None", "None"]
+    assert not (ROOT / "extender").exists() and not (ROOT / "plugin").exists()
