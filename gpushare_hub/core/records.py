@@ -126,6 +126,22 @@ def _amount_problem(demand: Demand, shares: tuple[CardShare, ...], names: Resour
     return ""
 
 
+@dataclass(frozen=True)
+class _Pod:
+    """The pod whose record is being read, as an :class:`IgnoredRecord` names it."""
+
+    key: str
+    uid: str
+    bound: str  # spec.nodeName; "" when not bound
+    what: str  # the annotation(s) read, as messages name them
+
+    def ignored(self, reason: Ignored, detail: str) -> IgnoredRecord:
+        return IgnoredRecord(key=self.key, uid=self.uid, reason=reason, detail=detail, node=self.bound)
+
+
+_Held = tuple[tuple[CardShare, ...], tuple[ContainerShare, ...]]
+
+
 def read_allocation(
     obj: Mapping[str, Any],
     node_cards: Callable[[str], Node | None] | None = None,
@@ -142,80 +158,104 @@ def read_allocation(
     if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
         return None
     raw = ann.get(ALLOCATION_ANNOTATION)
-    legacy = GPU_MEM_IDX in ann or GPU_MEM_POD in ann
-    if not raw and not legacy:
+    if not raw and GPU_MEM_IDX not in ann and GPU_MEM_POD not in ann:
         return None
-    key = pod_key(obj)
-    uid = str(meta.get("uid") or "")
-    bound = str((obj.get("spec") or {}).get("nodeName") or "")
-
-    def ignored(reason: Ignored, detail: str) -> IgnoredRecord:
-        return IgnoredRecord(key=key, uid=uid, reason=reason, detail=detail, node=bound)
-
-    what = ALLOCATION_ANNOTATION if raw else f"{GPU_MEM_IDX}/{GPU_MEM_POD}"
-    try:
-        demand = demand_from_pod(obj, names)
-    except InvalidObject as err:
-        return ignored(Ignored.NO_DEMAND, f"{what} is set but the pod's request is unreadable ({err})")
-    if demand is None:
-        return ignored(Ignored.NO_DEMAND, f"{what} is set but the pod asks for no {names.memory}")
-    if not bound:
-        return ignored(Ignored.NOT_BOUND, f"{what} is set but the pod is not bound to a node")
-    containers: tuple[ContainerShare, ...] = ()
-    if raw:
-        try:
-            rec = AllocationRecord.from_json(raw, where=f"pod {key}")
-        except InvalidObject as err:
-            return ignored(Ignored.UNREADABLE, str(err))
-        if rec.node != bound:
-            return ignored(
-                Ignored.WRONG_NODE, f"the record names node {rec.node}, the pod is bound to {bound}"
-            )
-        shares, containers = rec.cards, rec.containers
-        uuids = {s.uuid: s.units for s in shares}
-        for c in containers:
-            if c.uuid not in uuids or not 1 <= c.units <= uuids[c.uuid]:
-                return ignored(
-                    Ignored.WRONG_AMOUNT,
-                    f"container {c.container} gets {c.units} units of card {c.uuid}, "
-                    "which the record does not give the pod",
-                )
-        # (Containers may add up to more than the pod: init containers run before the others.)
-    else:
-        try:
-            indices = [int(i) for i in str(ann.get(GPU_MEM_IDX, "")).split(",") if i.strip()]
-            total = int(ann.get(GPU_MEM_POD, ""))
-        except ValueError:
-            return ignored(Ignored.UNREADABLE, f"{GPU_MEM_IDX}/{GPU_MEM_POD} are not whole numbers")
-        if not indices or total <= 0 or total % len(indices) or min(indices) < 0:
-            return ignored(
-                Ignored.WRONG_AMOUNT,
-                f"{GPU_MEM_IDX}={indices} and {GPU_MEM_POD}={total} do not describe shares",
-            )
-        shares = tuple(
-            CardShare(uuid=_legacy_uuid(bound, i), index=i, units=total // len(indices)) for i in indices
-        )
+    pod = _Pod(
+        key=pod_key(obj),
+        uid=str(meta.get("uid") or ""),
+        bound=str((obj.get("spec") or {}).get("nodeName") or ""),
+        what=ALLOCATION_ANNOTATION if raw else f"{GPU_MEM_IDX}/{GPU_MEM_POD}",
+    )
+    demand = _demand(obj, pod, names)
+    if isinstance(demand, IgnoredRecord):
+        return demand
+    held = _record_shares(raw, pod) if raw else _legacy_shares(ann, pod)
+    if isinstance(held, IgnoredRecord):
+        return held
+    shares, containers = held
     problem = _amount_problem(demand, shares, names)
     if problem:
-        return ignored(Ignored.WRONG_AMOUNT, problem)
+        return pod.ignored(Ignored.WRONG_AMOUNT, problem)
     alloc = Allocation(
-        key=key,
-        uid=uid,
-        node=bound,
+        key=pod.key,
+        uid=pod.uid,
+        node=pod.bound,
         cards=shares,
         containers=containers,
         assigned=ann.get(GPU_MEM_ASSIGNED) == "true",
         asks_count=bool(demand.count_containers),
     )
-    node = node_cards(bound) if node_cards else None
+    node = node_cards(pod.bound) if node_cards else None
     if node is None:
         return alloc
+    return _checked_on_node(alloc, node, demand, pod)
+
+
+def _demand(obj: Mapping[str, Any], pod: _Pod, names: ResourceNames) -> Demand | IgnoredRecord:
+    """What the pod asks; a record on a pod that asks nothing, or that is not bound, is ignored."""
+    try:
+        demand = demand_from_pod(obj, names)
+    except InvalidObject as err:
+        return pod.ignored(
+            Ignored.NO_DEMAND, f"{pod.what} is set but the pod's request is unreadable ({err})"
+        )
+    if demand is None:
+        return pod.ignored(Ignored.NO_DEMAND, f"{pod.what} is set but the pod asks for no {names.memory}")
+    if not pod.bound:
+        return pod.ignored(Ignored.NOT_BOUND, f"{pod.what} is set but the pod is not bound to a node")
+    return demand
+
+
+def _record_shares(raw: str, pod: _Pod) -> _Held | IgnoredRecord:
+    """The cards and container shares our UUID record gives the pod, if it names the pod's node
+    and gives each container a share of a card the pod holds."""
+    try:
+        rec = AllocationRecord.from_json(raw, where=f"pod {pod.key}")
+    except InvalidObject as err:
+        return pod.ignored(Ignored.UNREADABLE, str(err))
+    if rec.node != pod.bound:
+        return pod.ignored(
+            Ignored.WRONG_NODE, f"the record names node {rec.node}, the pod is bound to {pod.bound}"
+        )
+    uuids = {s.uuid: s.units for s in rec.cards}
+    for c in rec.containers:
+        if c.uuid not in uuids or not 1 <= c.units <= uuids[c.uuid]:
+            return pod.ignored(
+                Ignored.WRONG_AMOUNT,
+                f"container {c.container} gets {c.units} units of card {c.uuid}, "
+                "which the record does not give the pod",
+            )
+    # (Containers may add up to more than the pod: init containers run before the others.)
+    return rec.cards, rec.containers
+
+
+def _legacy_shares(ann: Mapping[str, Any], pod: _Pod) -> _Held | IgnoredRecord:
+    """The cards gpushare's index annotations give the pod, equal shares of its total, known by
+    index until the node is known (:func:`_legacy_uuid`)."""
+    try:
+        indices = [int(i) for i in str(ann.get(GPU_MEM_IDX, "")).split(",") if i.strip()]
+        total = int(ann.get(GPU_MEM_POD, ""))
+    except ValueError:
+        return pod.ignored(Ignored.UNREADABLE, f"{GPU_MEM_IDX}/{GPU_MEM_POD} are not whole numbers")
+    if not indices or total <= 0 or total % len(indices) or min(indices) < 0:
+        return pod.ignored(
+            Ignored.WRONG_AMOUNT,
+            f"{GPU_MEM_IDX}={indices} and {GPU_MEM_POD}={total} do not describe shares",
+        )
+    shares = tuple(
+        CardShare(uuid=_legacy_uuid(pod.bound, i), index=i, units=total // len(indices)) for i in indices
+    )
+    return shares, ()
+
+
+def _checked_on_node(alloc: Allocation, node: Node, demand: Demand, pod: _Pod) -> Allocation | IgnoredRecord:
+    """:func:`check_on_node` with nothing used; a pod asking whole cards must get all of each."""
     checked = check_on_node(alloc, node, {})
     if isinstance(checked, Allocation) and demand.whole:
         for s in checked.cards:
             card = node.card(s.uuid)
             if card is not None and s.units != card.units:
-                return ignored(
+                return pod.ignored(
                     Ignored.WRONG_AMOUNT,
                     f"the pod asks whole cards, the record gives it {s.units} of the "
                     f"{card.units} units of card {s.uuid}",
