@@ -1,4 +1,9 @@
-"""``kubectl-inspect-gpushare``: kubectl finds it on PATH as the plugin ``kubectl inspect gpushare``."""
+"""``kubectl-inspect-gpushare``: kubectl finds it on PATH as the plugin ``kubectl inspect gpushare``.
+
+It reads Nodes and Pods once with :mod:`gpushare_hub.kube.rest` (the standard library's HTTP
+client: no Kubernetes client library is imported, so the command answers as fast as kubectl's
+other plugins) and prints the core's report.
+"""
 
 from __future__ import annotations
 
@@ -9,59 +14,72 @@ from typing import Any
 
 from gpushare_hub.core.report import build_report
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
+from gpushare_hub.kube.kubeconfig import (
+    Access,
+    KubeconfigError,
+    default_kubeconfig_paths,
+    in_cluster_access,
+    kubeconfig_problem,
+    read_kubeconfig,
+)
 
 from .render import details, summary
 
+PROG = "kubectl-inspect-gpushare"
 
-def _load(kubeconfig: str | None, node: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    from kubernetes import client, config  # imported here: the pure parts need no client
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
 
-    from gpushare_hub.kube.kubeconfig import kubeconfig_problem
-
-    if kubeconfig and (problem := kubeconfig_problem(kubeconfig)):
-        raise SystemExit(f"kubectl-inspect-gpushare: {problem}")
-    try:
-        config.load_kube_config(config_file=kubeconfig)
-    except Exception as kube_err:
-        if kubeconfig:  # the file the user named is not usable: say so, never fall back silently
-            raise SystemExit(f"kubectl-inspect-gpushare: --kubeconfig {kubeconfig}: {kube_err}") from None
+def _access(kubeconfig: str | None, context: str | None) -> Access:
+    """The kubeconfig named, else $KUBECONFIG or ~/.kube/config, else the pod's service account."""
+    if kubeconfig:
+        if problem := kubeconfig_problem(kubeconfig, context):
+            raise SystemExit(f"{PROG}: {problem}")
         try:
-            config.load_incluster_config()
-        except Exception:
-            raise SystemExit(
-                f"kubectl-inspect-gpushare: no cluster to talk to ({kube_err}); "
-                "set KUBECONFIG or pass --kubeconfig"
-            ) from None
-    api = client.ApiClient()
-    core = client.CoreV1Api(api)
-    server = api.configuration.host
+            return read_kubeconfig(kubeconfig, context)
+        except KubeconfigError as err:  # the file the user named is not usable: never fall back silently
+            raise SystemExit(f"{PROG}: --kubeconfig {kubeconfig}: {err}") from None
     try:
-        nodes: list[dict[str, Any]] = api.sanitize_for_serialization(core.list_node(_request_timeout=30))[
-            "items"
-        ]
-        selector = f"spec.nodeName={node}" if node else None
-        pods: list[dict[str, Any]] = api.sanitize_for_serialization(
-            core.list_pod_for_all_namespaces(field_selector=selector, _request_timeout=30)
-        )["items"]
-    except ApiException as err:
+        return read_kubeconfig(default_kubeconfig_paths(), context)
+    except KubeconfigError as kube_err:
+        if context:  # a context was asked for: it can only come from a kubeconfig
+            raise SystemExit(f"{PROG}: {kube_err}") from None
+        try:
+            return in_cluster_access()
+        except KubeconfigError:
+            raise SystemExit(
+                f"{PROG}: no cluster to talk to ({kube_err}); set KUBECONFIG or pass --kubeconfig"
+            ) from None
+
+
+def _load(
+    kubeconfig: str | None, node: str | None, context: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from gpushare_hub.kube.execcred import CredentialError
+    from gpushare_hub.kube.rest import ApiStatusError, RestClient, Unreachable
+
+    access = _access(kubeconfig, context)
+    server = access.server
+    try:
+        with RestClient(access) as api:
+            nodes = api.list("/api/v1/nodes")
+            query = {"fieldSelector": f"spec.nodeName={node}"} if node else None
+            pods = api.list("/api/v1/pods", query)
+    except ApiStatusError as err:
         if err.status in (401, 403):
             raise SystemExit(
-                f"kubectl-inspect-gpushare: the API server at {server} refused ({err.status} {err.reason}); "
+                f"{PROG}: the API server at {server} refused ({err.status} {err.reason}); "
                 "this needs list on nodes and on pods in all namespaces (kubectl auth can-i list pods -A)"
             ) from None
+        raise SystemExit(f"{PROG}: the API server at {server} answered {err.status} {err.reason}") from None
+    except Unreachable as err:
         raise SystemExit(
-            f"kubectl-inspect-gpushare: the API server at {server} answered {err.status} {err.reason}"
-        ) from None
-    except HTTPError as err:
-        reason = getattr(err, "reason", None) or err
-        raise SystemExit(
-            f"kubectl-inspect-gpushare: cannot reach the API server at {server} ({reason}); "
+            f"{PROG}: cannot reach the API server at {server} ({err.reason}); "
             "check that the cluster runs and which context your kubeconfig uses (kubectl cluster-info)"
         ) from None
+    except (KubeconfigError, CredentialError) as err:
+        where = f"--kubeconfig {kubeconfig}: " if kubeconfig else ""
+        raise SystemExit(f"{PROG}: {where}{err}") from None
     if node and not any((n.get("metadata") or {}).get("name") == node for n in nodes):
-        raise SystemExit(f"kubectl-inspect-gpushare: node {node!r} not found")
+        raise SystemExit(f"{PROG}: node {node!r} not found")
     return nodes, pods
 
 
@@ -75,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-d", "--details", action="store_true", help="one table per node, with its pods")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
     p.add_argument("--resource", default=DEFAULT_NAMES.memory, help="GPU memory resource name")
     p.add_argument("--count-resource", default=DEFAULT_NAMES.count, help="GPU count resource name")
     p.add_argument("--unit", default=DEFAULT_NAMES.unit, help="unit of the memory resource (GiB or MiB)")
@@ -83,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         names = ResourceNames(memory=args.resource, count=args.count_resource, unit=args.unit)
     except ValueError as err:
         p.error(str(err))
-    nodes, pods = _load(args.kubeconfig, args.node)
+    nodes, pods = _load(args.kubeconfig, args.node, args.context)
     report = build_report(nodes, pods, names, only_node=args.node)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from gpushare_hub.core.report import HUB_SERVER, HUB_USER, build_report
 from gpushare_hub.inspect import cli
 from gpushare_hub.inspect.render import details, summary
 from gpushare_hub.inspect.tabwriter import tabulate
+from tests.unit import fakeapi
 from tests.unit.helpers import node_obj, pod_obj
 
 # Each expected text below is what Go's text/tabwriter, set up as Aliyun's tool sets it up
@@ -215,3 +218,77 @@ def test_the_cli_names_an_unusable_kubeconfig_or_an_unreachable_server_without_a
         with pytest.raises(SystemExit) as exit_:
             main(["--kubeconfig", str(kubeconfig)])
         assert "kubectl-inspect-gpushare: " in str(exit_.value) and words in str(exit_.value), exit_.value
+
+
+pki = fakeapi.pki  # fixtures: a loopback API server
+apiserver = fakeapi.apiserver
+
+
+def api_kubeconfig(path, server: str, ca: str, token: str) -> str:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "clusters": [
+                    {"name": "dead", "cluster": {"server": "https://127.0.0.1:1"}},
+                    {"name": "fake", "cluster": {"server": server, "certificate-authority": ca}},
+                ],
+                "contexts": [
+                    {"name": "dead", "context": {"cluster": "dead", "user": "u"}},
+                    {"name": "fake", "context": {"cluster": "fake", "user": "u"}},
+                ],
+                "current-context": "dead",
+                "users": [{"name": "u", "user": {"token": token}}],
+            }
+        )
+    )
+    return str(path)
+
+
+def test_the_cli_reads_nodes_and_pods_from_the_api_server_it_is_given(tmp_path, capsys, apiserver, pki):
+    nodes, pods = fixture_cluster()
+    apiserver.lists["/api/v1/nodes"], apiserver.lists["/api/v1/pods"] = nodes, pods
+    kc = api_kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca), "good-token")
+    assert cli.main(["--kubeconfig", kc, "--context", "fake", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == build_report(nodes, pods).to_json()
+    assert [path for path, *_ in apiserver.requests] == ["/prefix/api/v1/nodes", "/prefix/api/v1/pods"]
+    assert cli.main(["--kubeconfig", kc, "--context", "fake", "gpu-b"]) == 0
+    assert capsys.readouterr().out == summary(build_report(nodes, pods, only_node="gpu-b"))
+    assert apiserver.requests[-1][1]["fieldSelector"] == ["spec.nodeName=gpu-b"]
+
+
+@pytest.mark.parametrize(
+    ("token", "forbid", "status"),
+    [("bad-token", False, "401 Unauthorized"), ("good-token", True, "403 Forbidden")],
+)
+def test_the_cli_names_a_refusal_and_what_it_needs(tmp_path, apiserver, pki, token, forbid, status):
+    apiserver.forbid = forbid
+    kc = api_kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca), token)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--kubeconfig", kc, "--context", "fake"])
+    assert str(exit_.value) == (
+        f"kubectl-inspect-gpushare: the API server at {apiserver.server} refused ({status}); "
+        "this needs list on nodes and on pods in all namespaces (kubectl auth can-i list pods -A)"
+    )
+
+
+def test_the_cli_names_a_missing_context_or_node(tmp_path, apiserver, pki):
+    kc = api_kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca), "good-token")
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--kubeconfig", kc, "--context", "typo"])
+    assert str(exit_.value) == (
+        f"kubectl-inspect-gpushare: --kubeconfig {kc}: no context 'typo' in it (contexts: dead, fake)"
+    )
+    with pytest.raises(SystemExit, match="node 'gpu-z' not found"):
+        cli.main(["--kubeconfig", kc, "--context", "fake", "gpu-z"])
+
+
+def test_the_cli_imports_no_kubernetes_client():
+    code = (
+        "import sys, gpushare_hub.inspect.cli; "
+        "heavy = [m for m in sys.modules if m.split('.')[0] in "
+        "('kubernetes', 'kubernetes_asyncio', 'aiohttp', 'tornado', 'jupyterhub', 'urllib3') "
+        "or m == 'gpushare_hub.kube.informer']; print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
