@@ -1,4 +1,5 @@
-"""The shell blocks of docs/*.md, read as commands, so that tests run what the docs say.
+"""The shell blocks of the docs (every page under docs/, and CONTRIBUTING.md), read as commands,
+so that tests run what the docs say.
 
 A block a test tier runs is marked on the line before its fence (``chart-tier`` or
 ``bench-tier``)::
@@ -89,8 +90,18 @@ def blocks(doc: Path) -> list[Block]:
     return found
 
 
+def pages(docs: Path = DOCS) -> list[Path]:
+    """The pages whose shell blocks follow these rules: every Markdown page under ``docs`` (the
+    admin guides, docs/reference/, docs/measurements/) and CONTRIBUTING.md beside that folder."""
+    found = sorted(docs.rglob("*.md"))
+    contributing = docs.parent / "CONTRIBUTING.md"
+    if contributing.exists():
+        found.append(contributing)
+    return found
+
+
 def all_blocks(docs: Path = DOCS) -> list[Block]:
-    return [b for doc in sorted(docs.glob("*.md")) for b in blocks(doc)]
+    return [b for doc in pages(docs) for b in blocks(doc)]
 
 
 def run_blocks(tier: str = CHART, docs: Path = DOCS) -> dict[str, Block]:
@@ -114,7 +125,7 @@ def doc_block(name: str, tier: str = CHART) -> Block:
     tests/unit/test_docs.py reads to check that every run block is run)."""
     found = run_blocks(tier)
     if name not in found:
-        raise DocError(f"no `<!-- {tier}: {name} -->` block in {DOCS.relative_to(ROOT)}/*.md")
+        raise DocError(f"no `<!-- {tier}: {name} -->` block in docs/**/*.md or CONTRIBUTING.md")
     return found[name]
 
 

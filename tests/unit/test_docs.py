@@ -1,5 +1,8 @@
-"""docs/*.md stay runnable and linked: every shell block is marked, every run block is run by its
-tier with commands its stand-ins know, and every relative link reaches a file and heading.
+"""The docs stay runnable and linked: every shell block of docs/ (guides, reference/, measurements/)
+and CONTRIBUTING.md is marked, every run block is run by its tier with commands its stand-ins
+know, and every relative link reaches a file and heading. The README stays a front door that
+links every page and shows CI's test command, and every measurement page says when, at which
+commit and on which machine its figures were taken.
 
 No cluster here: which blocks a tier runs is read from its test files (the literal names they
 pass to ``doc_block``), and each command is checked against what the chart tier's runner does.
@@ -14,10 +17,19 @@ from pathlib import Path
 import pytest
 
 from tests.chart.docrun import PROGRAMS
-from tests.doccommands import BENCH, CHART, DOCS, PLACEHOLDER, ROOT, all_blocks, run_blocks
+from tests.doccommands import BENCH, CHART, DOCS, PLACEHOLDER, ROOT, all_blocks, pages, run_blocks
 
-PAGES = sorted(DOCS.glob("*.md"))
-LINKED_FROM = [*PAGES, ROOT / "README.md", ROOT / "helm" / "gpushare-hub" / "README.md"]
+PAGES = sorted(DOCS.glob("*.md"))  # the admin guides
+REFERENCE = sorted((DOCS / "reference").glob("*.md"))
+MEASUREMENTS = DOCS / "measurements"
+README = ROOT / "README.md"
+LINKED_FROM = [
+    *pages(),
+    README,
+    ROOT / "helm" / "README.md",
+    ROOT / "helm" / "gpushare-hub" / "README.md",
+    ROOT / "examples" / "README.md",
+]
 TIER_TESTS = {CHART: ROOT / "tests" / "chart", BENCH: ROOT / "tests" / "bench"}
 # Placeholders the chart tier fills in (docs/README.md, "How these pages are tested").
 KNOWN_PLACEHOLDERS = {"<gpu-node-1>", "<gpu-node-2>", "<registry>", "<kubernetes-version>"}
@@ -69,7 +81,17 @@ def test_there_is_a_page_for_each_topic_of_the_issue():
         "why-a-spawn-waits.md",
         "isolation.md",
         "uninstall.md",
+        "security.md",
     }
+    assert {p.name for p in REFERENCE} >= {
+        "extender.md",
+        "device-plugin.md",
+        "memory-isolation.md",
+        "kubectl-inspect.md",
+        "hub-service.md",
+        "spawner.md",
+    }
+    assert (ROOT / "CONTRIBUTING.md").exists() and (MEASUREMENTS / "README.md").exists()
 
 
 def test_every_shell_block_is_marked():
@@ -156,11 +178,67 @@ def test_every_relative_link_reaches_a_file_and_its_heading(page: Path):
     assert not broken, f"{page.relative_to(ROOT)}:\n" + "\n".join(broken)
 
 
+def section(text: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of its level or above."""
+    start = text.index(heading + "\n")
+    level = heading.split(" ")[0]
+    below = re.compile(r"^#{1," + str(len(level)) + "} ", flags=re.M)
+    ends = [m.start() for m in below.finditer(text) if m.start() > start]
+    return text[start : ends[0] if ends else len(text)]
+
+
 def test_the_readme_links_every_page_in_its_documentation_section():
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Documentation") : readme.index("## What is here")]
-    linked = {t.partition("#")[0] for t in LINK.findall(section)}
-    assert {f"docs/{p.name}" for p in PAGES} <= linked
+    linked = {t.partition("#")[0] for t in LINK.findall(section(README.read_text(), "## Documentation"))}
+    wanted = {str(p.relative_to(ROOT)) for p in [*PAGES, *REFERENCE, MEASUREMENTS / "README.md"]}
+    assert sorted(wanted - linked) == [] and "CONTRIBUTING.md" in linked
+
+
+def fenced_lines(text: str) -> set[str]:
+    return {
+        line.strip()
+        for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+        for line in block.splitlines()
+    }
+
+
+def test_the_readme_shows_the_command_ci_runs_in_a_code_block():
+    """.ci/run runs exactly the README's test command: its commands are lines of a README code block."""
+    ci = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
+    assert ci == ["make test"]
+    assert set(ci) <= fenced_lines(README.read_text())
+
+
+def test_the_readme_is_a_short_front_door_with_both_pictures():
+    text = README.read_text()
+    assert len(text.splitlines()) <= 150
+    for picture in ("docs/images/spawn-form.png", "docs/images/dashboard.png"):
+        assert f"]({picture})" in text and (ROOT / picture).stat().st_size > 10_000, picture
+    assert {"## Install on a cluster", "## Try it locally", "## Run the tests"} <= set(text.splitlines())
+    assert "make demo" in fenced_lines(text)
+
+
+MEASUREMENT_PAGES = sorted(p for p in MEASUREMENTS.glob("*.md") if p.name != "README.md")
+
+
+@pytest.mark.parametrize("page", MEASUREMENT_PAGES, ids=lambda p: p.name)
+def test_a_measurement_page_names_its_date_commit_and_machine_and_is_listed(page: Path):
+    text = page.read_text()
+    missing = [
+        what
+        for what, pattern in (
+            ("a date (YYYY-MM-DD)", r"\b20\d\d-\d\d-\d\d\b"),
+            ("a commit", r"\b[0-9a-f]{7,40}\b"),
+            ("the machine", r"(?i)\bmachine\b"),
+        )
+        if not re.search(pattern, text)
+    ]
+    assert not missing, f"{page.relative_to(ROOT)} does not name {', '.join(missing)}"
+    index = {t.partition("#")[0] for t in LINK.findall((MEASUREMENTS / "README.md").read_text())}
+    assert page.name in index, f"{page.relative_to(ROOT)} is not listed in docs/measurements/README.md"
 
 
 def write_doc(tmp_path: Path, text: str) -> Path:
