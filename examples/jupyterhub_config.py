@@ -104,7 +104,7 @@ c.JupyterHub.load_roles = [
     }
 ]
 
-# --- The "GPU slices" dashboard, JSON API and metrics (README: "The hub service") ----------
+# --- The "GPU slices" dashboard, JSON API and metrics (docs/reference/hub-service.md) ----------
 # A hub-managed service at /services/gpushare/; its catalogue and node selector are the
 # spawner's above. Members of "gpu-admins" see every user's slices; every user may read
 # availability and their own slices. Call it after the spawner's settings and services.

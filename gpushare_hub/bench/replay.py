@@ -15,7 +15,7 @@ from typing import Any
 from ..replay.cli import main as replay_main
 from .args import at_least_one
 
-# Baselines measured elsewhere, printed beside our figures (see README, "Packing").
+# Baselines measured elsewhere, printed beside our figures (see docs/measurements/2026-11-21-packing.md).
 PUBLISHED_STATIC = {"best-fit (FGD paper)": 7.14, "fgd (FGD paper)": 4.77}
 
 

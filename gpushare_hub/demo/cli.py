@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
 # Only what the demo runs (the Kubernetes build makes the kubelet too; helm is left out).
 DEMO_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
-# Measured on a 2-core machine (README, "Try it"): the first run builds Kubernetes from source.
+# Measured on a 2-core machine (docs/measurements/2026-11-22-build-and-ci.md): the first run builds
+# Kubernetes from source.
 K8S_BUILD_ESTIMATE_S = 10 * 60
 PROXY_ESTIMATE_S = 15
 NAMESPACE = "hub"

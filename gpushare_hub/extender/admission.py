@@ -4,7 +4,7 @@ Generated here, from one place, and shipped as a manifest the chart installs
 (``gpushare-extender --print-admission-policy``; ``examples/gpushare-admission-policy.yaml``
 is its output with the chart's default identities, kept true by a test).
 
-Who may write what (the trust model in the README and DESIGN.md):
+Who may write what (the trust model in docs/security.md and DESIGN.md):
 
 * ``gpushare-hub.io/allocation`` and ``ALIYUN_COM_GPU_MEM_*`` on pods (and in Bindings):
   only the extender's identity. The one exception: the device plugin of a node may

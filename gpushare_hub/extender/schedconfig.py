@@ -35,7 +35,7 @@ def extender_entry(
     (see :func:`profile`) picks the fullest (binpack) or emptiest (spread) node and
     bind picks the card on it. That saves one HTTP call per pod in the scheduler's
     sequential cycle; on the Alibaba trace it changed no peak and cost at most 1% of
-    card-hours (README, "Scheduling throughput"). ``fgd`` needs prioritize.
+    card-hours (docs/measurements/2026-11-21-packing.md). ``fgd`` needs prioritize.
 
     ``tls_config``: the extender ``tlsConfig`` (``certFile``/``keyFile``: the client
     certificate kube-scheduler presents, which the extender's ``--tls-client-ca``

@@ -87,7 +87,7 @@ def render_metrics(
     )
     fragment = Gauge(
         f"{PREFIX}_fragmentation_{unit}",
-        "Free GPU memory that no catalogued slice can use (see the README's definition)",
+        "Free GPU memory that no catalogued slice can use (see docs/reference/hub-service.md#fragmentation)",
         registry=reg,
     )
     broken = Gauge(

@@ -242,7 +242,8 @@ def test_a_tmpfs_on_each_cards_shm_when_sized(tmp_path: Path):
 
 def test_the_largest_slice_is_each_daemons_ceiling_when_set(helm: Helm, tmp_path: Path):
     """mps.maxSliceMemory becomes each daemon's default pinned limit, set before any client runs
-    (a client cannot raise its own limit above it: measured on an H100, README)."""
+    (a client cannot raise its own limit above it: measured on an H100,
+    docs/measurements/2026-11-22-isolation-h100.md)."""
     docs = helm.template("--set", "mps.enabled=true", "--set", "mps.maxSliceMemory=7G")
     assert {env_of(ds)["MPS_DEFAULT_PINNED_MEM_LIMIT"] for ds in daemonsets(docs).values()} == {"7G"}
     run = ScriptRun(

@@ -1,7 +1,8 @@
 """The extender under API server faults: killed, frozen (SIGSTOP/SIGCONT), down for 30 s, and
 binds replayed while the first is in flight. Checked from the API server: no card over-committed.
 
-Each test runs ``GPUSHARE_FAULT_ROUNDS`` rounds (default 1; the README's figures come from more).
+Each test runs ``GPUSHARE_FAULT_ROUNDS`` rounds (default 1; the figures of
+docs/measurements/2026-11-22-faults.md come from more).
 """
 
 from __future__ import annotations
