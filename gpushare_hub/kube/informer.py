@@ -16,6 +16,12 @@ reports every listed object as ``ADDED`` and every vanished one as ``DELETED``
 (with only its name, namespace and UID). Every call has a timeout, and every
 watch ends on the server's side (``timeoutSeconds``) and, failing that, on ours.
 
+``keep_pod``: a process that needs only some pods (the hub service: those that can hold
+or wait for a slice, :func:`~gpushare_hub.core.report.may_hold_slice`) names them, and
+only those are told to subscribers and remembered between lists; a kept pod that stops
+matching is told as ``DELETED``. The ledger still applies every pod event, so what it
+counts never depends on the filter.
+
 ``stale_for()`` says how long a watch has been failing (0.0 while all are
 healthy, infinity before the first list): the extender's ``/readyz`` turns 503
 past a configured time, and comes back once the watches recover.
@@ -30,7 +36,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -45,6 +51,7 @@ from .api import DEFAULT_TIMEOUTS, ApiError, Resource, Timeouts
 log = logging.getLogger("gpushare.informer")
 
 Handler = Callable[[str, dict[str, Any]], None]
+PodFilter = Callable[[Mapping[str, Any]], bool]
 IgnoredHandler = Callable[[IgnoredRecord], None]
 KINDS = ("nodes", "pods")
 
@@ -63,17 +70,21 @@ class LedgerInformer:
         timeouts: Timeouts = DEFAULT_TIMEOUTS,
         protect: Callable[[str, float], bool] = lambda key, listed_at: False,
         clock: Callable[[], float] = time.monotonic,
+        keep_pod: PodFilter | None = None,
     ) -> None:
         """``api`` None: no API server (unit tests feed events with :meth:`apply`).
 
         ``protect(pod key, time the list was sent)``: True keeps that pod's assumed
         reservation when a relist does not show the pod (its bind is still in flight, or
         was confirmed after the list was taken; the binder decides).
+
+        ``keep_pod(pod)``: the pods subscribers hear of (see the module docstring); None: all.
         """
         self.ledger = Ledger(names)
         self.names = names
         self.timeouts = timeouts
         self.protect = protect
+        self.keep_pod = keep_pod
         self._clock = clock
         self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
         self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
@@ -167,11 +178,16 @@ class LedgerInformer:
             self._apply_pod(obj, deleted)
         meta = obj.get("metadata") or {}
         key = str(meta.get("name")) if kind == "nodes" else pod_key(obj)
+        reported = self._reported[kind]
+        if kind == "pods" and self.keep_pod is not None:
+            if not deleted and not self.keep_pod(obj):
+                etype, deleted = "DELETED", True  # it no longer can: subscribers forget it
+            if deleted and key not in reported:
+                return  # never told: nothing to take back
         if deleted:
-            self._reported[kind].pop(key, None)
+            reported.pop(key, None)
         else:
-            ident = {k: meta[k] for k in ("namespace", "name", "uid") if k in meta}
-            self._reported[kind][key] = ident
+            reported[key] = {k: meta[k] for k in ("namespace", "name", "uid") if k in meta}
         for handler in self._handlers[kind]:
             try:
                 handler(etype, obj)
