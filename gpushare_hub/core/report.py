@@ -1,20 +1,32 @@
-"""What `kubectl inspect gpushare` shows, computed from Node and Pod objects. Pure: no I/O.
+"""What `kubectl inspect gpushare` and the hub service's dashboard show. Pure: no I/O.
 
 The numbers come from the shared ledger (:class:`~gpushare_hub.core.ledger.Ledger`), so the
-table agrees with what the extender decides. Beside the ledger it keeps what the table
-needs and the ledger does not: pod names, the hub user and server KubeSpawner writes on
-the pod, GPU pods bound to a node without a card (Aliyun's ``PENDING`` column), and GPU
-pods that no node has taken yet, with the scheduler's reason.
+table agrees with what the extender decides. Beside the ledger the report needs a few facts
+the ledger does not keep: a node's address (:class:`NodeFacts`), and per GPU pod its names,
+the hub user and server KubeSpawner writes on it, its slice and since when it holds its
+card, and the scheduler's reason while no node has taken it (:class:`PodFacts`). From those
+it shows GPU pods bound to a node without a card (Aliyun's ``PENDING`` column) and GPU pods
+that no node has taken yet.
+
+One report, two renderers: :func:`report_from_ledger` builds it from a ledger that is kept
+current (the hub service's informer, with the facts its subscribers keep), and
+:func:`build_report` from a list of Nodes and Pods read once (the CLI).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME, PREFIX
+from gpushare_hub.core.annotations import (
+    ALLOCATION_ANNOTATION,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+    PREFIX,
+)
 from gpushare_hub.core.demand import demand_from_pod, pod_key
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
@@ -127,6 +139,34 @@ class Report:
         }
 
 
+# ---- what the report needs beyond the ledger ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the report needs of a Node beyond the ledger: its address, and whether it offers
+    GPU memory (a node whose card inventory is unreadable is shown only then)."""
+
+    name: str
+    address: str = "unknown"
+    offers_gpu_memory: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    """What the report needs of a GPU pod beyond the ledger, kept by the hub service per pod.
+
+    ``row``: its names, the hub user and server, slice, units and since (with the scheduler's
+    reason while ``node`` is empty); None when its request cannot be read, and then
+    ``warning`` says why. ``warning`` is also set when the ledger could not read the pod.
+    """
+
+    key: str
+    node: str = ""
+    row: PodRow | None = None
+    warning: str = ""
+
+
 def _address(node: Mapping[str, Any]) -> str:
     for addr in (node.get("status") or {}).get("addresses") or []:
         if addr.get("type") == "InternalIP" and addr.get("address"):
@@ -138,6 +178,14 @@ def _offers_gpu_memory(node: Mapping[str, Any], names: ResourceNames) -> bool:
     status = node.get("status") or {}
     raw = (status.get("allocatable") or status.get("capacity") or {}).get(names.memory)
     return raw not in (None, "0", 0)
+
+
+def node_facts(node: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> NodeFacts:
+    return NodeFacts(
+        name=str((node.get("metadata") or {}).get("name") or ""),
+        address=_address(node),
+        offers_gpu_memory=_offers_gpu_memory(node, names),
+    )
 
 
 def _since(pod: Mapping[str, Any]) -> str:
@@ -162,6 +210,166 @@ def _scheduling_reason(pod: Mapping[str, Any]) -> str:
     return "not scheduled yet"
 
 
+def pod_facts(
+    pod: Mapping[str, Any],
+    names: ResourceNames = DEFAULT_NAMES,
+    hub_namespaces: Collection[str] | None = None,
+) -> PodFacts | None:
+    """The facts of an active pod that asks for a GPU (or whose request cannot be read); None
+    for any other pod. ``hub_namespaces``: as :func:`build_report`'s."""
+    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None
+    key = pod_key(pod)
+    try:
+        demand = demand_from_pod(pod, names)
+    except Exception as err:  # GPUShareError: says why; anything else must not end the report
+        return PodFacts(key=key, warning=_unreadable(key, err))
+    if demand is None or not demand.wants_gpu:
+        return None
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default")
+    ann = meta.get("annotations") or {}
+    if hub_namespaces is not None and namespace not in hub_namespaces:
+        ann = {}
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    row = PodRow(
+        namespace=namespace,
+        name=str(meta.get("name") or ""),
+        units=demand.per_card * demand.count if demand.per_card is not None else 0,
+        hub_user=str(ann.get(HUB_USER) or ""),
+        hub_server=str(ann.get(HUB_SERVER) or ""),
+        reason="" if node else _scheduling_reason(pod),
+        slice=str(ann.get(SLICE) or ""),
+        since=_since(pod),
+    )
+    return PodFacts(key=key, node=node, row=row)
+
+
+def may_hold_slice(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> bool:
+    """Whether a pod can hold or wait for a slice: a container or init container names either
+    GPU resource, or the pod carries an allocation record (ours or Aliyun's; the ledger
+    decides whether it counts). What the hub keeps of the cluster's pods; no quantity is
+    parsed, so it costs little on every pod event."""
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    if ALLOCATION_ANNOTATION in ann or GPU_MEM_IDX in ann or GPU_MEM_POD in ann:
+        return True
+    spec = pod.get("spec") or {}
+    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
+        resources = (container.get("resources") or {}) if isinstance(container, Mapping) else {}
+        for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
+            if names.memory in amounts or names.count in amounts:
+                return True
+    return False
+
+
+# ---- the report: from a ledger and those facts ---------------------------------------------------
+
+
+def report_from_ledger(ledger: Ledger, nodes: Iterable[NodeFacts], pods: Iterable[PodFacts]) -> Report:
+    """The report of ``ledger``'s nodes (and of the GPU nodes whose inventory it cannot read),
+    with the names and reasons of ``pods``: the hub service calls it with its informer's
+    ledger, :func:`build_report` with one read from a list."""
+    shown = _shown_nodes(ledger, nodes)
+    pods = list(pods)
+    rows = {p.key: p.row for p in pods if p.row is not None}
+    holders = _holders(ledger, rows)
+    unplaced, pending = _waiting(ledger, pods, shown)
+    return Report(
+        unit=ledger.names.unit,
+        resource=ledger.names.memory,
+        nodes=tuple(
+            _node_row(ledger, facts, holders, unplaced.get(name, [])) for name, facts in shown.items()
+        ),
+        pending=_sorted(pending),
+        warnings=tuple(_warnings(ledger, pods)),
+    )
+
+
+def _shown_nodes(ledger: Ledger, nodes: Iterable[NodeFacts]) -> dict[str, NodeFacts]:
+    """By name, sorted: the ledger's nodes, and the GPU nodes whose inventory is unreadable."""
+    known = {n.name: n for n in nodes}
+    for name in ledger.node_names:
+        known.setdefault(name, NodeFacts(name))
+    return {
+        name: facts
+        for name, facts in sorted(known.items())
+        if ledger.node(name) is not None or (facts.offers_gpu_memory and ledger.unreadable(name) is not None)
+    }
+
+
+def _holders(ledger: Ledger, rows: Mapping[str, PodRow]) -> dict[tuple[str, str], list[PodRow]]:
+    """(node, card UUID) -> the pods holding units of that card, each with its share."""
+    holders: dict[tuple[str, str], list[PodRow]] = {}
+    for alloc in ledger.allocations():
+        namespace, _, name = alloc.key.partition("/")
+        base = rows.get(alloc.key) or PodRow(namespace=namespace, name=name, units=0)
+        for share in alloc.cards:
+            holders.setdefault((alloc.node, share.uuid), []).append(replace(base, units=share.units))
+    return holders
+
+
+def _waiting(
+    ledger: Ledger, pods: Iterable[PodFacts], shown: Mapping[str, NodeFacts]
+) -> tuple[dict[str, list[PodRow]], list[PodRow]]:
+    """GPU pods bound to a shown node without a card (by node), and those on no node yet."""
+    unplaced: dict[str, list[PodRow]] = {}
+    pending: list[PodRow] = []
+    for pod in pods:
+        if pod.row is None:
+            continue
+        if not pod.node:
+            pending.append(pod.row)
+        elif ledger.allocation(pod.key) is None and pod.node in shown:
+            unplaced.setdefault(pod.node, []).append(pod.row)
+    return unplaced, pending
+
+
+def _node_row(
+    ledger: Ledger,
+    facts: NodeFacts,
+    holders: Mapping[tuple[str, str], list[PodRow]],
+    unplaced: list[PodRow],
+) -> NodeRow:
+    node = ledger.node(facts.name)
+    problem = ledger.unreadable(facts.name)
+    cards = sorted(node.cards, key=lambda c: c.index) if node is not None else []
+    return NodeRow(
+        name=facts.name,
+        address=facts.address,
+        cards=tuple(
+            CardRow(
+                index=card.index,
+                uuid=card.uuid,
+                model=card.model,
+                units=card.units,
+                used=ledger.used(facts.name, card.uuid),
+                healthy=card.healthy,
+                pods=_sorted(holders.get((facts.name, card.uuid), [])),
+            )
+            for card in cards
+        ),
+        unplaced=_sorted(unplaced),
+        problem=f"card inventory unreadable: {problem}" if problem is not None else "",
+    )
+
+
+def _sorted(rows: Iterable[PodRow]) -> tuple[PodRow, ...]:
+    return tuple(sorted(rows, key=lambda p: (p.namespace, p.name)))
+
+
+def _warnings(ledger: Ledger, pods: Iterable[PodFacts]) -> Iterator[str]:
+    """Per GPU pod, in order: why it could not be read, or why its allocation record is ignored."""
+    ignored = {rec.key: rec for rec in ledger.ignored()}
+    for pod in pods:
+        if pod.warning:
+            yield pod.warning
+        elif pod.key in ignored:
+            yield ignored[pod.key].message()
+
+
+# ---- the report: from Node and Pod objects -------------------------------------------------------
+
+
 def build_report(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
@@ -169,112 +377,40 @@ def build_report(
     only_node: str | None = None,
     hub_namespaces: Collection[str] | None = None,
 ) -> Report:
-    """The report for every GPU-sharing node (or ``only_node``) and the active GPU pods.
+    """The report for every GPU-sharing node (or ``only_node``) and the active GPU pods, read
+    from Node and Pod objects into a ledger of its own (``kubectl inspect gpushare``).
 
     ``hub_namespaces``: where the hub's spawner creates its pods. The hub user and server
     annotations are believed only on pods there (anyone who may create a pod elsewhere could
     write another user's name on it); None believes them everywhere (the CLI, run by admins).
     """
-    warnings: list[str] = []
     ledger = Ledger(names)
-    node_objs: dict[str, Mapping[str, Any]] = {}
-    problems: dict[str, str] = {}
-    for obj in nodes:
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        if only_node and name != only_node:
+    read_nodes = [_observe_node(ledger, obj, names) for obj in nodes if _named(obj, only_node)]
+    read_pods = []
+    for obj in pods:
+        facts = pod_facts(obj, names, hub_namespaces)
+        if facts is None or (facts.row is not None and only_node and facts.node != only_node):
             continue
-        try:
-            ledger.observe_node(obj)
-        except Exception as err:  # GPUShareError: says why; anything else must not end the report
-            if _offers_gpu_memory(obj, names):
-                problems[name] = f"card inventory unreadable: {err}"
-                node_objs[name] = obj
-            continue
-        if ledger.node(name) is not None:
-            node_objs[name] = obj
+        read_pods.append(facts if facts.row is None else _observe_pod(ledger, obj, facts))
+    return report_from_ledger(ledger, read_nodes, read_pods)
 
-    active = [p for p in pods if (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
-    rows: dict[str, PodRow] = {}
-    unplaced: dict[str, list[PodRow]] = {}
-    pending: list[PodRow] = []
-    for pod in active:
-        key = pod_key(pod)
-        try:
-            demand = demand_from_pod(pod, names)
-        except Exception as err:  # GPUShareError: says why; anything else must not end the report
-            warnings.append(_unreadable(key, err))
-            continue
-        if demand is None or not demand.wants_gpu:
-            continue
-        meta = pod.get("metadata") or {}
-        ann = meta.get("annotations") or {}
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        units = demand.per_card * demand.count if demand.per_card is not None else 0
-        namespace = str(meta.get("namespace") or "default")
-        if hub_namespaces is not None and namespace not in hub_namespaces:
-            ann = {}
-        row = PodRow(
-            namespace=namespace,
-            name=str(meta.get("name") or ""),
-            units=units,
-            hub_user=str(ann.get(HUB_USER) or ""),
-            hub_server=str(ann.get(HUB_SERVER) or ""),
-            slice=str(ann.get(SLICE) or ""),
-            since=_since(pod),
-        )
-        rows[key] = row
-        if only_node and node_name != only_node:
-            continue
-        try:
-            ignored = ledger.observe_pod(pod)
-        except Exception as err:  # GPUShareError: says why; anything else must not end the report
-            warnings.append(_unreadable(key, err))
-        else:
-            if ignored is not None:  # a forged or unreadable record: it holds no card, say why
-                warnings.append(ignored.message())
-        if not node_name:
-            pending.append(replace(row, reason=_scheduling_reason(pod)))
-        elif ledger.allocation(key) is None and node_name in node_objs:
-            unplaced.setdefault(node_name, []).append(row)
 
-    out: list[NodeRow] = []
-    for name in sorted(node_objs):
-        node = ledger.node(name)
-        cards: list[CardRow] = []
-        if node is not None:
-            holders: dict[str, list[PodRow]] = {}
-            for alloc in ledger.allocations():
-                if alloc.node != name:
-                    continue
-                namespace, _, pod_name = alloc.key.partition("/")
-                base = rows.get(alloc.key) or PodRow(namespace=namespace, name=pod_name, units=0)
-                for share in alloc.cards:
-                    holders.setdefault(share.uuid, []).append(replace(base, units=share.units))
-            for card in sorted(node.cards, key=lambda c: c.index):
-                cards.append(
-                    CardRow(
-                        index=card.index,
-                        uuid=card.uuid,
-                        model=card.model,
-                        units=card.units,
-                        used=ledger.used(name, card.uuid),
-                        healthy=card.healthy,
-                        pods=tuple(sorted(holders.get(card.uuid, []), key=lambda p: (p.namespace, p.name))),
-                    )
-                )
-        out.append(
-            NodeRow(
-                name=name,
-                address=_address(node_objs[name]),
-                cards=tuple(cards),
-                unplaced=tuple(sorted(unplaced.get(name, []), key=lambda p: (p.namespace, p.name))),
-                problem=problems.get(name, ""),
-            )
-        )
-    return Report(
-        unit=names.unit,
-        resource=names.memory,
-        nodes=tuple(out),
-        pending=tuple(sorted(pending, key=lambda p: (p.namespace, p.name))),
-        warnings=tuple(warnings),
-    )
+def _named(node: Mapping[str, Any], only_node: str | None) -> bool:
+    return not only_node or (node.get("metadata") or {}).get("name") == only_node
+
+
+def _observe_node(ledger: Ledger, obj: Mapping[str, Any], names: ResourceNames) -> NodeFacts:
+    facts = node_facts(obj, names)
+    try:
+        ledger.observe_node(obj)
+    except Exception as err:  # GPUShareError: says why; anything else must not end the report
+        ledger.mark_unreadable(facts.name, str(err))
+    return facts
+
+
+def _observe_pod(ledger: Ledger, obj: Mapping[str, Any], facts: PodFacts) -> PodFacts:
+    try:
+        ledger.observe_pod(obj)
+    except Exception as err:  # GPUShareError: says why; anything else must not end the report
+        return replace(facts, warning=_unreadable(facts.key, err))
+    return facts
