@@ -3,10 +3,15 @@
 Two watchers keep what the handlers read current:
 
 - :class:`~gpushare_hub.kube.informer.LedgerInformer` (the extender's and the spawner's
-  watch code) keeps the core ledger, through the spawner's
-  :class:`~gpushare_hub.spawner.ledger_source.SharedLedger` (trusted only while fresh); its
-  subscribers keep the Node and Pod objects that
-  :func:`~gpushare_hub.core.report.build_report` reads for names, slices and reasons;
+  watch code) keeps the core ledger, through
+  :class:`~gpushare_hub.kube.ledger_source.SharedLedger` (trusted only while fresh). It hears
+  only of the pods that can hold or wait for a slice
+  (:func:`~gpushare_hub.core.report.may_hold_slice`), and :class:`Cluster`, its subscriber,
+  keeps of those and of the GPU nodes only the few facts the dashboard shows beside the
+  ledger (:class:`~gpushare_hub.core.report.PodFacts`,
+  :class:`~gpushare_hub.core.report.NodeFacts`); the report is made from both
+  (:func:`~gpushare_hub.core.report.report_from_ledger`), as ``kubectl inspect gpushare``
+  makes it from a list;
 - :class:`HubServers` polls the hub's REST API (``GET /hub/api/users?state=active``) with the
   service's own token for each server's start and last activity and each user's groups.
 
@@ -25,6 +30,7 @@ import sys
 import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime
+from functools import partial
 from html import escape
 from importlib.resources import files
 from pathlib import Path
@@ -44,8 +50,16 @@ from traitlets.config import Application, Config
 
 from gpushare_hub.core import Ledger, ResourceNames, pod_key
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
-from gpushare_hub.core.report import Report, build_report
-from gpushare_hub.spawner.ledger_source import Informer, SharedLedger
+from gpushare_hub.core.report import (
+    NodeFacts,
+    PodFacts,
+    Report,
+    may_hold_slice,
+    node_facts,
+    pod_facts,
+    report_from_ledger,
+)
+from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
 from .hubconfig import CONFIG_ENV
 from .metrics import render_metrics
@@ -64,8 +78,16 @@ from .view import (
 log = logging.getLogger("gpushare.service")
 
 
+def service_informer(api: Any, names: ResourceNames) -> Any:
+    """The service's informer: it hears only of the pods that can hold or wait for a slice
+    (the ledger still reads every pod event, so no allocation is missed)."""
+    from gpushare_hub.kube.informer import LedgerInformer
+
+    return LedgerInformer(api, names, keep_pod=partial(may_hold_slice, names=names))
+
+
 class Cluster:
-    """The ledger and the Node/Pod objects, kept by one informer (see the module docstring)."""
+    """The informer's ledger and, beside it, the facts the report needs (module docstring)."""
 
     def __init__(
         self,
@@ -76,9 +98,10 @@ class Cluster:
     ) -> None:
         self.names = names
         self.hub_namespaces = hub_namespaces
-        self.nodes: dict[str, dict[str, Any]] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
+        self.nodes: dict[str, NodeFacts] = {}  # GPU nodes, and nodes whose inventory is unreadable
+        self.pods: dict[str, PodFacts] = {}  # active pods that ask for a GPU
         self._make = make_informer
+        self._ledger = Ledger(names)  # the last subscribed informer's (empty before the first)
         self.shared = SharedLedger(self._subscribed, max_stale)
         self._version = 0  # bumped on every event: the report is rebuilt only after a change
         self._report: tuple[int, Report] | None = None
@@ -87,32 +110,34 @@ class Cluster:
         informer = self._make()
         self.nodes.clear()
         self.pods.clear()
-        informer.on_node(self._keep(self.nodes, lambda obj: str((obj.get("metadata") or {}).get("name"))))
-        informer.on_pod(self._keep(self.pods, pod_key))
+        self._ledger = informer.ledger
+        self._version += 1
+        informer.on_node(self._on_node)
+        informer.on_pod(self._on_pod)
         return informer  # type: ignore[no-any-return]
 
-    def _keep(self, store: dict[str, dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> Any:
-        def handler(etype: str, obj: dict[str, Any]) -> None:
-            self._version += 1
-            k = key(obj)
-            if etype == "DELETED":
-                store.pop(k, None)
-            else:
-                store[k] = obj
+    def _on_node(self, etype: str, obj: dict[str, Any]) -> None:
+        self._version += 1
+        facts = node_facts(obj, self.names)
+        if etype != "DELETED" and (facts.offers_gpu_memory or self._ledger.node(facts.name) is not None):
+            self.nodes[facts.name] = facts
+        else:
+            self.nodes.pop(facts.name, None)
 
-        return handler
+    def _on_pod(self, etype: str, obj: dict[str, Any]) -> None:
+        self._version += 1
+        facts = None if etype == "DELETED" else pod_facts(obj, self.names, self.hub_namespaces)
+        if facts is not None:
+            self.pods[facts.key] = facts
+        else:
+            self.pods.pop(pod_key(obj), None)
 
     def ledger(self) -> Ledger | None:
         return self.shared()
 
     def report(self) -> Report:
         if self._report is None or self._report[0] != self._version:
-            report = build_report(
-                list(self.nodes.values()),
-                list(self.pods.values()),
-                self.names,
-                hub_namespaces=self.hub_namespaces,
-            )
+            report = report_from_ledger(self._ledger, self.nodes.values(), self.pods.values())
             self._report = (self._version, report)
         return self._report[1]
 
@@ -324,9 +349,7 @@ class GPUShareService(Application):
 
     # ---- wiring --------------------------------------------------------------------------------
     def _make_informer(self) -> Any:
-        from gpushare_hub.kube.informer import LedgerInformer
-
-        return LedgerInformer(self._api, self.resource_names)
+        return service_informer(self._api, self.resource_names)
 
     def make_app(self, cluster: Cluster, hub: HubServers) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpushare/")

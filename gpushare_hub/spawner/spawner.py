@@ -23,8 +23,8 @@ from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
+from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
-from .ledger_source import Informer, SharedLedger
 from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
 from .pod import SlicePod, apply_slice
 from .progress import Bound, NeverFits, spawn_status
@@ -285,9 +285,14 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         return shared() if shared is not None and self.watch_ledger else None
 
     def _make_informer(self) -> Informer:
+        from functools import partial
+
+        from gpushare_hub.core.report import may_hold_slice
         from gpushare_hub.kube.informer import LedgerInformer
 
-        return LedgerInformer(self.api.api_client, self.resource_names)
+        # The ledger reads every pod event; only pods that can hold a slice are remembered.
+        keep = partial(may_hold_slice, names=self.resource_names)
+        return LedgerInformer(self.api.api_client, self.resource_names, keep_pod=keep)
 
     async def ensure_ledger(self) -> None:
         """Start the shared watch on first use (when no ``ledger_provider`` is configured)."""

@@ -28,7 +28,7 @@ from gpushare_hub.service.view import (
     parse_query,
     servers_from_users,
 )
-from tests.unit.helpers import node_obj
+from tests.unit.helpers import node_obj, pod_obj
 from tests.unit.test_inspect import fixture_cluster, placed
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
@@ -350,25 +350,128 @@ def test_the_service_reads_its_settings_from_configure_hubs_environment_then_fil
         GPUShareService().initialize([])
 
 
-def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_after_one():
+def fed_cluster(hub_namespaces: set[str] | None = None) -> tuple[Any, Any]:
+    """The service's Cluster and its informer, fed the fixture by hand (no API server)."""
     from gpushare_hub.core import DEFAULT_NAMES
-    from gpushare_hub.kube.informer import LedgerInformer
-    from gpushare_hub.service.app import Cluster
+    from gpushare_hub.service.app import Cluster, service_informer
 
-    cluster = Cluster(lambda: LedgerInformer(None), DEFAULT_NAMES, 30.0)
-    informer = cluster._subscribed()  # what SharedLedger starts; fed by hand here (no API server)
+    cluster = Cluster(lambda: service_informer(None, DEFAULT_NAMES), DEFAULT_NAMES, 30.0, hub_namespaces)
+    informer = cluster._subscribed()  # what SharedLedger starts
     nodes, pods = fixture_cluster()
     for node in nodes:
         informer.apply("nodes", "ADDED", node)
     for pod in pods:
         informer.apply("pods", "ADDED", pod)
+    return cluster, informer
+
+
+def test_the_services_report_follows_the_informers_events_and_is_rebuilt_only_after_one():
+    cluster, informer = fed_cluster()
     report = cluster.report()
     assert cluster.report() is report  # nothing changed: the same report
     held = {p.name for n in report.nodes for c in n.cards for p in c.pods}
     assert {"jupyter-alice", "jupyter-bob"} <= held
-    informer.apply("pods", "DELETED", pods[0])  # alice's server stopped
+    informer.apply("pods", "DELETED", fixture_cluster()[1][0])  # alice's server stopped
     held = {p.name for n in cluster.report().nodes for c in n.cards for p in c.pods}
     assert "jupyter-alice" not in held and "jupyter-bob" in held
+
+
+@pytest.mark.parametrize("hub_namespaces", [None, {"jhub"}, {"elsewhere"}])
+def test_the_service_and_the_cli_make_one_report_from_the_same_cluster(hub_namespaces):
+    """The service's report, made from its informer's ledger and the facts it keeps, is the one
+    kubectl inspect gpushare makes from a list of the same objects; and so is its ledger document."""
+    nodes, pods = fixture_cluster()
+    broken = node_obj("gpu-broken")
+    broken["metadata"]["annotations"][CARDS_ANNOTATION] = "not json"
+    forged = placed("forged", 3, "gpu-b", 0, "alice")
+    forged["metadata"]["namespace"] = "team-x"
+    cluster, informer = fed_cluster(hub_namespaces)
+    informer.apply("nodes", "ADDED", broken)
+    informer.apply("pods", "ADDED", forged)
+    from_list = build_report([*nodes, broken], [*pods, forged], hub_namespaces=hub_namespaces)
+    assert cluster.report() == from_list
+    assert any(n.problem.startswith("card inventory unreadable: ") for n in from_list.nodes)
+    cat = read_catalogue(SLICES)
+    assert ledger_document(cluster.report(), SERVERS, cat, NOW) == ledger_document(
+        from_list, SERVERS, cat, NOW
+    )
+
+
+def test_the_service_keeps_a_few_facts_of_the_gpu_pods_and_nodes_not_the_objects():
+    from gpushare_hub.core.report import NodeFacts, PodFacts
+
+    cluster, informer = fed_cluster()
+    # Active pods that ask for a GPU only: not the CPU pod, not the finished one.
+    assert set(cluster.pods) == {
+        "jhub/jupyter-alice",
+        "jhub/jupyter-bob",
+        "jhub/jupyter-carol",
+        "jhub/legacy",
+        "jhub/bypassed",
+        "jhub/jupyter-dave",
+    }
+    assert all(isinstance(p, PodFacts) for p in cluster.pods.values())
+    assert set(cluster.nodes) == {"gpu-a", "gpu-b"}  # not the CPU-only node
+    assert cluster.nodes["gpu-a"] == NodeFacts("gpu-a", "10.0.0.1", True)
+    # The informer remembers (for its next relist) only the pods it told the service of.
+    assert "jhub/cpu-pod" not in informer._reported["pods"]
+    # A pod that finishes leaves the service's facts; its card is free again in the ledger.
+    done = placed("jupyter-carol", 7, "gpu-a", 1, "carol")
+    done["status"]["phase"] = "Succeeded"
+    informer.apply("pods", "MODIFIED", done)
+    assert "jhub/jupyter-carol" not in cluster.pods
+    assert informer.ledger.allocation("jhub/jupyter-carol") is None
+
+
+def test_the_services_informer_tells_only_of_pods_that_can_hold_a_slice_and_misses_no_allocation():
+    from gpushare_hub.core import DEFAULT_NAMES
+    from gpushare_hub.service.app import service_informer
+
+    informer = service_informer(None, DEFAULT_NAMES)
+    told: list[tuple[str, str]] = []
+    informer.on_pod(lambda etype, pod: told.append((etype, pod["metadata"]["name"])))
+    nodes, pods = fixture_cluster()
+    for node in nodes:
+        informer.apply("nodes", "ADDED", node)
+    for pod in pods:
+        informer.apply("pods", "ADDED", pod)
+    assert ("ADDED", "cpu-pod") not in told and ("ADDED", "jupyter-alice") in told
+    assert informer.ledger.allocation("jhub/jupyter-alice") is not None
+    # A CPU pod that someone writes a record on is told (the ledger ignores the record, and
+    # the relist must be able to take it back); once the record is gone, it is told as deleted.
+    cpu = pod_obj("cpu-pod", None, node="cpu-1", phase="Running")
+    cpu["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] = "0"
+    informer.apply("pods", "MODIFIED", cpu)
+    assert told[-1] == ("MODIFIED", "cpu-pod")
+    informer.apply("pods", "MODIFIED", pod_obj("cpu-pod", None, node="cpu-1", phase="Running"))
+    assert told[-1] == ("DELETED", "cpu-pod") and "jhub/cpu-pod" not in informer._reported["pods"]
+    informer.apply("pods", "DELETED", pod_obj("cpu-pod", None, node="cpu-1"))
+    assert told[-1] == ("DELETED", "cpu-pod") and len([t for t in told if t[1] == "cpu-pod"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("pod", "holds"),
+    [
+        (pod_obj("p", 5), True),
+        (pod_obj("p", count=1), True),
+        (
+            pod_obj("p", None, init=[{"name": "i", "resources": {"requests": {"aliyun.com/gpu-mem": "2"}}}]),
+            True,
+        ),
+        (pod_obj("p", None, annotations={"gpushare-hub.io/allocation": "{}"}), True),
+        (pod_obj("p", None, annotations={"ALIYUN_COM_GPU_MEM_POD": "3"}), True),
+        (pod_obj("p", None), False),
+        (
+            pod_obj("p", None, containers=[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]),
+            False,
+        ),
+        ({"metadata": {"name": "p"}, "spec": {"containers": ["junk", {"resources": None}]}}, False),
+    ],
+)
+def test_may_hold_slice_keeps_pods_that_ask_for_either_resource_or_carry_a_record(pod, holds):
+    from gpushare_hub.core.report import may_hold_slice
+
+    assert may_hold_slice(pod) is holds
 
 
 def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(monkeypatch):
@@ -449,3 +552,12 @@ def test_the_service_refuses_bad_settings_with_a_message_not_a_traceback(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("gpushare-hub-service: ") and words in err and "Traceback" not in err, err
+
+
+def test_the_memory_benchmark_holds_less_in_the_service_than_in_raw_copies_and_shows_every_slice():
+    from gpushare_hub.bench.service_memory import bench_service_memory
+
+    out = bench_service_memory(nodes=4, pods=60, holders=6)
+    held = out["holders_measured"]
+    assert held["service"]["held_mib"] < held["raw copies (the old way)"]["held_mib"]
+    assert held["service"]["slices_in_report"] == held["raw copies (the old way)"]["slices_in_report"] == 6

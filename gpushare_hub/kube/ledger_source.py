@@ -1,12 +1,13 @@
-"""The hub process's one ledger: a shared informer, started on first use, read by every spawner.
+"""A process's one ledger: a shared informer, started on first use, trusted only while fresh.
 
-:class:`SharedLedger` wraps anything shaped like the informer of ``gpushare_hub.kube``
+The hub's spawners share one, and the hub service keeps its own. :class:`SharedLedger`
+wraps anything shaped like :class:`~gpushare_hub.kube.informer.LedgerInformer`
 (``start()``, ``ledger``, ``synced``, ``stale_for()``) and is a
 :data:`~gpushare_hub.core.availability.LedgerProvider`: it returns the ledger only
 while the informer has listed once and no watch has been failing for longer than
-``max_stale`` seconds. Otherwise ``None``, and the spawner says availability is
-unknown instead of deciding on old numbers (a spawn is then not held back, and a
-waiting one is never failed as "never fits").
+``max_stale`` seconds. Otherwise ``None``, and the spawner (or the service) says
+availability is unknown instead of deciding on old numbers (a spawn is then not held
+back, and a waiting one is never failed as "never fits").
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from gpushare_hub.core import Ledger
+from ..core.ledger import Ledger
 
-log = logging.getLogger("gpushare.spawner")
+log = logging.getLogger("gpushare.ledger")
 
 
 class Informer(Protocol):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from gpushare_hub.core import Ledger
-from gpushare_hub.spawner.ledger_source import SharedLedger
+from gpushare_hub.kube.ledger_source import SharedLedger
 
 
 class Clock:
