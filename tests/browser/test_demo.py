@@ -3,7 +3,8 @@ subprocess; two demo users log in with the printed passwords, each spawns a 5 Gi
 spawn page, each notebook server opens on its slice page and shows the card it got, and the
 GPU-slices dashboard shows both users on one card. SIGTERM then stops everything: no process the
 demo started is left, no port it served still answers, the ready file is gone.
-Screenshots: out/browser/demo-*.png (see conftest.OUT)."""
+Screenshots: out/browser/demo-*.png (see conftest.OUT). With GPUSHARE_DOCS_IMAGES=docs/images it also
+writes the README's two pictures there, spawn-form.png and dashboard.png (CONTRIBUTING.md, "Screenshots")."""
 
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ from .conftest import OUT
 
 START_TIMEOUT_S = 900  # a first run builds the Kubernetes binaries (see the README)
 DEMO = Path(sys.executable).parent / "gpushare-demo"
+# The README's pictures: written only when asked for, at one viewport, from a clean demo scene.
+DOCS_IMAGES = Path(os.environ["GPUSHARE_DOCS_IMAGES"]) if os.environ.get("GPUSHARE_DOCS_IMAGES") else None
+DOCS_VIEWPORT = {"width": 1280, "height": 800}
+
+
+def docs_picture(page: Any, name: str) -> None:
+    """Save ``name`` into GPUSHARE_DOCS_IMAGES (when set) as the visitor sees it at DOCS_VIEWPORT."""
+    if DOCS_IMAGES is None:
+        return
+    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+    page.set_viewport_size(DOCS_VIEWPORT)
+    page.screenshot(path=str(DOCS_IMAGES / name))
 
 
 def tail(path: Path, lines: int = 60) -> str:
@@ -87,11 +100,16 @@ def log_in(page: Any, hub_url: str, name: str, password: str) -> None:
     page.wait_for_url("**/hub/**")
 
 
-def spawn_from_the_spawn_page(page: Any, hub_url: str, user: str, slug: str) -> dict[str, str]:
-    """Choose ``slug`` on the spawn page, start, wait for the notebook's slice page; what it shows."""
+def spawn_from_the_spawn_page(
+    page: Any, hub_url: str, user: str, slug: str, picture: str = ""
+) -> dict[str, str]:
+    """Choose ``slug`` on the spawn page, start, wait for the notebook's slice page; what it shows.
+    ``picture``: also save the chosen form as this docs picture (see docs_picture)."""
     page.goto(f"{hub_url}/hub/spawn")
     page.check(f"input[name=profile][value={slug}]")
     page.screenshot(path=str(OUT / f"demo-spawn-{user}.png"), full_page=True)
+    if picture:
+        docs_picture(page, picture)
     page.click("input[type=submit], button[type=submit]")
     page.wait_for_url(f"**/user/{user}/gpushare", timeout=400_000)
     summary = page.locator("p.gpushare-summary")
@@ -155,7 +173,8 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
             context.set_default_timeout(60_000)
             p = context.new_page()
             log_in(p, ready["hub_url"], u["name"], u["password"])
-            shown[u["name"]] = spawn_from_the_spawn_page(p, ready["hub_url"], u["name"], "t4-5g")
+            picture = "spawn-form.png" if u is users[0] else ""
+            shown[u["name"]] = spawn_from_the_spawn_page(p, ready["hub_url"], u["name"], "t4-5g", picture)
         for name, s in shown.items():
             assert s["gib"] == "5", (name, s)
             assert s["card"].startswith("GPU-"), (name, s)
@@ -175,6 +194,7 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
         for name in shown:
             page.locator(f'div.card[data-card="{card}"] .seg.alloc[data-user="{name}"]').wait_for()
         page.screenshot(path=str(OUT / "demo-dashboard.png"), full_page=True)
+        docs_picture(page, "dashboard.png")
         assert page.locator(f'div.card[data-card="{card}"] .seg.alloc').count() == 2
         # SIGTERM stops everything the demo started.
         workdir = str(Path(ready["logs"]).parent)
