@@ -6,12 +6,8 @@ checked :class:`~gpushare_hub.core.catalogue.Catalogue`), so that they can be te
 without a hub or a cluster; :mod:`.app` only gathers the inputs and answers HTTP.
 
 **Fragmentation** (the dashboard's figure and ``gpushare_fragmentation_gib``): the free
-units, summed over healthy cards, that no catalogued slice can use. A card's free block is a
-fragment when it is smaller than the smallest slice that may run on the card's model (a
-whole-card slice counts as the card's size); on a model that no slice may use, every free
-unit is a fragment. An empty catalogue makes no fragments. Unlike the FGD measure of
-:mod:`gpushare_hub.core.fragmentation` (expected waste under a workload distribution), this
-is a plain count an admin can check by eye on the bars.
+units that no catalogued slice can use, per card, per model and in all, counted by
+:mod:`gpushare_hub.core.waste`.
 """
 
 from __future__ import annotations
@@ -24,8 +20,10 @@ from typing import Any
 
 from gpushare_hub.core import Ledger, model_matches
 from gpushare_hub.core.availability import availability, render
-from gpushare_hub.core.catalogue import Catalogue, Slice
+from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.report import CardRow, PodRow, Report
+from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
+from gpushare_hub.core.waste import Fragmentation
 
 API_VERSION = "v1"
 
@@ -149,28 +147,6 @@ def idle_seconds(last_activity: str, now: datetime) -> int | None:
     return None if when is None else max(0, int((now - when).total_seconds()))
 
 
-# ---- fragmentation ---------------------------------------------------------------------------
-
-
-def smallest_slice(slices: Iterable[Slice], model: str, card_units: int) -> int | None:
-    """Units of the smallest slice that may run on a card of ``model``; None: no slice may."""
-    sizes = [
-        s.gib if s.gib is not None else card_units
-        for s in slices
-        if not s.models or any(model_matches(model, m) for m in s.models)
-    ]
-    return min(sizes, default=None)
-
-
-def card_fragment(card: CardRow, slices: Sequence[Slice]) -> int:
-    """The free units of ``card`` that no catalogued slice can use (see the module docstring)."""
-    free = max(card.units - card.used, 0)
-    if not card.healthy or not slices or free == 0:
-        return 0
-    smallest = smallest_slice(slices, card.model, card.units)
-    return free if smallest is None or free < smallest else 0
-
-
 # ---- documents ---------------------------------------------------------------------------------
 
 
@@ -207,7 +183,7 @@ def ledger_document(
     nodes: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
     models: dict[str, dict[str, int]] = {}
-    fragment_total = 0
+    waste = Fragmentation()
     for node in report.nodes:
         if filters.node and node.name != filters.node:
             continue
@@ -218,8 +194,7 @@ def ledger_document(
             held = [_alloc(p, card, hub, now) for p in card.pods if filters.keeps_pod(p)]
             if filters.user and not held:  # a user filter shows the cards that hold their slices
                 continue
-            fragment = card_fragment(card, catalogue.slices)
-            fragment_total += fragment
+            fragment = waste.count(card, catalogue.slices)
             free = max(card.units - card.used, 0)
             total = models.setdefault(
                 card.model, {"cards": 0, "units": 0, "used": 0, "free": 0, "fragment": 0}
@@ -228,7 +203,7 @@ def ledger_document(
             total["units"] += card.units
             total["used"] += card.used
             total["free"] += free
-            total["fragment"] += fragment
+            total["fragment"] = waste.by_model[card.model]
             allocations += [{**a, "node": node.name} for a in held]
             cards.append(
                 {
@@ -270,16 +245,10 @@ def ledger_document(
         "allocations": allocations,
         "pending": pending,
         "models": dict(sorted(models.items())),
-        "fragmentation": {"units": fragment_total, "definition": FRAGMENTATION_DEFINITION},
+        "fragmentation": {"units": waste.units, "definition": FRAGMENTATION_DEFINITION},
         "slices": [{"slug": s.slug, "display_name": s.display_name, "gib": s.gib} for s in catalogue.slices],
         "warnings": list(report.warnings),
     }
-
-
-FRAGMENTATION_DEFINITION = (
-    "free memory on healthy cards whose free block is smaller than the smallest catalogued slice "
-    "that may run on that card's model (all of it where no slice may)"
-)
 
 
 def _pod(p: PodRow) -> dict[str, Any]:
