@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
@@ -40,7 +41,15 @@ from .records import (
 )
 from .resources import DEFAULT_NAMES, ResourceNames
 
-__all__ = ["TERMINAL_PHASES", "Allocation", "Ledger", "OverCommit", "Placement", "allocation_from_pod"]
+__all__ = [
+    "TERMINAL_PHASES",
+    "Allocation",
+    "Ledger",
+    "NodeState",
+    "OverCommit",
+    "Placement",
+    "allocation_from_pod",
+]
 
 
 class OverCommit(GPUShareError):
@@ -66,7 +75,13 @@ class Placement:
 
 
 @dataclass
-class _NodeState:
+class NodeState:
+    """One node in the ledger: its cards, what its pods hold, and a version that changes with it.
+
+    The placer reads it (:meth:`Ledger.state`, :meth:`Ledger.states`); only the ledger's own
+    methods change it.
+    """
+
     node: Node
     used: dict[str, int] = field(default_factory=dict)
     cpu_used: int = 0
@@ -93,7 +108,7 @@ class Ledger:
 
     def __init__(self, names: ResourceNames = DEFAULT_NAMES) -> None:
         self.names = names
-        self._nodes: dict[str, _NodeState] = {}
+        self._nodes: dict[str, NodeState] = {}
         self._allocs: dict[str, Allocation] = {}
         self._pending: dict[str, Allocation] = {}  # on nodes we do not know (yet)
         self._unreadable: dict[str, str] = {}  # node -> why its card inventory cannot be read
@@ -103,7 +118,7 @@ class Ledger:
         self.seq = 0
         self.changes: deque[tuple[int, str]] = deque(maxlen=4096)
 
-    def _touch(self, st: _NodeState) -> None:
+    def _touch(self, st: NodeState) -> None:
         st.version += 1
         self.seq += 1
         self.changes.append((self.seq, st.node.name))
@@ -130,7 +145,7 @@ class Ledger:
         state = self._nodes.get(node.name)
         ignored: list[IgnoredRecord] = []
         if state is None:
-            state = self._nodes[node.name] = _NodeState(node=node)
+            state = self._nodes[node.name] = NodeState(node=node)
             self._touch(state)
             for key, alloc in sorted(self._pending.items()):
                 if alloc.node == node.name:
@@ -329,6 +344,14 @@ class Ledger:
     def node(self, name: str) -> Node | None:
         st = self._nodes.get(name)
         return st.node if st else None
+
+    def state(self, name: str) -> NodeState | None:
+        """The node's state (cards, holds, version), or None if the ledger does not know it. Read only."""
+        return self._nodes.get(name)
+
+    def states(self) -> Mapping[str, NodeState]:
+        """Every known node's state by name, unsorted: a live read-only view."""
+        return MappingProxyType(self._nodes)
 
     def nodes(self) -> Iterator[Node]:
         for name in sorted(self._nodes):

@@ -10,8 +10,10 @@ ties fall to the node name and card index, so every decision is deterministic.
   least increases the GPU capacity the expected workload could not use; node
   level, aware of CPU and host memory where the node tracks them.
 
-Refusals distinguish *not now* (some card could hold it once others leave) from
-*never* (larger than any card the pod may use), and name the way out.
+Each node's answer is a :class:`~gpushare_hub.core.verdict.Verdict`: feasible, *not now*
+(some card could hold it once others leave) or *never* (larger than any card the pod may
+use), with a :class:`~gpushare_hub.core.verdict.Reason`. A refusal names the way out; its
+words come from :func:`~gpushare_hub.core.verdict.explain` and :meth:`Placer._refusal`.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from .annotations import CardShare, ContainerShare
 from .cards import Card, Node
 from .demand import Demand
 from .handout import Handout, first_conflict, handouts, waiting_by_size
-from .ledger import Ledger, Placement, _NodeState
+from .ledger import Ledger, NodeState, Placement
 from .resources import ResourceNames
+from .verdict import Kind, Reason, Verdict, explain
 
 
 @dataclass(slots=True)
@@ -45,13 +48,18 @@ class NodeView:
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a demand was not placed. ``permanent``: it never fits as asked."""
+    """Why a demand was not placed. ``permanent``: it never fits as asked.
+
+    ``reason`` is the sentence for people; ``nodes`` (not now) and ``unresolvable`` (never)
+    say it per node, and ``verdicts`` holds those nodes' verdicts for code to act on.
+    """
 
     key: str
     reason: str
     permanent: bool
     nodes: Mapping[str, str] = field(default_factory=dict)
     unresolvable: Mapping[str, str] = field(default_factory=dict)
+    verdicts: Mapping[str, Verdict] = field(default_factory=dict)
 
 
 class Policy:
@@ -120,16 +128,11 @@ def make_policy(name: str) -> Policy:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}") from None
 
 
-FEASIBLE, NOT_NOW, NEVER = 0, 1, 2
-# A node's evaluation for one demand shape:
-#   (FEASIBLE, key, chosen cards) | (NOT_NOW, reason, largest free block, its card index[, TRANSIENT])
-#   | (NEVER, reason)
-# TRANSIENT marks a hold that lifts by itself within seconds (see _pending_cards).
-TRANSIENT = "transient"
-_Eval = tuple[object, ...]
 # Distinct demand shapes cached (per node, and heaps over all nodes). Real pods come in a few
 # shapes (the catalogue's slices); past this many the cache starts again rather than grow.
 MAX_SHAPES = 1024
+_HOST = frozenset({Reason.CPU, Reason.MEMORY})
+Fitting = list[tuple[Card, int]]  # cards that could take the demand, with their free units
 
 
 class _ShapeIndex:
@@ -146,10 +149,89 @@ class _ShapeIndex:
         self.seq = -1
 
 
-class Placer:
-    """Places demands on a ledger with a policy. Caches per-node evaluations.
+# ---- the steps of one node's verdict: each refuses (a Verdict) or lets the demand on (None) ----
+def _largest_block(view: NodeView) -> tuple[int, int]:
+    """The largest free block on a card the pod may use, and that card's index ((0, -1): none)."""
+    if not view.cards:
+        return 0, -1
+    card, free = max(view.cards, key=lambda cf: (cf[1], -cf[0].index))
+    return free, card.index
 
-    A node's evaluation for a given demand shape only changes when the node
+
+def _not_now(
+    view: NodeView,
+    reason: Reason,
+    block: tuple[int, int],
+    have: int = 0,
+    asked: int = 0,
+    cards: tuple[int, ...] = (),
+) -> Verdict:
+    free, card = block
+    return Verdict(view.name, Kind.NOT_NOW, reason, have, asked, free, card, cards=cards)
+
+
+def _host_short(node: Node, view: NodeView, demand: Demand, block: tuple[int, int]) -> Verdict | None:
+    """CPU, then host memory, where the node tracks them (the replayer's nodes)."""
+    if view.cpu_free is not None and demand.cpu_milli > view.cpu_free:
+        return _short(node, view, Reason.CPU, view.cpu_free, node.cpu_milli, demand.cpu_milli, block)
+    if view.memory_free is not None and demand.memory_mib > view.memory_free:
+        return _short(node, view, Reason.MEMORY, view.memory_free, node.memory_mib, demand.memory_mib, block)
+    return None
+
+
+def _short(
+    node: Node,
+    view: NodeView,
+    reason: Reason,
+    free: int,
+    total: int | None,
+    asked: int,
+    block: tuple[int, int],
+) -> Verdict:
+    """Short of CPU or host memory: for good if the whole node has too little."""
+    if total is not None and asked > total:
+        return Verdict(node.name, Kind.NEVER, reason, have=total, asked=asked)
+    return _not_now(view, reason, block, have=free, asked=asked)
+
+
+def _no_usable_card(node: Node, view: NodeView, demand: Demand, block: tuple[int, int]) -> Verdict | None:
+    """No healthy card of a model the pod allows."""
+    if view.cards:
+        return None
+    if demand.models or demand.exclude_models:
+        models = tuple(sorted({c.model for c in node.cards}))
+        return Verdict(node.name, Kind.NEVER, Reason.MODEL, models=models)
+    return _not_now(view, Reason.UNHEALTHY, block)
+
+
+def _too_few_cards(view: NodeView, demand: Demand) -> Verdict | None:
+    if len(view.cards) >= demand.count:
+        return None
+    return Verdict(view.name, Kind.NEVER, Reason.TOO_FEW_CARDS, have=len(view.cards), asked=demand.count)
+
+
+def _too_big(view: NodeView, demand: Demand) -> Verdict | None:
+    """A slice larger than every card the pod may use here."""
+    if demand.per_card is None:
+        return None
+    largest = max(c.units for c, _ in view.cards)
+    if demand.per_card <= largest:
+        return None
+    return Verdict(view.name, Kind.NEVER, Reason.TOO_BIG, have=largest, asked=demand.per_card)
+
+
+def _empty_cards(view: NodeView, demand: Demand, block: tuple[int, int]) -> Fitting | Verdict:
+    """Whole cards: the empty ones, if there are enough."""
+    empty = [(c, f) for c, f in view.cards if f == c.units]
+    if len(empty) < demand.count:
+        return _not_now(view, Reason.NO_EMPTY_CARDS, block, have=len(empty), asked=demand.count)
+    return empty
+
+
+class Placer:
+    """Places demands on a ledger with a policy. Caches per-node verdicts.
+
+    A node's verdict for a given demand shape only changes when the node
     changes, so it is cached under the node's version; a per-shape heap of
     feasible nodes lets :meth:`decide` over the whole cluster touch only the
     nodes that changed since that shape was last placed. This is what keeps a
@@ -160,7 +242,7 @@ class Placer:
     def __init__(self, ledger: Ledger, policy: Policy | str = "binpack") -> None:
         self.ledger = ledger
         self.policy = make_policy(policy) if isinstance(policy, str) else policy
-        self._cache: dict[str, tuple[int, dict[tuple[object, ...], _Eval]]] = {}
+        self._cache: dict[str, tuple[int, dict[tuple[object, ...], Verdict]]] = {}
         self._index: dict[tuple[object, ...], _ShapeIndex] = {}
 
     @property
@@ -181,161 +263,106 @@ class Placer:
         )
 
     # ---- one node -----------------------------------------------------------------
-    def _view(self, st: _NodeState, demand: Demand) -> NodeView:
-        used = st.used
-        every = tuple((c, max(0, c.units - used.get(c.uuid, 0))) for c in st.node.cards)
+    def _view(self, st: NodeState, demand: Demand) -> NodeView:
+        node, used = st.node, st.used
+        # (list comprehensions: this runs for every node a demand shape meets)
+        every = tuple([(c, max(0, c.units - used.get(c.uuid, 0))) for c in node.cards])
         if demand.models or demand.exclude_models:
-            allowed = tuple((c, f) for c, f in every if c.healthy and demand.model_allowed(c.model))
+            allowed = tuple([cf for cf in every if cf[0].healthy and demand.model_allowed(cf[0].model)])
         else:
-            allowed = tuple((c, f) for c, f in every if c.healthy)
-        cpu = None if st.node.cpu_milli is None else st.node.cpu_milli - st.cpu_used
-        mem = None if st.node.memory_mib is None else st.node.memory_mib - st.memory_used
+            allowed = tuple([cf for cf in every if cf[0].healthy])
         return NodeView(
-            name=st.node.name,
+            name=node.name,
             cards=allowed,
-            units=st.node.units,
-            free_units=sum(f for _, f in every),
-            cpu_free=cpu,
-            memory_free=mem,
-            cpu_total=st.node.cpu_milli,
+            units=sum([c.units for c, _ in every]),
+            free_units=sum([f for _, f in every]),
+            cpu_free=None if node.cpu_milli is None else node.cpu_milli - st.cpu_used,
+            memory_free=None if node.memory_mib is None else node.memory_mib - st.memory_used,
+            cpu_total=node.cpu_milli,
             all_cards=every,
         )
 
-    def _evaluate(self, st: _NodeState, demand: Demand) -> _Eval:
-        names = self.names
+    def _evaluate(self, st: NodeState, demand: Demand) -> Verdict:
+        """The node's verdict: the first step that refuses, else the cards the policy chooses."""
         node = st.node
         view = self._view(st, demand)
-        if view.cards:
-            best_card, best_free = max(view.cards, key=lambda cf: (cf[1], -cf[0].index))
-            best = (best_free, best_card.index)
-        else:
-            best = (0, -1)
-        if view.cpu_free is not None and demand.cpu_milli > view.cpu_free:
-            if node.cpu_milli is not None and demand.cpu_milli > node.cpu_milli:
-                return (
-                    NEVER,
-                    f"node {node.name} has {node.cpu_milli}m CPU, the pod asks {demand.cpu_milli}m",
-                )
-            return (
-                NOT_NOW,
-                f"node {node.name} has {view.cpu_free}m CPU free, the pod asks {demand.cpu_milli}m",
-                *best,
-            )
-        if view.memory_free is not None and demand.memory_mib > view.memory_free:
-            if node.memory_mib is not None and demand.memory_mib > node.memory_mib:
-                return (
-                    NEVER,
-                    f"node {node.name} has {node.memory_mib} MiB memory, the pod asks "
-                    f"{demand.memory_mib} MiB",
-                )
-            return (
-                NOT_NOW,
-                f"node {node.name} has {view.memory_free} MiB memory free, the pod asks "
-                f"{demand.memory_mib} MiB",
-                *best,
-            )
-        if not demand.wants_gpu:
-            return (FEASIBLE, self.policy.node_key(view, (), demand, 0), ())
-        usable = [c for c, _ in view.cards]
-        if not usable:
-            models = sorted({c.model for c in node.cards})
-            if demand.models or demand.exclude_models:
-                return (
-                    NEVER,
-                    f"node {node.name} has no card of an allowed model (it has {', '.join(models)})",
-                )
-            return (NOT_NOW, f"node {node.name}: every card is unhealthy", *best)
-        count = demand.count
-        if demand.count_containers and node.allocator:
-            # Whole-card handouts (gpu-count Allocate) follow the rule of handout.py too, in its
-            # strictest form: one pod asking gpu-count at a time per node until the plugin served it.
-            other = sorted(
-                a.key for a in st.pods.values() if a.asks_count and not a.assigned and a.key != demand.key
-            )
-            if other:
-                return (
-                    NOT_NOW,
-                    # Another user's pod is not named: this text reaches the waiting pod's owner
-                    # (its PodScheduled condition, events and the spawn progress page).
-                    f"node {node.name} is still handing whole cards (aliyun.com/gpu-count) to another "
-                    "pod; a second such pod now would be ambiguous for the device plugin, so "
-                    "this pod waits until that allocation is done",
-                    *best,
-                    TRANSIENT,
-                )
-        if len(usable) < count:
-            return (
-                NEVER,
-                f"node {node.name} has {len(usable)} usable {demand.model_phrase()}card(s), "
-                f"the pod asks {count}",
-            )
+        block = _largest_block(view)
+        refused = _host_short(node, view, demand, block)
+        if refused is None and not demand.wants_gpu:
+            return Verdict(node.name, Kind.FEASIBLE, rank=self.policy.node_key(view, (), demand, 0))
+        refused = (
+            refused
+            or _no_usable_card(node, view, demand, block)
+            or self._handing_cards(st, view, demand, block)
+            or _too_few_cards(view, demand)
+            or _too_big(view, demand)
+        )
+        if refused is not None:
+            return refused
         if demand.per_card is None:
-            fitting = [(c, f) for c, f in view.cards if f == c.units]
-            if len(fitting) < count:
-                return (
-                    NOT_NOW,
-                    f"node {node.name} has {len(fitting)} empty {demand.model_phrase()}card(s), "
-                    f"the pod asks {count} whole card(s)",
-                    *best,
-                )
+            fitting = _empty_cards(view, demand, block)
         else:
-            largest = max(c.units for c in usable)
-            if demand.per_card > largest:
-                return (
-                    NEVER,
-                    f"{demand.model_phrase()}cards on node {node.name} hold at most "
-                    f"{names.fmt(largest)}, the pod asks {names.fmt(demand.per_card)} on one card",
-                )
-            fitting = [(c, f) for c, f in view.cards if f >= demand.per_card]
-            if node.allocator:
-                waiting = self._waiting(st)
-                if waiting:
-                    held = self._held_back(node, demand, fitting, waiting)
-                    if isinstance(held, str):
-                        return (NOT_NOW, held, *best, TRANSIENT)
-                    fitting = held
-            if len(fitting) < count:
-                sick = [str(c.index) for c in node.cards if not c.healthy]
-                why = f"; card {', '.join(sick)} is unhealthy and not used" if sick else ""
-                if count == 1:
-                    return (
-                        NOT_NOW,
-                        f"no {demand.model_phrase()}card on node {node.name} has "
-                        f"{names.fmt(demand.per_card)} free; the largest free block is "
-                        f"{names.fmt(best[0])} (card {best[1]}){why}",
-                        *best,
-                    )
-                return (
-                    NOT_NOW,
-                    f"node {node.name} has {len(fitting)} {demand.model_phrase()}card(s) "
-                    f"with {names.fmt(demand.per_card)} free, the pod asks {count}{why}",
-                    *best,
-                )
+            fitting = self._room_for_slices(st, view, demand, block)
+        if isinstance(fitting, Verdict):
+            return fitting
+        return self._choose(view, demand, fitting)
+
+    @staticmethod
+    def _handing_cards(
+        st: NodeState, view: NodeView, demand: Demand, block: tuple[int, int]
+    ) -> Verdict | None:
+        """Whole-card handouts (gpu-count Allocate) follow the rule of handout.py too, in its
+        strictest form: one pod asking gpu-count at a time per node until the plugin served it."""
+        if not (demand.count_containers and st.node.allocator):
+            return None
+        if any(a.asks_count and not a.assigned and a.key != demand.key for a in st.pods.values()):
+            return _not_now(view, Reason.HANDING_CARDS, block)
+        return None
+
+    def _room_for_slices(
+        self, st: NodeState, view: NodeView, demand: Demand, block: tuple[int, int]
+    ) -> Fitting | Verdict:
+        """Slices: the cards with the slice free (that the handout rule lets us use), if enough."""
+        per_card = demand.per_card or 0
+        fitting = [(c, f) for c, f in view.cards if f >= per_card]
+        if st.node.allocator:
+            waiting = self._waiting(st)
+            if waiting:
+                held = self._held_back(st.node, view, demand, fitting, waiting, block)
+                if isinstance(held, Verdict):
+                    return held
+                fitting = held
+        if len(fitting) < demand.count:
+            sick = tuple(c.index for c in st.node.cards if not c.healthy)
+            return _not_now(view, Reason.NO_ROOM, block, have=len(fitting), asked=demand.count, cards=sick)
+        return fitting
+
+    def _choose(self, view: NodeView, demand: Demand, fitting: Fitting) -> Verdict:
+        """Feasible: the cards the policy ranks first, and the node's rank."""
         pol = self.policy
         take = demand.per_card
         ranked = sorted(
             fitting,
             key=lambda cf: pol.card_key(view, cf[0], cf[1], cf[0].units if take is None else take),
         )
-        chosen = tuple(ranked[:count])
-        return (
-            FEASIBLE,
-            pol.node_key(view, chosen, demand, chosen[0][0].units if take is None else take),
-            chosen,
-        )
+        chosen = tuple(ranked[: demand.count])
+        rank = pol.node_key(view, chosen, demand, chosen[0][0].units if take is None else take)
+        return Verdict(view.name, Kind.FEASIBLE, rank=rank, chosen=chosen)
 
     @staticmethod
-    def _waiting(st: _NodeState) -> dict[int, set[tuple[str, ...]]]:
+    def _waiting(st: NodeState) -> dict[int, set[tuple[str, ...]]]:
         """Unserved handouts on the node, by size (see :mod:`~gpushare_hub.core.handout`)."""
         return waiting_by_size(handouts(a.containers) for a in st.pods.values() if not a.assigned)
 
     def _held_back(
         self,
         node: Node,
+        view: NodeView,
         demand: Demand,
-        fitting: list[tuple[Card, int]],
+        fitting: Fitting,
         waiting: dict[int, set[tuple[str, ...]]],
-    ) -> list[tuple[Card, int]] | str:
+        block: tuple[int, int],
+    ) -> Fitting | Verdict:
         """The fitting cards on which the pod's handouts keep the rule of
         :mod:`~gpushare_hub.core.handout`, or why the pod waits.
 
@@ -345,7 +372,6 @@ class Placer:
         the plugin then marks the pod assigned and the next may go elsewhere.
         """
         sizes = [units for _, units in demand.containers] or [demand.per_card or 0]
-        index = {c.uuid: c.index for c in node.cards}
         conflict: tuple[Handout, tuple[str, ...]] | None = None
         if demand.count == 1:
             kept = []
@@ -364,15 +390,12 @@ class Placer:
                     break
             if conflict is None:
                 return fitting
-        held, cards = conflict
-        where = ", ".join(f"card {index.get(u, '?')}" for u in cards)
-        return (
-            f"node {node.name} is still handing a {self.names.fmt(held.size)} slice of {where} to "
-            "another pod; a second one on another card now would be ambiguous for the device "
-            "plugin, so this pod waits until that allocation is done"
-        )
+        held, uuids = conflict
+        index = {c.uuid: c.index for c in node.cards}
+        cards = tuple(index.get(u, -1) for u in uuids)
+        return _not_now(view, Reason.HANDING_SLICE, block, asked=held.size, cards=cards)
 
-    def _eval_node(self, name: str, st: _NodeState, shape: tuple[object, ...], demand: Demand) -> _Eval:
+    def _eval_node(self, name: str, st: NodeState, shape: tuple[object, ...], demand: Demand) -> Verdict:
         entry = self._cache.get(name)
         if entry is None or entry[0] != st.version:
             entry = (st.version, {})
@@ -384,40 +407,31 @@ class Placer:
             hit = entry[1][shape] = self._evaluate(st, demand)
         return hit
 
+    def verdict(self, name: str, demand: Demand) -> Verdict:
+        """Node ``name``'s verdict on ``demand`` (a node the ledger does not know never fits)."""
+        st = self.ledger.state(name)
+        if st is None:
+            why = self.ledger.unreadable(name)
+            if why is None:
+                return Verdict(name, Kind.NEVER, Reason.NO_CARDS)
+            return Verdict(name, Kind.NEVER, Reason.UNREADABLE, detail=why)
+        return self._eval_node(name, st, self.shape(demand), demand)
+
     # ---- many nodes ---------------------------------------------------------------
     def candidates(
         self, demand: Demand, nodes: Iterable[str] | None = None
-    ) -> tuple[dict[str, _Eval], dict[str, _Eval], dict[str, str]]:
-        """Evaluate ``nodes`` (default: all). Returns (feasible, not_now, never) by node name."""
-        feasible: dict[str, _Eval] = {}
-        not_now: dict[str, _Eval] = {}
-        never: dict[str, str] = {}
-        states = self.ledger._nodes
-        shape = self.shape(demand)
-        for name in states.keys() if nodes is None else nodes:
-            st = states.get(name)
-            if st is None:
-                why = self.ledger.unreadable(name)
-                never[name] = (
-                    f"node {name} offers no {self.names.memory} (no GPU-sharing cards known)"
-                    if why is None
-                    else f"node {name}: its card inventory is unreadable, so nothing is placed there ({why})"
-                )
-                continue
-            ev = self._eval_node(name, st, shape, demand)
-            kind = ev[0]
-            if kind == FEASIBLE:
-                feasible[name] = ev
-            elif kind == NOT_NOW:
-                not_now[name] = ev
-            else:
-                never[name] = str(ev[1])
-        return feasible, not_now, never
+    ) -> tuple[dict[str, Verdict], dict[str, Verdict], dict[str, Verdict]]:
+        """Verdicts on ``nodes`` (default: all), split by kind: (feasible, not now, never) by node name."""
+        split: dict[Kind, dict[str, Verdict]] = {kind: {} for kind in Kind}
+        for name in self.ledger.states() if nodes is None else nodes:
+            v = self.verdict(name, demand)
+            split[v.kind][name] = v
+        return split[Kind.FEASIBLE], split[Kind.NOT_NOW], split[Kind.NEVER]
 
-    def _best_anywhere(self, demand: Demand) -> tuple[str, _Eval] | None:
+    def _best_anywhere(self, demand: Demand) -> Verdict | None:
         """The policy's favourite node in the whole ledger, via the shape's heap."""
         ledger = self.ledger
-        states = ledger._nodes
+        states = ledger.states()
         shape = self.shape(demand)
         idx = self._index.get(shape)
         log = ledger.changes
@@ -440,13 +454,12 @@ class Placer:
             st = states.get(name)
             if st is None:
                 continue
-            ev = self._eval_node(name, st, shape, demand)
-            if ev[0] == FEASIBLE:
-                key: tuple[float, ...] = ev[1]  # type: ignore[assignment]
-                heapq.heappush(heap, (key, name, st.version))
+            v = self._eval_node(name, st, shape, demand)
+            if v.kind is Kind.FEASIBLE:
+                heapq.heappush(heap, (v.rank, name, st.version))
         idx.seq = ledger.seq
         while heap:
-            _key, name, version = heap[0]
+            _rank, name, version = heap[0]
             st = states.get(name)
             if st is None or st.version != version:
                 heapq.heappop(heap)
@@ -454,7 +467,7 @@ class Placer:
             if len(heap) > 4 * len(states) + 64:
                 heap[:] = [e for e in heap if (s := states.get(e[1])) is not None and s.version == e[2]]
                 heapq.heapify(heap)
-            return name, self._eval_node(name, st, shape, demand)
+            return self._eval_node(name, st, shape, demand)
         return None
 
     def decide(self, demand: Demand, nodes: Iterable[str] | None = None) -> Placement | Refusal:
@@ -467,12 +480,12 @@ class Placer:
         if nodes is None:
             best = self._best_anywhere(demand)
             if best is not None:
-                return self.placement_on(demand, best[0], best[1][2])  # type: ignore[arg-type]
+                return self.placement_on(demand, best.node, best.chosen)
         feasible, not_now, never = self.candidates(demand, nodes)
         if not feasible:
             return self._refusal(demand, not_now, never)
-        node = min(feasible, key=lambda n: (feasible[n][1], n))
-        return self.placement_on(demand, node, feasible[node][2])  # type: ignore[arg-type]
+        node = min(feasible, key=lambda n: (feasible[n].rank, n))
+        return self.placement_on(demand, node, feasible[node].chosen)
 
     def placement_on(
         self, demand: Demand, node: str, chosen: tuple[tuple[Card, int], ...] | None = None
@@ -482,8 +495,7 @@ class Placer:
             feasible, not_now, never = self.candidates(demand, [node])
             if node not in feasible:
                 return self._refusal(demand, not_now, never)
-            chosen = feasible[node][2]  # type: ignore[assignment]
-        assert chosen is not None
+            chosen = feasible[node].chosen
         cards = tuple(
             CardShare(
                 uuid=c.uuid, index=c.index, units=c.units if demand.per_card is None else demand.per_card
@@ -529,22 +541,24 @@ class Placer:
         feasible, _, _ = self.candidates(demand, nodes)
         if not feasible:
             return {}
-        keys = sorted({feasible[n][1] for n in feasible})  # type: ignore[type-var]
-        if len(keys) == 1:
+        ranks = sorted({v.rank for v in feasible.values()})
+        if len(ranks) == 1:
             return dict.fromkeys(feasible, 10)
-        rank = {k: i for i, k in enumerate(keys)}
-        return {n: round(10 * (1 - rank[feasible[n][1]] / (len(keys) - 1))) for n in sorted(feasible)}
+        place = {k: i for i, k in enumerate(ranks)}
+        return {n: round(10 * (1 - place[feasible[n].rank] / (len(ranks) - 1))) for n in sorted(feasible)}
 
     # ---- explaining -------------------------------------------------------------------
-    def _refusal(self, demand: Demand, not_now_evals: dict[str, _Eval], never: dict[str, str]) -> Refusal:
-        not_now = {n: str(ev[1]) for n, ev in not_now_evals.items()}
+    def _refusal(self, demand: Demand, not_now: dict[str, Verdict], never: dict[str, Verdict]) -> Refusal:
         names = self.names
+        waiting = {n: explain(v, demand, names) for n, v in not_now.items()}
+        unresolvable = {n: explain(v, demand, names) for n, v in never.items()}
+        verdicts = {**not_now, **never}
         what = demand.describe(names)
         if not not_now:
             # Nothing could ever take it: say what the biggest allowed card is.
             sizes = [
                 (c.units, c.model)
-                for st in self.ledger._nodes.values()
+                for st in self.ledger.states().values()
                 for c in st.node.cards
                 if demand.model_allowed(c.model)
             ]
@@ -563,34 +577,34 @@ class Placer:
                     f"or for several cards with {names.count}"
                 )
             else:
-                first = next(iter(sorted(never.items())), ("", "no node fits"))[1]
+                first = unresolvable[min(unresolvable)] if unresolvable else "no node fits"
                 reason = f"pod {demand.key} asks {what}, which no node can ever hold: {first}"
-            return Refusal(demand.key, reason, permanent=True, unresolvable=never)
-        reason = self._summary(demand, not_now_evals, not_now)
-        return Refusal(demand.key, reason, permanent=False, nodes=not_now, unresolvable=never)
+            return Refusal(demand.key, reason, permanent=True, unresolvable=unresolvable, verdicts=verdicts)
+        reason = self._summary(demand, not_now, waiting)
+        return Refusal(
+            demand.key, reason, permanent=False, nodes=waiting, unresolvable=unresolvable, verdicts=verdicts
+        )
 
-    def _summary(self, demand: Demand, not_now: Mapping[str, _Eval], reasons: Mapping[str, str]) -> str:
+    def _summary(self, demand: Demand, not_now: Mapping[str, Verdict], words: Mapping[str, str]) -> str:
         """One sentence a person reads: ``no Tesla-T4 card has 7 GiB free; ...``."""
         names = self.names
-        host = sum(1 for r in reasons.values() if "CPU free" in r or "memory free" in r)
-        if demand.per_card is not None and demand.count == 1 and host < len(reasons):
+        host = sum(1 for v in not_now.values() if v.reason in _HOST)
+        if demand.per_card is not None and demand.count == 1 and host < len(not_now):
             # Largest free block among nodes whose CPU and memory would do.
             neg_free, node, index = min(
-                (-int(ev[2]), n, int(ev[3]))  # type: ignore[call-overload]
-                for n, ev in not_now.items()
-                if "CPU free" not in ev[1] and "memory free" not in ev[1]  # type: ignore[operator]
+                (-v.free, n, v.card) for n, v in not_now.items() if v.reason not in _HOST
             )
             free = -neg_free
             tail = f"; {host} more node(s) lack CPU or memory" if host else ""
             if free >= demand.per_card:  # room enough, held back for another reason
-                return f"pod {demand.key}: {reasons[node]}{tail}"
+                return f"pod {demand.key}: {words[node]}{tail}"
             return (
                 f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "
                 f"free block is {names.fmt(free)} (node {node}, card {index}){tail}; "
                 "the pod waits until a slice is released"
             )
-        first = sorted(reasons.items())[0][1]
+        first = words[min(words)]
         return (
             f"pod {demand.key} asks {demand.describe(names)}, which no node has free now "
-            f"({len(reasons)} node(s); e.g. {first}); it waits until capacity is released"
+            f"({len(words)} node(s); e.g. {first}); it waits until capacity is released"
         )

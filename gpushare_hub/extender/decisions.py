@@ -21,7 +21,8 @@ from gpushare_hub.core import (
     demand_from_pod,
     make_policy,
 )
-from gpushare_hub.core.policy import POLICIES, TRANSIENT
+from gpushare_hub.core.policy import POLICIES
+from gpushare_hub.core.verdict import explain
 
 from .wire import ExtenderArgs
 
@@ -69,17 +70,21 @@ class Decisions:
             return FilterOutcome(passed=[], error=str(err))
         if demand is None:  # asks for none of our resources: not ours to judge
             return FilterOutcome(passed=list(args.node_names))
-        feasible, not_now, never = self.placer(demand.policy).candidates(demand, args.node_names)
+        placer = self.placer(demand.policy)
+        feasible, not_now, never = placer.candidates(demand, args.node_names)
         passed = [n for n in args.node_names if n in feasible]
-        failed = {n: str(ev[1]) for n, ev in not_now.items()}
-        held = sorted(n for n, ev in not_now.items() if ev[-1] == TRANSIENT)
+        failed = {n: explain(v, demand, placer.names) for n, v in not_now.items()}
+        unresolvable = {n: explain(v, demand, placer.names) for n, v in never.items()}
+        held = sorted(n for n, v in not_now.items() if v.transient)
         error = ""
         if not passed and held:
             # Only a short hold stands in the way. As an error, kube-scheduler retries the pod
             # after its backoff (1-10 s); as a plain failure it would park the pod until some
             # cluster event it deems relevant, which a peer pod's annotation is not.
             error = f"retrying shortly: {failed[held[0]]}"
-        return FilterOutcome(passed=passed, failed=failed, unresolvable=never, error=error, demand=demand)
+        return FilterOutcome(
+            passed=passed, failed=failed, unresolvable=unresolvable, error=error, demand=demand
+        )
 
     def prioritize(self, args: ExtenderArgs) -> dict[str, int]:
         """Scores 0..10; an unreadable pod scores 0 everywhere (filter already said why)."""

@@ -13,6 +13,7 @@ from ..core.bounds import l2
 from ..core.demand import Demand
 from ..core.ledger import Ledger, Placement
 from ..core.policy import Placer, Refusal
+from ..core.verdict import Kind, Reason
 from .cluster import Units
 from .trace import TraceError, TracePod
 
@@ -28,7 +29,8 @@ class Failures:
     def add(self, refusal: Refusal) -> None:
         self.count += 1
         kind = "never fits" if refusal.permanent else "no room now"
-        if refusal.nodes and all(("CPU" in r or "memory free" in r) for r in refusal.nodes.values()):
+        waiting = [v for v in refusal.verdicts.values() if v.kind is Kind.NOT_NOW]
+        if waiting and all(v.reason in (Reason.CPU, Reason.MEMORY) for v in waiting):
             kind = "no node has the CPU or host memory"
         self.by_kind[kind] += 1
         self.examples.setdefault(kind, refusal.reason)

@@ -164,3 +164,22 @@ def test_a_pod_held_only_by_the_short_ambiguity_hold_is_retried_not_parked():
     d2.bind(pod_obj("a", 10), "gpu-1")
     out = d2.filter(args(pod_obj("b", 10), ["gpu-1", "gpu-2"]))
     assert out.passed == ["gpu-2"] and out.error == ""  # another node will do: no error
+
+
+def test_filter_says_each_nodes_verdict_in_the_documented_words_and_retries_only_for_a_handout():
+    d = decisions("gpu-1", "gpu-2", allocator=True)
+    for name, units, node in [("a", 14, "gpu-1"), ("b", 13, "gpu-1"), ("c", 10, "gpu-2")]:
+        assert isinstance(d.bind(pod_obj(name, units), node), Placement)
+    out = d.filter(args(pod_obj("x", 3), ["gpu-1", "cpu-9"]))
+    assert out.failed == {
+        "gpu-1": "no card on node gpu-1 has 3 GiB free; the largest free block is 2 GiB (card 1)"
+    }
+    no_cards = "node cpu-9 offers no aliyun.com/gpu-mem (no GPU-sharing cards known)"
+    assert out.unresolvable == {"cpu-9": no_cards}
+    assert out.error == ""  # no room is no short hold: the pod is parked, not retried
+    out = d.filter(args(pod_obj("y", 10), ["gpu-1", "gpu-2"]))  # gpu-2 still hands c's 10 GiB
+    assert out.error == (
+        "retrying shortly: node gpu-2 is still handing a 10 GiB slice of card 0 to another pod; a second "
+        "one on another card now would be ambiguous for the device plugin, so this pod waits until that "
+        "allocation is done"
+    )

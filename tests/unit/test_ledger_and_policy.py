@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpushare_hub.core import (
@@ -20,6 +22,7 @@ from gpushare_hub.core import (
     demand_from_pod,
 )
 from gpushare_hub.core.annotations import GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
+from gpushare_hub.core.verdict import Kind, Reason, explain
 
 from .helpers import node_obj, pod_obj
 
@@ -276,3 +279,216 @@ def test_a_pod_with_an_init_container_asking_too_is_read_back_as_placed():
     ann = placed.record().pod_annotations({c.uuid: 15 for c in placed.cards}, assume_time_ns=1)
     seen = pod_obj("nb", 4, init=init, node="gpu-1", annotations=ann, phase="Running")
     assert Ledger.from_objects([node_obj("gpu-1")], [seen]).allocation("jhub/nb") is not None
+
+
+# ---- verdicts: values for code, words made once for people ------------------------------------
+def verdict_ledger() -> Ledger:
+    """gpu-1: two 15 GiB T4s holding 9 and 10 GiB; gpu-sick: every card unhealthy; gpu-cpu:
+    4000m CPU, 1000m of it held; gpu-mem: 8000 MiB memory, 7000 of it held; gpu-one: one card."""
+    ledger = cluster(("gpu-1", 2), ("gpu-one", 1))
+    sick = tuple(replace(c, healthy=False) for c in declared_cards("gpu-sick", 2, "Tesla T4", 15360))
+    ledger.set_node(Node("gpu-sick", sick))
+    ledger.set_node(Node("gpu-cpu", declared_cards("gpu-cpu", 2, "Tesla T4", 15360), cpu_milli=4000))
+    ledger.set_node(Node("gpu-mem", declared_cards("gpu-mem", 2, "Tesla T4", 15360), memory_mib=8000))
+    ledger.mark_unreadable("gpu-bad", "the cards annotation is not JSON")
+    placer = Placer(ledger)
+    for key, units, node in [("a/x", 9, "gpu-1"), ("a/y", 10, "gpu-1")]:
+        assert isinstance(
+            placer.place_and_commit(Demand(key=key, per_card=units, count=1), [node]), Placement
+        )
+    placer.place_and_commit(Demand(key="a/c", per_card=1, count=1, cpu_milli=1000), ["gpu-cpu"])
+    placer.place_and_commit(Demand(key="a/m", per_card=1, count=1, memory_mib=7000), ["gpu-mem"])
+    return ledger
+
+
+@pytest.mark.parametrize(
+    ("node", "demand", "kind", "reason", "fields", "words"),
+    [
+        (
+            "gpu-1",
+            dict(per_card=10, count=1),
+            Kind.NOT_NOW,
+            Reason.NO_ROOM,
+            dict(have=0, asked=1, free=6, card=0),
+            "no card on node gpu-1 has 10 GiB free; the largest free block is 6 GiB (card 0)",
+        ),
+        (
+            "gpu-1",
+            dict(per_card=10, count=1, models=("Tesla-T4",)),
+            Kind.NOT_NOW,
+            Reason.NO_ROOM,
+            dict(free=6, card=0),
+            "no Tesla-T4 card on node gpu-1 has 10 GiB free; the largest free block is 6 GiB (card 0)",
+        ),
+        (
+            "gpu-1",
+            dict(per_card=6, count=2),
+            Kind.NOT_NOW,
+            Reason.NO_ROOM,
+            dict(have=1, asked=2),
+            "node gpu-1 has 1 card(s) with 6 GiB free, the pod asks 2",
+        ),
+        (
+            "gpu-1",
+            dict(per_card=16, count=1),
+            Kind.NEVER,
+            Reason.TOO_BIG,
+            dict(have=15, asked=16),
+            "cards on node gpu-1 hold at most 15 GiB, the pod asks 16 GiB on one card",
+        ),
+        (
+            "gpu-1",
+            dict(per_card=3, count=1, models=("A10",)),
+            Kind.NEVER,
+            Reason.MODEL,
+            dict(models=("Tesla-T4",)),
+            "node gpu-1 has no card of an allowed model (it has Tesla-T4)",
+        ),
+        (
+            "gpu-one",
+            dict(per_card=3, count=2),
+            Kind.NEVER,
+            Reason.TOO_FEW_CARDS,
+            dict(have=1, asked=2),
+            "node gpu-one has 1 usable card(s), the pod asks 2",
+        ),
+        (
+            "gpu-1",
+            dict(per_card=None, count=1),
+            Kind.NOT_NOW,
+            Reason.NO_EMPTY_CARDS,
+            dict(have=0, asked=1),
+            "node gpu-1 has 0 empty card(s), the pod asks 1 whole card(s)",
+        ),
+        (
+            "gpu-sick",
+            dict(per_card=3, count=1),
+            Kind.NOT_NOW,
+            Reason.UNHEALTHY,
+            {},
+            "node gpu-sick: every card is unhealthy",
+        ),
+        (
+            "gpu-cpu",
+            dict(per_card=3, count=1, cpu_milli=4000),
+            Kind.NOT_NOW,
+            Reason.CPU,
+            dict(have=3000, asked=4000),
+            "node gpu-cpu has 3000m CPU free, the pod asks 4000m",
+        ),
+        (
+            "gpu-cpu",
+            dict(per_card=3, count=1, cpu_milli=5000),
+            Kind.NEVER,
+            Reason.CPU,
+            dict(have=4000, asked=5000),
+            "node gpu-cpu has 4000m CPU, the pod asks 5000m",
+        ),
+        (
+            "gpu-mem",
+            dict(per_card=3, count=1, memory_mib=2000),
+            Kind.NOT_NOW,
+            Reason.MEMORY,
+            dict(have=1000, asked=2000),
+            "node gpu-mem has 1000 MiB memory free, the pod asks 2000 MiB",
+        ),
+        (
+            "gpu-mem",
+            dict(per_card=3, count=1, memory_mib=9000),
+            Kind.NEVER,
+            Reason.MEMORY,
+            dict(have=8000, asked=9000),
+            "node gpu-mem has 8000 MiB memory, the pod asks 9000 MiB",
+        ),
+        (
+            "gpu-bad",
+            dict(per_card=3, count=1),
+            Kind.NEVER,
+            Reason.UNREADABLE,
+            dict(detail="the cards annotation is not JSON"),
+            "node gpu-bad: its card inventory is unreadable, so nothing is placed there "
+            "(the cards annotation is not JSON)",
+        ),
+        (
+            "gpu-9",
+            dict(per_card=3, count=1),
+            Kind.NEVER,
+            Reason.NO_CARDS,
+            {},
+            "node gpu-9 offers no aliyun.com/gpu-mem (no GPU-sharing cards known)",
+        ),
+    ],
+)
+def test_each_nodes_verdict_is_a_value_and_its_words_are_the_ones_the_docs_quote(
+    node, demand, kind, reason, fields, words
+):
+    d = Demand(key="jhub/p", **demand)
+    placer = Placer(verdict_ledger())
+    v = placer.verdict(node, d)
+    assert (v.node, v.kind, v.reason) == (node, kind, reason)
+    assert {k: getattr(v, k) for k in fields} == fields
+    assert not v.transient and not v.feasible
+    assert explain(v, d, placer.names) == words
+    _, not_now, never = placer.candidates(d, [node])
+    assert (not_now if kind is Kind.NOT_NOW else never) == {node: v}
+
+
+def test_a_feasible_verdict_carries_the_rank_and_the_chosen_cards():
+    placer = Placer(verdict_ledger())
+    d = Demand(key="jhub/p", per_card=5, count=1)
+    v = placer.verdict("gpu-1", d)
+    assert v.feasible and v.reason is None and [(c.index, free) for c, free in v.chosen] == [(1, 5)]
+    assert v.rank == placer.policy.node_key(placer._view(placer.ledger.state("gpu-1"), d), v.chosen, d, 5)
+    assert explain(v, d, placer.names) == "node gpu-1 can hold 5 GiB on one card"
+    assert placer.verdict("gpu-1", Demand(key="jhub/q", per_card=None, count=0)).feasible  # no GPU asked
+
+
+def test_an_unhealthy_card_is_named_after_the_reason_it_adds_to():
+    ledger = Ledger()
+    cards = declared_cards("gpu-1", 2, "Tesla T4", 15360)
+    ledger.set_node(Node("gpu-1", (cards[0], replace(cards[1], healthy=False))))
+    placer = Placer(ledger)
+    place(placer, "a/x", 12)
+    d = Demand(key="jhub/p", per_card=5, count=1)
+    v = placer.verdict("gpu-1", d)
+    assert (v.reason, v.cards, v.free, v.card) == (Reason.NO_ROOM, (1,), 3, 0)
+    assert explain(v, d, placer.names) == (
+        "no card on node gpu-1 has 5 GiB free; the largest free block is 3 GiB (card 0); "
+        "card 1 is unhealthy and not used"
+    )
+
+
+def test_a_refusal_carries_each_nodes_verdict_and_the_summary_switches_on_their_reasons():
+    placer = Placer(verdict_ledger())
+    d = Demand(key="jhub/p", per_card=7, count=1, cpu_milli=3500)
+    r = placer.decide(d, ["gpu-1", "gpu-cpu", "gpu-sick", "gpu-9"])
+    assert isinstance(r, Refusal) and not r.permanent
+    assert {n: v.reason for n, v in r.verdicts.items()} == {
+        "gpu-1": Reason.NO_ROOM,
+        "gpu-cpu": Reason.CPU,
+        "gpu-sick": Reason.UNHEALTHY,
+        "gpu-9": Reason.NO_CARDS,
+    }
+    assert set(r.nodes) == {"gpu-1", "gpu-cpu", "gpu-sick"} and set(r.unresolvable) == {"gpu-9"}
+    assert r.nodes == {n: explain(v, d, placer.names) for n, v in r.verdicts.items() if n in r.nodes}
+    assert r.reason == (
+        "no card has 7 GiB free; the largest free block is 6 GiB (node gpu-1, card 0); "
+        "1 more node(s) lack CPU or memory; the pod waits until a slice is released"
+    )
+    only_host = placer.decide(d, ["gpu-cpu"])
+    assert isinstance(only_host, Refusal) and only_host.reason.startswith(
+        "pod jhub/p asks 7 GiB on one card, which no node has free now (1 node(s); e.g. node gpu-cpu has"
+    )
+
+
+def test_the_ledger_offers_its_node_states_read_only():
+    ledger = verdict_ledger()
+    st = ledger.state("gpu-1")
+    assert st is not None and st.node.name == "gpu-1" and sum(st.used.values()) == 19
+    assert ledger.state("gpu-9") is None and ledger.state("gpu-bad") is None
+    states = ledger.states()
+    assert set(states) == set(ledger.node_names) and states["gpu-1"] is st
+    with pytest.raises(TypeError):
+        states["gpu-2"] = st
+    ledger.remove_node("gpu-one")
+    assert "gpu-one" not in states  # a live view

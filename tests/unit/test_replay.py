@@ -203,3 +203,31 @@ def test_a_plot_name_without_a_suffix_is_reported_as_the_png_written(tmp_path, c
         capsys, "--pods", str(pods_csv(tmp_path, rows)), "--cards", "2x2 T4", "--plot", str(tmp_path / "out")
     )
     assert out["plot"] == str(tmp_path / "out.png") and (tmp_path / "out.png").exists()
+
+
+def test_failures_are_counted_by_the_kind_and_reasons_of_the_placers_verdicts():
+    from gpushare_hub.core import Demand, Ledger, Node, Placer, Refusal, declared_cards
+    from gpushare_hub.replay.simulate import Failures
+
+    ledger = Ledger()
+    ledger.set_node(Node("cpu-short", declared_cards("cpu-short", 1, "T4", 15360), cpu_milli=1000))
+    ledger.set_node(Node("mem-short", declared_cards("mem-short", 1, "T4", 15360), memory_mib=1000))
+    ledger.set_node(Node("plain", declared_cards("plain", 1, "T4", 15360)))
+    placer = Placer(ledger)
+    for hold, node in [
+        (Demand("a/full", 15, 1), "plain"),
+        (Demand("a/cpu-held", 1, 1, cpu_milli=500), "cpu-short"),
+        (Demand("a/mem-held", 1, 1, memory_mib=500), "mem-short"),
+    ]:
+        assert not isinstance(placer.place_and_commit(hold, [node]), Refusal)
+    failures = Failures()
+    for demand, nodes in [
+        (Demand("a/host", 5, 1, cpu_milli=800, memory_mib=800), ["cpu-short", "mem-short"]),
+        (Demand("a/cpu", 5, 1, cpu_milli=800), ["cpu-short", "plain"]),  # plain: no room
+        (Demand("a/big", 16, 1), None),
+    ]:
+        refusal = placer.decide(demand, nodes)
+        assert isinstance(refusal, Refusal)
+        failures.add(refusal)
+    assert failures.by_kind == {"no node has the CPU or host memory": 1, "no room now": 1, "never fits": 1}
+    assert failures.examples["no node has the CPU or host memory"].startswith("pod a/host asks 5 GiB")
