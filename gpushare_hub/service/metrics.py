@@ -2,49 +2,140 @@
 
 Every scrape builds a fresh registry from the current document, so the metrics say exactly
 what ``api/v1/ledger`` says at that moment (no series of a card that is gone lingers).
-Amounts are in the ledger's unit (GiB by default, hence the names).
+Amounts are in the ledger's unit (GiB by default, hence the names). What a pending pod
+waits for comes from the placer's verdicts on it (our share) and kube-scheduler's message
+(what its other plugins said): see :func:`pending_label`.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from gpushare_hub.core import Demand, Ledger, Placer, ResourceNames, demand_from_pod
+from gpushare_hub.core.ledger import TERMINAL_PHASES
+from gpushare_hub.core.verdict import Reason
 
 PREFIX = "gpushare"
 CARD_LABELS = ("node", "card", "index", "model")
 
 
-# ``gpushare_pending_pods{reason=...}``: a fixed set of values, first match wins, in the order of
-# what a pod most plausibly waits for. The scheduler's message itself names nodes, pods and
-# counts (a new label value per cluster size, and names that metrics readers need not see); the
-# dashboard and api/v1/ledger keep it whole.
-REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("not_scheduled_yet", re.compile(r"^not scheduled yet$")),
-    (
-        "gpu_memory_full",
-        re.compile(
-            r"card(?: on node \S+)? has .* free|no node has free now|empty .*card\(s\)"
-            # an extended resource, not one of Kubernetes' own (those are below, or "other")
-            r"|Insufficient (?!cpu\b|memory\b|ephemeral-storage\b|pods\b|hugepages-)"
-        ),
-    ),
-    ("cpu_or_memory", re.compile(r"Insufficient (?:cpu|memory)\b|CPU free|memory free")),
-    ("handing_out", re.compile(r"still handing|waits until that allocation")),
-    ("cards_unhealthy", re.compile(r"unhealthy")),
-    ("slice_larger_than_any_card", re.compile(r"hold at most|can ever hold|usable .*card")),
+# ``gpushare_pending_pods{reason=...}``: a fixed set of values (a contract with dashboards and
+# alerts), in the order of what a pod most plausibly waits for: the first that applies wins.
+# No value names a node or a pod; the scheduler's message, which does, stays whole on the
+# dashboard and in api/v1/ledger.
+LABELS = (
+    "not_scheduled_yet",
+    "gpu_memory_full",
+    "cpu_or_memory",
+    "handing_out",
+    "cards_unhealthy",
+    "slice_larger_than_any_card",
+    "taint",
+    "node_selector",
+    "other",
+)
+
+# Our own share of why a pod waits comes from the placer's verdicts, never from our words.
+VERDICT_LABELS: dict[Reason, str] = {
+    Reason.NO_ROOM: "gpu_memory_full",
+    Reason.NO_EMPTY_CARDS: "gpu_memory_full",
+    Reason.CPU: "cpu_or_memory",
+    Reason.MEMORY: "cpu_or_memory",
+    Reason.HANDING_CARDS: "handing_out",
+    Reason.HANDING_SLICE: "handing_out",
+    Reason.UNHEALTHY: "cards_unhealthy",
+    Reason.TOO_BIG: "slice_larger_than_any_card",
+    Reason.TOO_FEW_CARDS: "slice_larger_than_any_card",
+    # MODEL, NO_CARDS, UNREADABLE: nodes the pod may not or cannot use; they say nothing here.
+}
+
+# What kube-scheduler's other plugins said, read from its own message in the pod's PodScheduled
+# condition (NodeResourcesFit's "Insufficient <resource>", TaintToleration's and NodeAffinity's
+# sentences). These are kube-scheduler's words, not ours: the parts of that message that our
+# extender wrote are not read (the verdicts above say the same, as values).
+SCHEDULER_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # an extended resource, not one of Kubernetes' own (those are below, or "other")
+    ("gpu_memory_full", re.compile(r"Insufficient (?!cpu\b|memory\b|ephemeral-storage\b|pods\b|hugepages-)")),
+    ("cpu_or_memory", re.compile(r"Insufficient (?:cpu|memory)\b")),
     ("taint", re.compile(r"untolerated taint")),
     ("node_selector", re.compile(r"didn't match Pod's node affinity|node affinity/selector")),
 )
 
 
-def reason_label(reason: str) -> str:
-    """The ``reason`` label of a pending pod: one of :data:`REASONS`' names, else ``other``."""
-    text = reason or "not scheduled yet"
-    return next((name for name, pattern in REASONS if pattern.search(text)), "other")
+@dataclass(frozen=True, slots=True)
+class PendingPod:
+    """What the metrics keep of a GPU pod that has no node yet: its demand, the node selector
+    that limits where it may go, and kube-scheduler's message (None until it has said one)."""
+
+    demand: Demand
+    node_selector: Mapping[str, str]
+    scheduler: str | None
+
+
+def pending_pod(obj: Mapping[str, Any], names: ResourceNames) -> PendingPod | None:
+    """The pending facts of an active pod that asks for a GPU and has no node; None for any
+    other pod (a request that cannot be read is reported elsewhere: the ledger document's warnings)."""
+    spec = obj.get("spec") or {}
+    if spec.get("nodeName") or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return None
+    try:
+        demand = demand_from_pod(obj, names)
+    except Exception:  # GPUShareError: the report says why; anything else must not end the watch
+        return None
+    if demand is None or not demand.wants_gpu:
+        return None
+    selector = spec.get("nodeSelector")
+    return PendingPod(
+        demand=demand,
+        node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else {},
+        scheduler=_scheduler_message(obj),
+    )
+
+
+def _scheduler_message(obj: Mapping[str, Any]) -> str | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "") or None
+    return None
+
+
+def our_reasons(placer: Placer, pod: PendingPod) -> frozenset[Reason]:
+    """Why the placer refuses the pod now on the nodes its node selector allows."""
+    selector = pod.node_selector.items()
+    nodes = [
+        name
+        for name, st in placer.ledger.states().items()
+        if all(st.node.labels.get(k) == v for k, v in selector)
+    ]
+    _, not_now, never = placer.candidates(pod.demand, nodes)
+    return frozenset(v.reason for v in (*not_now.values(), *never.values()) if v.reason is not None)
+
+
+def pending_label(pod: PendingPod, ours: Collection[Reason]) -> str:
+    """The ``reason`` label of a pending pod (one of :data:`LABELS`), from the placer's
+    reasons ``ours`` and what kube-scheduler's other plugins said."""
+    if pod.scheduler is None:
+        return "not_scheduled_yet"
+    found = {VERDICT_LABELS[r] for r in ours if r in VERDICT_LABELS}
+    found.update(label for label, words in SCHEDULER_WORDS if words.search(pod.scheduler))
+    return next((label for label in LABELS if label in found), "other")
+
+
+def pending_labels(pending: Mapping[str, PendingPod], ledger: Ledger | None) -> dict[str, str]:
+    """Each pending pod's label, by ``namespace/name``. ``ledger``: the placer's view of the
+    cluster now; None (not trusted: its watch has failed for a while) leaves only what the
+    scheduler said."""
+    placer = None if ledger is None else Placer(ledger)
+    return {
+        key: pending_label(pod, () if placer is None else our_reasons(placer, pod))
+        for key, pod in pending.items()
+    }
 
 
 def quota_use(
@@ -61,9 +152,13 @@ def quota_use(
 
 
 def render_metrics(
-    doc: Mapping[str, Any], groups: Mapping[str, list[str]], per_group: Mapping[str, int]
+    doc: Mapping[str, Any],
+    groups: Mapping[str, list[str]],
+    per_group: Mapping[str, int],
+    waits: Mapping[str, str],
 ) -> bytes:
-    """The text exposition format of the metrics for one (unfiltered) ledger document."""
+    """The text exposition format of the metrics for one (unfiltered) ledger document.
+    ``waits``: the label of each pending pod by ``namespace/name`` (:func:`pending_labels`)."""
     reg = CollectorRegistry()
     unit = str(doc.get("unit", "GiB")).lower()
     card_used = Gauge(
@@ -81,7 +176,7 @@ def render_metrics(
     )
     pending = Gauge(
         f"{PREFIX}_pending_pods",
-        "GPU pods that no node has taken, by the kind of the scheduler's reason",
+        "GPU pods that no node has taken, by the kind of what they wait for",
         ["reason"],
         registry=reg,
     )
@@ -114,7 +209,7 @@ def render_metrics(
     for model, total in doc["models"].items():
         model_used.labels(model).set(total["used"])
         model_free.labels(model).set(total["free"])
-    reasons = Counter(reason_label(p["reason"]) for p in doc["pending"])
+    reasons = Counter(waits.get(f"{p['namespace']}/{p['pod']}", "other") for p in doc["pending"])
     for reason, n in reasons.items():
         pending.labels(reason).set(n)
     fragment.set(doc["fragmentation"]["units"])

@@ -11,12 +11,22 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from traitlets.config import Config
 
-from gpushare_hub.core import CARDS_ANNOTATION, Ledger
+from gpushare_hub.core import CARDS_ANNOTATION, DEFAULT_NAMES, Demand, Ledger
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
 from gpushare_hub.core.report import build_report
+from gpushare_hub.core.verdict import Reason
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
-from gpushare_hub.service.metrics import REASONS, reason_label, render_metrics
+from gpushare_hub.service.metrics import (
+    LABELS,
+    SCHEDULER_WORDS,
+    VERDICT_LABELS,
+    PendingPod,
+    pending_label,
+    pending_labels,
+    pending_pod,
+    render_metrics,
+)
 from gpushare_hub.service.view import (
     FILTER_KEYS,
     Filters,
@@ -170,9 +180,17 @@ def test_a_node_with_an_unreadable_inventory_is_listed_with_the_reason():
     assert row["cards"] == [] and "card inventory unreadable" in row["problem"]
 
 
+def fixture_pending() -> dict[str, PendingPod]:
+    _, pods = fixture_cluster()
+    return {w.demand.key: w for pod in pods if (w := pending_pod(pod, DEFAULT_NAMES)) is not None}
+
+
 def test_metrics_parse_and_match_the_ledger():
     d = doc([SLICES[1]])
-    text = render_metrics(d, {"alice": ["gpu-power"], "bob": ["gpu-power", "x"]}, {"gpu-power": 15}).decode()
+    nodes, pods = fixture_cluster()
+    labels = pending_labels(fixture_pending(), Ledger.from_objects(nodes, pods))
+    groups = {"alice": ["gpu-power"], "bob": ["gpu-power", "x"]}
+    text = render_metrics(d, groups, {"gpu-power": 15}, labels).decode()
     fam = {f.name: f for f in text_string_to_metric_families(text)}
     used = {s.labels["card"]: s.value for s in fam["gpushare_card_used_gib"].samples}
     assert used == {c["uuid"]: c["used"] for n in d["nodes"] for c in n["cards"]}
@@ -180,48 +198,133 @@ def test_metrics_parse_and_match_the_ledger():
     assert sorted(slices.values()) == [0, 1, 1, 2]
     assert [s.value for s in fam["gpushare_model_free_gib"].samples] == [40]
     assert [s.value for s in fam["gpushare_fragmentation_gib"].samples] == [5]
+    # dave asks 16 GiB on one card; the fixture's cards hold 15 GiB
     assert [(s.labels["reason"], s.value) for s in fam["gpushare_pending_pods"].samples] == [
-        ("gpu_memory_full", 1)
+        ("slice_larger_than_any_card", 1)
     ]
     assert {s.labels["group"]: s.value for s in fam["gpushare_quota_used_gib"].samples} == {"gpu-power": 10}
 
 
+def test_a_pending_pod_is_kept_with_its_demand_selector_and_the_schedulers_message():
+    (dave,) = fixture_pending().values()
+    assert (dave.demand.key, dave.demand.per_card, dave.node_selector) == ("jhub/jupyter-dave", 16, {})
+    assert dave.scheduler == "0/2 nodes are available: 2 no card has 16 GiB free."
+    fresh = pod_obj("new", 3)
+    fresh["spec"]["nodeSelector"] = {"gpushare": "true"}
+    got = pending_pod(fresh, DEFAULT_NAMES)
+    assert got is not None and got.scheduler is None and got.node_selector == {"gpushare": "true"}
+    # bound, finished, unreadable or not asking for a GPU: nothing to count
+    assert pending_pod(pod_obj("bound", 3, node="gpu-a"), DEFAULT_NAMES) is None
+    assert pending_pod(pod_obj("done", 3, phase="Failed"), DEFAULT_NAMES) is None
+    assert pending_pod(pod_obj("bad", "-2"), DEFAULT_NAMES) is None
+    assert pending_pod(pod_obj("cpu"), DEFAULT_NAMES) is None
+
+
+def test_the_service_keeps_its_pending_pods_and_labels_them_from_the_informers_ledger():
+    cluster, informer = fed_cluster()
+    assert set(cluster.pending) == {"jhub/jupyter-dave"}
+    assert pending_labels(cluster.pending, informer.ledger) == {
+        "jhub/jupyter-dave": "slice_larger_than_any_card"
+    }
+    assert pending_labels(cluster.pending, None) == {"jhub/jupyter-dave": "other"}  # ledger not trusted
+    small = pod_obj("jupyter-erin", 3)
+    informer.apply("pods", "ADDED", small)
+    assert pending_labels(cluster.pending, informer.ledger)["jhub/jupyter-erin"] == "not_scheduled_yet"
+    informer.apply("pods", "MODIFIED", pod_obj("jupyter-erin", 3, node="gpu-b"))  # bound
+    informer.apply("pods", "DELETED", fixture_cluster()[1][-1])  # dave gave up
+    assert cluster.pending == {}
+
+
+def waits(scheduler: str | None, *ours: Reason) -> str:
+    return pending_label(PendingPod(Demand("jhub/p", 5, 1), {}, scheduler), ours)
+
+
 @pytest.mark.parametrize(
-    ("message", "label"),
+    ("message", "ours", "label"),
     [
-        ("", "not_scheduled_yet"),
+        (None, (Reason.NO_ROOM,), "not_scheduled_yet"),  # the scheduler has not tried it yet
+        ("0/2 nodes are available: 2 <our words>.", (Reason.NO_ROOM,), "gpu_memory_full"),
+        ("0/2 nodes are available: 2 <our words>.", (Reason.NO_EMPTY_CARDS,), "gpu_memory_full"),
         (
             "0/71 nodes are available: 2 Insufficient aliyun.com/gpu-mem, 69 node(s) didn't match "
             "Pod's node affinity/selector. preemption: 0/71 nodes are available",
+            (),
+            "gpu_memory_full",
+        ),
+        ("0/3 nodes are available: 3 Insufficient cpu.", (), "cpu_or_memory"),
+        ("0/3 nodes are available: 3 Insufficient memory.", (Reason.TOO_BIG,), "cpu_or_memory"),
+        ("0/1 nodes are available: 1 <our words>.", (Reason.CPU,), "cpu_or_memory"),
+        ("0/1 nodes are available: 1 <our words>.", (Reason.MEMORY, Reason.TOO_BIG), "cpu_or_memory"),
+        ("0/3 nodes are available: 3 Insufficient ephemeral-storage.", (), "other"),
+        ("0/3 nodes are available: 3 Too many pods, 3 Insufficient pods.", (), "other"),
+        ("retrying shortly: <our words>", (Reason.HANDING_SLICE,), "handing_out"),
+        ("retrying shortly: <our words>", (Reason.HANDING_CARDS, Reason.UNHEALTHY), "handing_out"),
+        ("0/1 nodes are available: 1 <our words>.", (Reason.UNHEALTHY,), "cards_unhealthy"),
+        ("0/2 nodes are available: 2 <our words>.", (Reason.TOO_BIG,), "slice_larger_than_any_card"),
+        ("0/2 nodes are available: 2 <our words>.", (Reason.TOO_FEW_CARDS,), "slice_larger_than_any_card"),
+        ("0/3 nodes are available: 3 node(s) had untolerated taint {gpu: yes}.", (), "taint"),
+        (
+            "0/3 nodes are available: 1 <our words>, 2 node(s) had untolerated taint {gpu: yes}.",
+            (Reason.NO_ROOM,),
             "gpu_memory_full",
         ),
         (
-            "0/9 nodes are available: 1 no card on node gpu-1 has 10 GiB free; the largest free block "
-            "is 6 GiB (card 0), 8 node(s) didn't match Pod's node affinity/selector.",
-            "gpu_memory_full",
+            "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
+            (),
+            "node_selector",
         ),
         (
-            "0/2 nodes are available: 2 node gpu-1 has 0 empty card(s), the pod asks 1 whole card(s).",
-            "gpu_memory_full",
+            "0/2 nodes are available: 2 <our words>.",
+            (Reason.MODEL, Reason.NO_CARDS, Reason.UNREADABLE),
+            "other",
         ),
-        ("0/3 nodes are available: 3 Insufficient cpu.", "cpu_or_memory"),
-        ("0/3 nodes are available: 3 Insufficient ephemeral-storage.", "other"),
-        ("0/3 nodes are available: 3 Too many pods, 3 Insufficient pods.", "other"),
-        ("0/1 nodes are available: 1 node gpu-1 has 500m CPU free, the pod asks 2000m.", "cpu_or_memory"),
+        ("something the scheduler says one day", (), "other"),
+        # Our own words are never read back: only the verdicts say what our share is.
         (
-            "0/2 nodes are available: 1 cards on node gpu-1 hold at most 15 GiB, the pod asks 16 GiB on "
-            "one card, 1 node(s) didn't match Pod's node affinity/selector.",
-            "slice_larger_than_any_card",
+            "0/9 nodes are available: 1 no card on node gpu-1 has 10 GiB free; the largest free block",
+            (),
+            "other",
         ),
-        ("0/1 nodes are available: 1 node gpu-1: every card is unhealthy.", "cards_unhealthy"),
-        ("0/3 nodes are available: 3 node(s) had untolerated taint {gpu: yes}.", "taint"),
-        ("0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.", "node_selector"),
-        ("something the scheduler says one day", "other"),
+        ("0/1 nodes are available: 1 node gpu-1 has 500m CPU free, the pod asks 2000m.", (), "other"),
+        ("0/1 nodes are available: 1 node gpu-1: every card is unhealthy.", (), "other"),
     ],
 )
-def test_pending_pods_are_counted_by_a_fixed_set_of_reasons_that_name_no_node_or_pod(message, label):
-    assert reason_label(message) == label
-    assert label in {name for name, _ in REASONS} | {"other"}
+def test_pending_pods_are_counted_by_a_fixed_set_of_reasons_that_name_no_node_or_pod(message, ours, label):
+    assert waits(message, *ours) == label
+    assert label in LABELS
+
+
+def test_every_reason_of_the_placer_has_a_label_or_is_said_to_have_none():
+    labelled = set(VERDICT_LABELS)
+    assert labelled | {Reason.MODEL, Reason.NO_CARDS, Reason.UNREADABLE} == set(Reason)
+    assert set(VERDICT_LABELS.values()) | {label for label, _ in SCHEDULER_WORDS} <= set(LABELS)
+
+
+def test_a_pending_pods_label_comes_from_the_placers_verdicts_on_the_nodes_it_may_use():
+    nodes = [node_obj("gpu-1", labels={"pool": "a"}), node_obj("gpu-2", labels={"pool": "b"})]
+    sick = node_obj("gpu-3", labels={"pool": "c"})
+    cards = json.loads(sick["metadata"]["annotations"][CARDS_ANNOTATION])
+    sick["metadata"]["annotations"][CARDS_ANNOTATION] = json.dumps([{**c, "healthy": False} for c in cards])
+    full = [placed(f"f{i}", 14, "gpu-1", i % 2, "x") for i in range(2)]
+    ledger = Ledger.from_objects([*nodes, sick], full)
+    message = "0/3 nodes are available: 3 <whatever the extender wrote>."
+
+    def label(mem: int, pool: str | None = None, **kw: Any) -> str:
+        pod = pod_obj("p", mem, **kw)
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
+        if pool:
+            pod["spec"]["nodeSelector"] = {"pool": pool}
+        waiting = pending_pod(pod, DEFAULT_NAMES)
+        assert waiting is not None
+        return pending_labels({"jhub/p": waiting}, ledger)["jhub/p"]
+
+    assert label(5, "a") == "gpu_memory_full"  # gpu-1's cards have 1 GiB free each
+    assert label(5, "b") == "other"  # gpu-2 would take it: the scheduler's words say nothing known
+    assert label(5, "c") == "cards_unhealthy"
+    assert label(5) == "gpu_memory_full"  # first in the order, over gpu-3's unhealthy cards
+    assert label(16, "b") == "slice_larger_than_any_card"
+    assert label(15, "b", count=3) == "slice_larger_than_any_card"  # 3 cards of 5 GiB; gpu-2 has 2
+    assert label(5, "nowhere") == "other"  # no node matches the selector: nothing of ours
 
 
 def test_servers_from_users_skips_malformed_entries():
