@@ -4,12 +4,15 @@ Objects are handled as the API server's JSON (camelCase dicts), which is what
 the core reads; nothing is converted to client model classes on the hot path.
 kubernetes_asyncio checks a response's status only when it parses the body
 itself, so :func:`checked` does it for raw responses.
+
+Lists are read in pages (``limit``/``continue``, :func:`paged`), so that a relist of a large
+cluster never holds every object at once, only one page while it is applied.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 # The exception type callers catch for an answer of the API server that is not 2xx.
 ApiError = ApiException
+
+PAGE = 500  # objects per list answer, as kubectl and client-go's reflector ask
+EXPIRED_RESTARTS = 2  # paged restarts after an expired continue token; then one whole list
 
 
 @dataclass(frozen=True)
@@ -87,10 +93,21 @@ class Resource:
         self.timeouts = timeouts
         self._func = core.list_node if kind == "nodes" else core.list_pod_for_all_namespaces
 
-    async def list(self) -> tuple[list[dict[str, Any]], str]:
-        """Every object and the list's resourceVersion (where a watch resumes)."""
-        body = await json_of(self._func(_preload_content=False, _request_timeout=self.timeouts.call(60.0)))
-        return body["items"], body["metadata"]["resourceVersion"]
+    async def list_page(self, limit: int = PAGE, cont: str = "") -> ListPage:
+        """One answer of a list: up to ``limit`` objects (0: all) from ``cont`` (a continue
+        token; empty: the first page), the list's resourceVersion and the next token ("" at the
+        end)."""
+        params: dict[str, Any] = {}
+        if limit > 0:
+            params["limit"] = limit
+        if cont:
+            params["_continue"] = cont
+        body = await json_of(
+            self._func(**params, _preload_content=False, _request_timeout=self.timeouts.call(60.0))
+        )
+        meta = body.get("metadata") or {}
+        rv, cont = str(meta.get("resourceVersion") or ""), str(meta.get("continue") or "")
+        return body.get("items") or [], rv, cont
 
     async def watch(self, resource_version: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """(type, object) events from ``resource_version`` until the server ends the watch.
@@ -125,3 +142,49 @@ class Resource:
                     yield str(etype), obj
         finally:
             resp.release()
+
+
+# ---- lists in pages ----------------------------------------------------------------------------
+
+# (objects, the list's resourceVersion, the continue token of the next page or "")
+ListPage = tuple[list[dict[str, Any]], str, str]
+ListFunc = Callable[[int, str], Awaitable[ListPage]]
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list. ``restart``: the list began again from its first page (the previous
+    pages' continue token expired), so what the pages before said is void. The last page's
+    ``resource_version`` is where a watch of the same kind resumes."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+    restart: bool = False
+
+
+async def paged(
+    list_page: ListFunc, limit: int = PAGE, restarts: int = EXPIRED_RESTARTS
+) -> AsyncIterator[Page]:
+    """Every page of one list, as client-go's pager reads it.
+
+    A continue token lives a few minutes on the server (until etcd compacts the revision the
+    list started from); past that the next page is answered 410 Gone. The list then starts again
+    from its first page, at most ``restarts`` times, and after that reads everything in one
+    answer (client-go's fallback), so a list always ends. A 410 on a first page is raised.
+    """
+    cont, restart, expired = "", False, 0
+    while True:
+        whole = expired > restarts
+        try:
+            items, rv, cont = await list_page(0 if whole else limit, cont)
+        except ApiError as err:
+            if err.status != 410 or not cont:
+                raise
+            expired += 1
+            cont, restart = "", True
+            continue
+        yield Page(items, rv, restart)
+        del items
+        restart = False
+        if whole or not cont:
+            return

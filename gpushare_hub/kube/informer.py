@@ -2,7 +2,10 @@
 
 :class:`LedgerInformer` lists Nodes and Pods, feeds them to one
 :class:`~gpushare_hub.core.ledger.Ledger`, then watches each kind from its own
-list's resourceVersion. The ledger object is never replaced: a watch that
+list's resourceVersion. Lists are read in pages (``limit``/``continue``, 500 objects each) and
+applied page by page, so a relist holds one page, not the whole cluster; a continue token that
+expires meanwhile (HTTP 410) starts that list again, and the watch resumes from the
+resourceVersion of the list's last page. The ledger object is never replaced: a watch that
 expires resumes from the last resourceVersion seen, and one that is too old
 (HTTP 410) lists that kind again and brings the same ledger in line with the
 list, in the same task that applies that kind's events, so no event is lost
@@ -46,7 +49,7 @@ from ..core.errors import GPUShareError
 from ..core.ledger import Ledger
 from ..core.records import IgnoredRecord
 from ..core.resources import DEFAULT_NAMES, ResourceNames
-from .api import DEFAULT_TIMEOUTS, ApiError, Resource, Timeouts
+from .api import DEFAULT_TIMEOUTS, PAGE, ApiError, Resource, Timeouts, paged
 
 log = logging.getLogger("gpushare.informer")
 
@@ -71,6 +74,7 @@ class LedgerInformer:
         protect: Callable[[str, float], bool] = lambda key, listed_at: False,
         clock: Callable[[], float] = time.monotonic,
         keep_pod: PodFilter | None = None,
+        page_size: int = PAGE,
     ) -> None:
         """``api`` None: no API server (unit tests feed events with :meth:`apply`).
 
@@ -79,12 +83,15 @@ class LedgerInformer:
         was confirmed after the list was taken; the binder decides).
 
         ``keep_pod(pod)``: the pods subscribers hear of (see the module docstring); None: all.
+
+        ``page_size``: objects per list answer (a relist holds one page at a time).
         """
         self.ledger = Ledger(names)
         self.names = names
         self.timeouts = timeouts
         self.protect = protect
         self.keep_pod = keep_pod
+        self.page_size = page_size
         self._clock = clock
         self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
         self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
@@ -223,14 +230,22 @@ class LedgerInformer:
 
     async def relist(self, kind: str) -> None:
         """List ``kind`` and bring the same ledger in line with it (no event is skipped:
-        this runs in the task that applies that kind's events)."""
+        this runs in the task that applies that kind's events). The list is read and applied
+        page by page; if it has to start again (an expired continue token), what vanished is
+        judged on the list that completed."""
         listed_at = self._clock()
-        items, rv = await self._resources[kind].list()
         listed: set[str] = set()
-        for obj in items:
-            meta = obj.get("metadata") or {}
-            listed.add(str(meta.get("name")) if kind == "nodes" else pod_key(obj))
-            self.apply(kind, "ADDED", obj)
+        rv = ""
+        async for page in paged(self._resources[kind].list_page, self.page_size):
+            if page.restart:
+                log.info("%s list: continue token expired after %d objects; listing again", kind, len(listed))
+                listed_at, listed = self._clock(), set()
+            for obj in page.items:
+                meta = obj.get("metadata") or {}
+                listed.add(str(meta.get("name")) if kind == "nodes" else pod_key(obj))
+                self.apply(kind, "ADDED", obj)
+            rv = page.resource_version  # the last page's: where the watch resumes
+            del page  # hold one page at a time
         if kind == "nodes":
             gone_nodes = {*self.ledger.node_names, *self.ledger.unreadable_nodes(), *self._reported[kind]}
             for name in sorted(gone_nodes - listed):
