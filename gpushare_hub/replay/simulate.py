@@ -29,8 +29,8 @@ class Failures:
     def add(self, refusal: Refusal) -> None:
         self.count += 1
         kind = "never fits" if refusal.permanent else "no room now"
-        waiting = [v for v in refusal.verdicts.values() if v.kind is Kind.NOT_NOW]
-        if waiting and all(v.reason in (Reason.CPU, Reason.MEMORY) for v in waiting):
+        waiting = (v.reason for v in refusal.verdicts.values() if v.kind is Kind.NOT_NOW)
+        if refusal.nodes and all(reason in (Reason.CPU, Reason.MEMORY) for reason in waiting):
             kind = "no node has the CPU or host memory"
         self.by_kind[kind] += 1
         self.examples.setdefault(kind, refusal.reason)
