@@ -149,7 +149,7 @@ class _ShapeIndex:
         self.seq = -1
 
 
-# ---- the steps of one node's verdict: each refuses (a Verdict) or lets the demand on (None) ----
+# ---- the steps of one node's verdict: each returns the refusal, or None (or the cards that fit) ----
 def _largest_block(view: NodeView) -> tuple[int, int]:
     """The largest free block on a card the pod may use, and that card's index ((0, -1): none)."""
     if not view.cards:
