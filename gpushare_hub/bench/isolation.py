@@ -1,4 +1,4 @@
-"""``gpushare-bench isolation``: what a slice holds on a real GPU (:mod:`gpushare_hub.bench.isolation_measure`)."""
+"""``gpushare-bench isolation``: what a slice holds on a real GPU (:mod:`.isolation_measure`)."""
 
 from __future__ import annotations
 

@@ -70,8 +70,8 @@ def _managed_fields(manager: str, when: str) -> list[dict[str, Any]]:
 
 def node_object(i: int) -> dict[str, Any]:
     """A GPU node with two Tesla T4, as ``GET /api/v1/nodes`` lists it."""
-    from gpushare_hub.core.annotations import CARDS_ANNOTATION
     from gpushare_hub.core.cards import cards_to_annotation, declared_cards
+    from gpushare_hub.core.names import CARDS_ANNOTATION
 
     name = f"gpu-{i:04d}"
     when = "2026-11-01T08:00:00Z"
@@ -158,13 +158,9 @@ def node_object(i: int) -> dict[str, Any]:
 
 def pod_object(i: int, nodes: int, holder: bool, finished: bool) -> dict[str, Any]:
     """A notebook holding a 5 GiB slice (``holder``) or an ordinary workload's pod."""
-    from gpushare_hub.core.annotations import (
-        ALLOCATION_ANNOTATION,
-        AllocationRecord,
-        CardShare,
-        ContainerShare,
-    )
+    from gpushare_hub.core.annotations import AllocationRecord, CardShare, ContainerShare
     from gpushare_hub.core.cards import declared_cards
+    from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 
     node = f"gpu-{i % nodes:04d}"
     when = "2026-11-20T09:30:00Z"

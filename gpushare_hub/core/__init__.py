@@ -6,19 +6,14 @@ from the extender, the plugin, the hub side or any Kubernetes client beyond the
 quantity parser.
 """
 
-from .annotations import (
-    ALLOCATION_ANNOTATION,
-    CARDS_ANNOTATION,
-    AllocationRecord,
-    CardShare,
-    ContainerShare,
-)
+from .annotations import AllocationRecord, CardShare, ContainerShare
 from .bounds import l1, l2
 from .cards import Card, Node, declared_cards, model_matches, node_from_k8s, normalize_model
 from .demand import Demand, demand_from_pod, pod_key
 from .errors import GPUShareError, InvalidObject, InvalidQuantity
 from .fragmentation import FragmentationGradient, Shape, Workload
 from .ledger import Allocation, Ledger, OverCommit, Placement
+from .names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
 from .policy import POLICIES, Binpack, Placer, Policy, Refusal, Spread, make_policy
 from .records import Ignored, IgnoredRecord, read_allocation
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units

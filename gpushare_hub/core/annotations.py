@@ -17,22 +17,14 @@ from dataclasses import dataclass
 
 from .errors import InvalidObject
 from .jsonfields import load_annotation_json, whole_number
-
-PREFIX = "gpushare-hub.io"
-ALLOCATION_ANNOTATION = f"{PREFIX}/allocation"
-CARDS_ANNOTATION = f"{PREFIX}/cards"
-POLICY_ANNOTATION = f"{PREFIX}/policy"
-MODELS_ANNOTATION = f"{PREFIX}/card-models"
-EXCLUDE_MODELS_ANNOTATION = f"{PREFIX}/exclude-card-models"
-MODEL_LABEL = f"{PREFIX}/card-model"
-# On a Node: our device plugin serves it and marks pods ALIYUN_COM_GPU_MEM_ASSIGNED=true.
-ALLOCATOR_ANNOTATION = f"{PREFIX}/allocator"
-
-GPU_MEM_IDX = "ALIYUN_COM_GPU_MEM_IDX"
-GPU_MEM_POD = "ALIYUN_COM_GPU_MEM_POD"
-GPU_MEM_DEV = "ALIYUN_COM_GPU_MEM_DEV"
-GPU_MEM_ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
-GPU_MEM_ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+from .names import (
+    ALLOCATION_ANNOTATION,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_DEV,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+)
 
 
 @dataclass(frozen=True, order=True)

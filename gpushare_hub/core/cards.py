@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .annotations import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION, MODEL_LABEL
 from .errors import InvalidObject
 from .jsonfields import load_annotation_json, whole_number
+from .names import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION, MODEL_LABEL
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
 # MiB that NVML reports for common cards (models normalised: spaces become dashes).

@@ -21,13 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .annotations import EXCLUDE_MODELS_ANNOTATION, MODELS_ANNOTATION, POLICY_ANNOTATION
 from .cards import model_matches
 from .errors import InvalidObject
+from .names import (
+    EXCLUDE_MODELS_ANNOTATION,
+    MODELS_ANNOTATION,
+    POLICY_ANNOTATION,
+    TKESTACK_NOUSE,
+    TKESTACK_USE,
+)
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
-
-TKESTACK_USE = "nvidia.com/use-gputype"
-TKESTACK_NOUSE = "nvidia.com/nouse-gputype"
 
 
 @dataclass(frozen=True)

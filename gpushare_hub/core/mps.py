@@ -23,14 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .annotations import PREFIX
 from .errors import InvalidObject
 from .jsonfields import load_annotation_json
-
-MPS_LABEL = f"{PREFIX}/mps"
-MPS_MULTI_USER_LABEL = f"{PREFIX}/mps-multi-user"
-MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
-MISMATCH_REASON = "GPUShareMPSUserMismatch"
+from .names import MPS_LABEL, MPS_MULTI_USER_LABEL, MPS_SERVERS_ANNOTATION
 
 
 @dataclass(frozen=True)

@@ -28,18 +28,11 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from .annotations import (
-    ALLOCATION_ANNOTATION,
-    GPU_MEM_ASSIGNED,
-    GPU_MEM_IDX,
-    GPU_MEM_POD,
-    AllocationRecord,
-    CardShare,
-    ContainerShare,
-)
+from .annotations import AllocationRecord, CardShare, ContainerShare
 from .cards import Node
 from .demand import Demand, demand_from_pod, pod_key
 from .errors import InvalidObject
+from .names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
 from .resources import DEFAULT_NAMES, ResourceNames
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -20,21 +20,20 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from gpushare_hub.core.annotations import (
-    ALLOCATION_ANNOTATION,
-    GPU_MEM_ASSUME_TIME,
-    GPU_MEM_IDX,
-    GPU_MEM_POD,
-    PREFIX,
-)
 from gpushare_hub.core.demand import demand_from_pod, pod_key
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
-HUB_USER = "hub.jupyter.org/username"
-HUB_SERVER = "hub.jupyter.org/servername"
-SLICE = f"{PREFIX}/slice"  # GPUShareSpawner's catalogue slug (gpushare_hub.spawner.pod)
+from .names import (
+    ALLOCATION_ANNOTATION,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+    HUB_SERVER_ANNOTATION,
+    HUB_USER_ANNOTATION,
+    SLICE_ANNOTATION,
+)
 
 
 @dataclass(frozen=True)
@@ -236,10 +235,10 @@ def pod_facts(
         namespace=namespace,
         name=str(meta.get("name") or ""),
         units=demand.per_card * demand.count if demand.per_card is not None else 0,
-        hub_user=str(ann.get(HUB_USER) or ""),
-        hub_server=str(ann.get(HUB_SERVER) or ""),
+        hub_user=str(ann.get(HUB_USER_ANNOTATION) or ""),
+        hub_server=str(ann.get(HUB_SERVER_ANNOTATION) or ""),
         reason="" if node else _scheduling_reason(pod),
-        slice=str(ann.get(SLICE) or ""),
+        slice=str(ann.get(SLICE_ANNOTATION) or ""),
         since=_since(pod),
     )
     return PodFacts(key=key, node=node, row=row)

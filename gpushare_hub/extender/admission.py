@@ -35,19 +35,19 @@ from typing import Any
 
 import yaml
 
-from gpushare_hub.core.annotations import (
+from gpushare_hub.core.names import (
     ALLOCATION_ANNOTATION,
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
     GPU_MEM_ASSIGNED,
     GPU_MEM_ASSUME_TIME,
+    GPU_MEM_PREFIX,
+    MPS_SERVERS_ANNOTATION,
     POLICY_ANNOTATION,
+    USAGE_ANNOTATION,
 )
-from gpushare_hub.core.mps import MPS_SERVERS_ANNOTATION
-from gpushare_hub.isolation.usage import USAGE_ANNOTATION
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
 PLUGIN_POD_KEYS = (GPU_MEM_ASSIGNED, GPU_MEM_ASSUME_TIME)
 # The plugin's reports on its Node: its cards, its allocator mark, what runs on the cards.
 NODE_KEYS = (CARDS_ANNOTATION, ALLOCATOR_ANNOTATION, MPS_SERVERS_ANNOTATION, USAGE_ANNOTATION)

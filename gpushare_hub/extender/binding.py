@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION, GPUShareError, Placement, ResourceNames, pod_key
+from gpushare_hub.core import GPUShareError, Placement, ResourceNames, pod_key
 from gpushare_hub.core.annotations import AllocationRecord
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 
 from .decisions import Decisions
 from .kube import ApiError, Kube

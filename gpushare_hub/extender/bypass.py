@@ -6,13 +6,12 @@ import asyncio
 import logging
 from typing import Any
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION, GPUShareError, Ledger, ResourceNames, demand_from_pod
+from gpushare_hub.core import GPUShareError, Ledger, ResourceNames, demand_from_pod
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION, BYPASS_REASON
 
 from .kube import Kube
 
 log = logging.getLogger("gpushare.extender")
-
-BYPASS_REASON = "GPUShareNotScheduled"
 
 
 class BypassWarner:

@@ -16,11 +16,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpushare_hub.core import DEFAULT_NAMES, Ignored, IgnoredRecord, Ledger, Placement, ResourceNames
-from gpushare_hub.core.mps import MISMATCH_REASON, NodeMPS, node_mps, uid_mismatches
+from gpushare_hub.core.mps import NodeMPS, node_mps, uid_mismatches
+from gpushare_hub.core.names import BYPASS_REASON, IGNORED_REASON, MPS_MISMATCH_REASON
 from gpushare_hub.kube import LedgerInformer
 
 from .binding import Binder, BindResult
-from .bypass import BYPASS_REASON, BypassWarner
+from .bypass import BypassWarner
 from .decisions import Decisions
 from .kube import Kube
 from .leader import LeaseElector
@@ -29,8 +30,6 @@ from .wire import BindingArgs
 log = logging.getLogger("gpushare.extender")
 
 __all__ = ["BYPASS_REASON", "IGNORED_REASON", "ExtenderService", "Metrics"]
-
-IGNORED_REASON = "GPUShareAllocationIgnored"
 
 
 class Metrics:
@@ -183,7 +182,7 @@ class ExtenderService:
         for clash in uid_mismatches(mps, placement.node, pod, [c.uuid for c in placement.cards]):
             log.warning(clash.message())
             task = asyncio.get_running_loop().create_task(
-                self.kube.warn(pod, MISMATCH_REASON, clash.message())
+                self.kube.warn(pod, MPS_MISMATCH_REASON, clash.message())
             )
             self._events.add(task)
             task.add_done_callback(self._events.discard)

@@ -26,13 +26,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core.annotations import PREFIX
 from gpushare_hub.core.cards import Node
 from gpushare_hub.core.ledger import Ledger
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
-USAGE_ANNOTATION = f"{PREFIX}/usage"
-OVER_SLICE_REASON = "GPUShareOverSlice"
 MPS_SERVER_COMMAND = "nvidia-cuda-mps-server"
 
 _POD_IN_CGROUP = re.compile(

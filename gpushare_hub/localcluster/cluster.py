@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from ..core.annotations import CARDS_ANNOTATION
+from gpushare_hub.core.names import CARDS_ANNOTATION
+
 from ..core.cards import Card, cards_to_annotation, declared_cards
 from ..core.resources import DEFAULT_NAMES, ResourceNames
 from . import build

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..core.annotations import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION
+from gpushare_hub.core.names import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION
+
 from ..core.cards import declared_cards
 from .cluster import LocalCluster
 from .nodeagent import RBAC_RULES, stop_recorded

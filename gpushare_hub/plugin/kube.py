@@ -7,14 +7,16 @@ import json
 import time
 from typing import Any
 
-from gpushare_hub.core.annotations import (
+from gpushare_hub.core.cards import Card, cards_to_annotation
+from gpushare_hub.core.names import (
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
+    EVENT_CARD_ANNOTATION,
     GPU_MEM_ASSIGNED,
     GPU_MEM_ASSUME_TIME,
+    MPS_LABEL,
+    MPS_MULTI_USER_LABEL,
 )
-from gpushare_hub.core.cards import Card, cards_to_annotation
-from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.core.resources import ResourceNames
 
 from .state import PodSource
@@ -115,9 +117,6 @@ def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -
         _content_type="application/merge-patch+json",
         _request_timeout=API_TIMEOUT,
     )
-
-
-EVENT_CARD_ANNOTATION = "gpushare-hub.io/card"
 
 
 class KubeUsageSink:

@@ -36,12 +36,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core.annotations import GPU_MEM_ASSUME_TIME
 from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.demand import pod_key
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.handout import count_handouts, handouts
 from gpushare_hub.core.ledger import Ledger
+from gpushare_hub.core.names import GPU_MEM_ASSUME_TIME
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 

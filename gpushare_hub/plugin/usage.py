@@ -18,8 +18,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpushare_hub.core.cards import Node
-from gpushare_hub.core.mps import MPS_SERVERS_ANNOTATION
-from gpushare_hub.isolation.usage import OVER_SLICE_REASON, USAGE_ANNOTATION, UsageReport, usage_report
+from gpushare_hub.core.names import MPS_SERVERS_ANNOTATION, OVER_SLICE_REASON, USAGE_ANNOTATION
+from gpushare_hub.isolation.usage import UsageReport, usage_report
 
 from .state import PluginState
 

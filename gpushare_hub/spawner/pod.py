@@ -16,15 +16,15 @@ from typing import Any
 from kubernetes_asyncio.client import V1Pod, V1ResourceRequirements, V1Toleration
 
 from gpushare_hub.core import DEFAULT_NAMES, ResourceNames
-from gpushare_hub.core.annotations import EXCLUDE_MODELS_ANNOTATION, MODELS_ANNOTATION, PREFIX
 from gpushare_hub.core.catalogue import Slice
-
-SLICE_ANNOTATION = f"{PREFIX}/slice"
-# KubeSpawner's own names for the hub user and server (kubectl inspect gpushare reads them);
-# re-set here because a profile's extra_annotations could have replaced them.
-USER_ANNOTATION = "hub.jupyter.org/username"
-SERVER_ANNOTATION = "hub.jupyter.org/servername"
-SLICE_LABEL = f"{PREFIX}/slice"
+from gpushare_hub.core.names import (
+    EXCLUDE_MODELS_ANNOTATION,
+    HUB_SERVER_ANNOTATION,
+    HUB_USER_ANNOTATION,
+    MODELS_ANNOTATION,
+    SLICE_ANNOTATION,
+    SLICE_LABEL,
+)
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,11 @@ class SlicePod:
         return out
 
     def annotations(self) -> dict[str, str]:
-        out = {SLICE_ANNOTATION: self.slice.slug, USER_ANNOTATION: self.user}
+        # KubeSpawner's own user and server annotations (kubectl inspect gpushare reads them), set
+        # again because a profile's extra_annotations could have replaced them.
+        out = {SLICE_ANNOTATION: self.slice.slug, HUB_USER_ANNOTATION: self.user}
         if self.server:
-            out[SERVER_ANNOTATION] = self.server
+            out[HUB_SERVER_ANNOTATION] = self.server
         if self.slice.models:
             out[MODELS_ANNOTATION] = ",".join(self.slice.models)
         return out
@@ -104,7 +106,7 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
     annotations = {
         k: v
         for k, v in (meta.annotations or {}).items()
-        if k not in (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION, SERVER_ANNOTATION)
+        if k not in (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION, HUB_SERVER_ANNOTATION)
     }
     annotations.update(want.annotations())
     meta.annotations = annotations

@@ -12,16 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpushare_hub.core import (
-    ALLOCATION_ANNOTATION,
-    AllocationRecord,
-    Demand,
-    GPUShareError,
-    Ledger,
-    demand_from_pod,
-    pod_key,
-)
+from gpushare_hub.core import AllocationRecord, Demand, GPUShareError, Ledger, demand_from_pod, pod_key
 from gpushare_hub.core.availability import Availability, availability
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpushare_hub.core import CARDS_ANNOTATION
 from gpushare_hub.core.cards import declared_cards
+from gpushare_hub.core.names import CARDS_ANNOTATION
 from tests.conftest import wait_for
 from tests.hub.conftest import SERVICE, SERVICE_ADMIN, pod_of, stop_server
 

@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from gpushare_hub.core.annotations import (
+from gpushare_hub.core.names import (
     ALLOCATION_ANNOTATION,
     CARDS_ANNOTATION,
     GPU_MEM_ASSIGNED,
@@ -32,8 +32,9 @@ from gpushare_hub.core.annotations import (
     GPU_MEM_DEV,
     GPU_MEM_IDX,
     GPU_MEM_POD,
+    MPS_LABEL,
+    MPS_MULTI_USER_LABEL,
 )
-from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.pki import PKI
 from gpushare_hub.localcluster.processes import Component, free_port

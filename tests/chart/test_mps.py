@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpushare_hub.core.cards import Card
-from gpushare_hub.core.mps import MPS_LABEL, MPS_MULTI_USER_LABEL
+from gpushare_hub.core.names import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.plugin.matching import Waiting
 from gpushare_hub.plugin.response import MPS_ROOT, Isolation, container_response
 

@@ -16,9 +16,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION, AllocationRecord, CardShare
-from gpushare_hub.core.annotations import CARDS_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX
+from gpushare_hub.core import AllocationRecord, CardShare
 from gpushare_hub.core.cards import declared_cards
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX
 from gpushare_hub.core.resources import DEFAULT_NAMES
 from gpushare_hub.extender.admission import Identities, admission_manifests
 from gpushare_hub.extender.rbac import cluster_role, cluster_role_binding

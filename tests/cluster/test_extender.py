@@ -10,7 +10,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION, Ledger
+from gpushare_hub.core import Ledger
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
 
 SCHED = "gpushare-scheduler"

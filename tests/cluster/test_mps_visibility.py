@@ -6,7 +6,7 @@ import json
 import uuid
 
 from gpushare_hub.core.cards import declared_cards
-from gpushare_hub.core.mps import MPS_LABEL, MPS_SERVERS_ANNOTATION
+from gpushare_hub.core.names import MPS_LABEL, MPS_SERVERS_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
 
 from .test_extender import SCHED, events_for

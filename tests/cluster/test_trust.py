@@ -10,7 +10,7 @@ import uuid as uuidlib
 from typing import Any
 
 from gpushare_hub.core import AllocationRecord, CardShare
-from gpushare_hub.core.annotations import GPU_MEM_IDX, GPU_MEM_POD
+from gpushare_hub.core.names import GPU_MEM_IDX, GPU_MEM_POD
 from gpushare_hub.localcluster.pki import PKI
 from tests.cluster.test_extender import (
     allocation,

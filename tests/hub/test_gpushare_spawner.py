@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import wait_for
 
 from .conftest import QUOTA_GIB, SCHEDULER, pod_of, start_server, stop_server

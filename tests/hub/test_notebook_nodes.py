@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from gpushare_hub.localcluster.nodeagent import start_ticks
 from gpushare_hub.localcluster.notebooknodes import LABEL, NOTEBOOK_IMAGE
 from tests.conftest import gpu_pod, wait_for

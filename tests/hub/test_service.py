@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import wait_for
 
 from .conftest import NAMESPACE, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server

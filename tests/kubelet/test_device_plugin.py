@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
 
 from .conftest import NODE

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
 
 from .conftest import NODE

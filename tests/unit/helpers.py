@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpushare_hub.core import CARDS_ANNOTATION, Card
+from gpushare_hub.core import Card
 from gpushare_hub.core.cards import cards_to_annotation, declared_cards
+from gpushare_hub.core.names import CARDS_ANNOTATION
 
 
 def node_obj(

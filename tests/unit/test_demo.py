@@ -145,7 +145,10 @@ def test_a_malformed_cards_option_exits_with_the_expected_form(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--cards", "two T4s"])
     assert exit_.value.code == 2
-    assert "--cards: cannot read 'two T4s'; write COUNTx MODEL[:MiB], e.g. '2x Tesla T4:15360'" in capsys.readouterr().err
+    assert (
+        "--cards: cannot read 'two T4s'; write COUNTx MODEL[:MiB], e.g. '2x Tesla T4:15360'"
+        in capsys.readouterr().err
+    )
 
 
 def test_without_a_display_no_browser_is_started_and_the_address_is_said(monkeypatch, capsys):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from gpushare_hub.core import Ledger, Placement
-from gpushare_hub.core.annotations import ALLOCATOR_ANNOTATION, GPU_MEM_ASSIGNED
+from gpushare_hub.core.names import ALLOCATOR_ANNOTATION, GPU_MEM_ASSIGNED
 from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.extender.schedconfig import scheduler_config
 from gpushare_hub.extender.wire import BadRequest, BindingArgs, ExtenderArgs, filter_result, priority_list

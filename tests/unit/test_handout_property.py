@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION, Ledger, Placement
-from gpushare_hub.core.annotations import GPU_MEM_ASSIGNED
+from gpushare_hub.core import Ledger, Placement
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED
 from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.plugin.backends import SimulatedBackend
 from gpushare_hub.plugin.devices import device_ids

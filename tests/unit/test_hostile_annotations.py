@@ -9,17 +9,11 @@ from typing import Any
 
 import pytest
 
-from gpushare_hub.core import (
-    CARDS_ANNOTATION,
-    InvalidObject,
-    Ledger,
-    Placement,
-    demand_from_pod,
-    node_from_k8s,
-)
-from gpushare_hub.core.annotations import ALLOCATION_ANNOTATION, AllocationRecord, CardShare, ContainerShare
+from gpushare_hub.core import InvalidObject, Ledger, Placement, demand_from_pod, node_from_k8s
+from gpushare_hub.core.annotations import AllocationRecord, CardShare, ContainerShare
 from gpushare_hub.core.demand import MAX_MODELS
 from gpushare_hub.core.jsonfields import MAX_JSON_CHARS
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
 from gpushare_hub.core.records import IgnoredRecord, read_allocation
 from gpushare_hub.core.report import build_report
 from gpushare_hub.extender.decisions import Decisions

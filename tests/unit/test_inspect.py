@@ -9,10 +9,15 @@ from typing import Any
 
 import pytest
 
-from gpushare_hub.core import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
 from gpushare_hub.core.annotations import AllocationRecord, CardShare
 from gpushare_hub.core.cards import declared_cards
-from gpushare_hub.core.report import HUB_SERVER, HUB_USER, build_report
+from gpushare_hub.core.names import (
+    ALLOCATION_ANNOTATION,
+    CARDS_ANNOTATION,
+    HUB_SERVER_ANNOTATION,
+    HUB_USER_ANNOTATION,
+)
+from gpushare_hub.core.report import build_report
 from gpushare_hub.inspect import cli
 from gpushare_hub.inspect.render import details, summary
 from gpushare_hub.inspect.tabwriter import tabulate
@@ -55,8 +60,8 @@ def placed(name: str, units: int, node: str, idx: int, user: str = "", server: s
     )
     ann = {ALLOCATION_ANNOTATION: rec.to_json()}
     if user:
-        ann[HUB_USER] = user
-        ann[HUB_SERVER] = server
+        ann[HUB_USER_ANNOTATION] = user
+        ann[HUB_SERVER_ANNOTATION] = server
     return pod_obj(name, units, node=node, annotations=ann, phase="Running")
 
 

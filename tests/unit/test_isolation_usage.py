@@ -8,19 +8,9 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from gpushare_hub.core.mps import (
-    MPS_SERVERS_ANNOTATION,
-    NodeMPS,
-    node_mps,
-    pod_run_as_user,
-    uid_mismatches,
-)
-from gpushare_hub.isolation.usage import (
-    USAGE_ANNOTATION,
-    GPUProcess,
-    pod_uid_of_cgroup,
-    usage_report,
-)
+from gpushare_hub.core.mps import NodeMPS, node_mps, pod_run_as_user, uid_mismatches
+from gpushare_hub.core.names import MPS_SERVERS_ANNOTATION, USAGE_ANNOTATION
+from gpushare_hub.isolation.usage import GPUProcess, pod_uid_of_cgroup, usage_report
 from gpushare_hub.plugin.backends import SimulatedBackend, read_proc
 from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState

@@ -7,7 +7,6 @@ from dataclasses import replace
 import pytest
 
 from gpushare_hub.core import (
-    ALLOCATION_ANNOTATION,
     CardShare,
     Demand,
     Ignored,
@@ -21,7 +20,7 @@ from gpushare_hub.core import (
     declared_cards,
     demand_from_pod,
 )
-from gpushare_hub.core.annotations import GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
+from gpushare_hub.core.names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
 from gpushare_hub.core.verdict import Kind, Reason, explain
 
 from .helpers import node_obj, pod_obj

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gpushare_hub.core import (
-    CARDS_ANNOTATION,
     InvalidObject,
     InvalidQuantity,
     demand_from_pod,
@@ -13,6 +12,7 @@ from gpushare_hub.core import (
     node_from_k8s,
     parse_units,
 )
+from gpushare_hub.core.names import CARDS_ANNOTATION
 
 from .helpers import node_obj, pod_obj
 

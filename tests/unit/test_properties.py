@@ -7,19 +7,10 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpushare_hub.core import (
-    CARDS_ANNOTATION,
-    Demand,
-    Ledger,
-    Node,
-    Placement,
-    Placer,
-    declared_cards,
-    l1,
-    l2,
-)
+from gpushare_hub.core import Demand, Ledger, Node, Placement, Placer, declared_cards, l1, l2
 from gpushare_hub.core.cards import cards_to_annotation
 from gpushare_hub.core.fragmentation import FragmentationGradient
+from gpushare_hub.core.names import CARDS_ANNOTATION
 
 from .test_ledger_and_policy import annotated
 

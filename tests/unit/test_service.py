@@ -11,8 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from traitlets.config import Config
 
-from gpushare_hub.core import CARDS_ANNOTATION, DEFAULT_NAMES, Demand, Ledger
+from gpushare_hub.core import DEFAULT_NAMES, Demand, Ledger
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
+from gpushare_hub.core.names import CARDS_ANNOTATION
 from gpushare_hub.core.report import build_report
 from gpushare_hub.core.verdict import Reason
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope

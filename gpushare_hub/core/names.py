@@ -1,0 +1,60 @@
+"""Every name gpushare-hub writes or reads on Kubernetes objects: annotations, labels, event reasons.
+
+One module, so that a name is spelled once and a reader can see the whole wire vocabulary. The
+extended resources themselves (``aliyun.com/gpu-mem``, ``aliyun.com/gpu-count``) are
+configurable: see :class:`~gpushare_hub.core.resources.ResourceNames`.
+"""
+
+from __future__ import annotations
+
+PREFIX = "gpushare-hub.io"
+
+# --- On pods -------------------------------------------------------------------------------
+# Written by the extender at bind: the JSON allocation record (node, card UUIDs and units, and
+# per container its card), which is what gpushare-hub trusts.
+ALLOCATION_ANNOTATION = f"{PREFIX}/allocation"
+# Aliyun gpushare's annotations, written beside ours at bind for old tooling: card index, pod
+# total, card total, "false" until the device plugin allocates (then "true"), Unix ns of the bind.
+GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
+GPU_MEM_IDX = f"{GPU_MEM_PREFIX}IDX"
+GPU_MEM_POD = f"{GPU_MEM_PREFIX}POD"
+GPU_MEM_DEV = f"{GPU_MEM_PREFIX}DEV"
+GPU_MEM_ASSIGNED = f"{GPU_MEM_PREFIX}ASSIGNED"
+GPU_MEM_ASSUME_TIME = f"{GPU_MEM_PREFIX}ASSUME_TIME"
+# Written by users (or the spawner): the placement policy, and card models to use or avoid.
+POLICY_ANNOTATION = f"{PREFIX}/policy"
+MODELS_ANNOTATION = f"{PREFIX}/card-models"
+EXCLUDE_MODELS_ANNOTATION = f"{PREFIX}/exclude-card-models"
+# TKEStack's spelling of the same two wishes, read for pods written for it.
+TKESTACK_USE = "nvidia.com/use-gputype"
+TKESTACK_NOUSE = "nvidia.com/nouse-gputype"
+# Written by GPUShareSpawner: the catalogue slug of the slice (annotation and label).
+SLICE_ANNOTATION = f"{PREFIX}/slice"
+SLICE_LABEL = SLICE_ANNOTATION
+# Written by KubeSpawner: whose server the pod is (believed only in the hub's own namespaces).
+HUB_USER_ANNOTATION = "hub.jupyter.org/username"
+HUB_SERVER_ANNOTATION = "hub.jupyter.org/servername"
+# Written by the device plugin: the GPU memory the pod's processes use, as NVML sees it.
+USAGE_ANNOTATION = f"{PREFIX}/usage"
+
+# --- On nodes ------------------------------------------------------------------------------
+# Written by the device plugin: the card inventory (UUID, index, model, MiB, units, health).
+CARDS_ANNOTATION = f"{PREFIX}/cards"
+# Written by our device plugin: it serves this node and marks pods ALIYUN_COM_GPU_MEM_ASSIGNED=true.
+ALLOCATOR_ANNOTATION = f"{PREFIX}/allocator"
+# Written by the device plugin: the cards' model, for node selectors.
+MODEL_LABEL = f"{PREFIX}/card-model"
+# Set by the admin (chart values): the node runs NVIDIA MPS, and for one user or several.
+MPS_LABEL = f"{PREFIX}/mps"
+MPS_MULTI_USER_LABEL = f"{PREFIX}/mps-multi-user"
+# Written by the device plugin on an MPS node: the MPS servers running and their users.
+MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
+
+# --- On events -----------------------------------------------------------------------------
+# The card an event is about (the device plugin's Warnings).
+EVENT_CARD_ANNOTATION = f"{PREFIX}/card"
+# Reasons of the Warning events we write.
+BYPASS_REASON = "GPUShareNotScheduled"  # a GPU pod that did not name the dedicated scheduler
+IGNORED_REASON = "GPUShareAllocationIgnored"  # an allocation record the ledger refused to count
+OVER_SLICE_REASON = "GPUShareOverSlice"  # a pod's processes use more GPU memory than its slice
+MPS_MISMATCH_REASON = "GPUShareMPSUserMismatch"  # an MPS server runs as another user than the pod
