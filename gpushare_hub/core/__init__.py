@@ -1,9 +1,10 @@
 """The placement core: pure code, no I/O. Every component uses this one copy.
 
-Layers import downwards only: ``resources`` < ``cards`` / ``annotations`` <
-``demand`` < ``records`` < ``ledger`` < ``policy`` / ``fragmentation``; nothing here imports
-from the extender, the plugin, the hub side or any Kubernetes client beyond the
-quantity parser.
+Modules import downwards only: ``names`` (every annotation, label and event reason) and
+``resources`` (resource names, quantities) < ``cards`` / ``declarations`` / ``annotations`` <
+``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` <
+``catalogue`` / ``availability`` / ``report`` / ``waste``. Nothing here imports a Kubernetes
+client, a server, JupyterHub or gRPC (``.importlinter`` checks it).
 """
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
