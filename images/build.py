@@ -51,7 +51,9 @@ class Image:
         return ROOT / "images" / self.name / "Dockerfile"
 
 
-_NO_HUB = "import importlib.util as u; assert not u.find_spec('jupyterhub') and not u.find_spec('kubespawner')"
+_NO_HUB = (
+    "import importlib.util as u; assert not u.find_spec('jupyterhub') and not u.find_spec('kubespawner')"
+)
 IMAGES = (
     # The extender and plugin images carry neither JupyterHub nor KubeSpawner (the `hub` extra).
     Image("extender", f"import gpushare_hub.extender.app; {_NO_HUB}"),
