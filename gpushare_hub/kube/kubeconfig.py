@@ -258,7 +258,19 @@ def read_kubeconfig(paths: str | Sequence[str] | None = None, context: str | Non
         )
     elif cluster.get("certificate-authority"):
         fields["ca_file"] = _file(cluster["certificate-authority"], cluster_base)
-    fields["insecure"] = bool(cluster.get("insecure-skip-tls-verify"))
+    insecure = cluster.get("insecure-skip-tls-verify", False)
+    if not isinstance(insecure, bool):
+        # kubectl refuses anything but a YAML boolean: a quoted "false" must not turn checks off.
+        raise KubeconfigError(
+            f"cluster {cluster_name!r}: insecure-skip-tls-verify is {insecure!r}, not true or false; "
+            "write it without quotes"
+        )
+    if insecure and ("ca_data" in fields or "ca_file" in fields):
+        raise KubeconfigError(
+            f"cluster {cluster_name!r} names a certificate authority and insecure-skip-tls-verify: true;"
+            " keep one of them (kubectl refuses both)"
+        )
+    fields["insecure"] = insecure
     fields["tls_server_name"] = str(cluster.get("tls-server-name") or "")
     user_name = str(ctx.get("user") or "")
     if user_name:

@@ -232,8 +232,12 @@ class RestClient:
             break
         if resp.getheader("Content-Encoding") == "gzip":
             import gzip
+            import zlib
 
-            body = gzip.decompress(body)
+            try:
+                body = gzip.decompress(body)
+            except (OSError, EOFError, zlib.error):
+                raise Unreachable(self.server, f"the answer to GET {path} is not valid gzip") from None
         if not 200 <= resp.status <= 299:
             try:
                 message = str(json.loads(body).get("message") or "")
@@ -248,15 +252,23 @@ class RestClient:
     def list(
         self, path: str, query: Mapping[str, str] | None = None, page: int = PAGE
     ) -> list[dict[str, Any]]:
-        """Every item of the list at ``path``, read ``page`` at a time."""
-        items: list[dict[str, Any]] = []
-        cont = ""
-        while True:
-            q = {**(query or {}), "limit": str(page)}
-            if cont:
-                q["continue"] = cont
-            body = self.get(path, q)
-            items.extend(body.get("items") or [])
-            cont = str((body.get("metadata") or {}).get("continue") or "")
-            if not cont:
-                return items
+        """Every item of the list at ``path``, read ``page`` at a time. When a continue token
+        expires (410 Gone) the list starts again from its first page, once; then it is read in one
+        answer, as client-go's pager does."""
+        for limit in (page, page, 0):
+            items: list[dict[str, Any]] = []
+            cont = ""
+            try:
+                while True:
+                    q = {**(query or {}), **({"limit": str(limit)} if limit else {})}
+                    if cont:
+                        q["continue"] = cont
+                    body = self.get(path, q)
+                    items.extend(body.get("items") or [])
+                    cont = str((body.get("metadata") or {}).get("continue") or "")
+                    if not cont:
+                        return items
+            except ApiStatusError as err:
+                if err.status != 410 or not cont:
+                    raise
+        raise AssertionError("unreachable: the last attempt reads the list in one answer")

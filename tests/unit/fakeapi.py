@@ -34,6 +34,7 @@ class FakeApiServer:
         self.tokens = tokens
         self.gzip = True
         self.forbid = False
+        self.expire = 0  # answer this many requests that carry a continue token with 410 Gone
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,6 +58,10 @@ class FakeApiServer:
                 items = fake.lists.get(url.path.removeprefix(PREFIX))
                 if items is None or not url.path.startswith(PREFIX):
                     return self.answer(404, {"kind": "Status", "message": "the server could not find it"})
+                if fake.expire and "continue" in query:
+                    fake.expire -= 1
+                    msg = "The provided continue parameter is too old to display a consistent list result."
+                    return self.answer(410, {"kind": "Status", "message": msg, "code": 410})
                 start = int(query.get("continue", ["0"])[0])
                 end = start + int(query.get("limit", [str(len(items))])[0])
                 meta = {"resourceVersion": "7", **({"continue": str(end)} if end < len(items) else {})}

@@ -73,6 +73,19 @@ def test_paths_in_a_kubeconfig_are_relative_to_its_folder_and_data_is_decoded(tm
     assert "KEY" not in repr(access)
 
 
+@pytest.mark.parametrize(
+    ("cluster", "words"),
+    [
+        ({"insecure-skip-tls-verify": "false"}, "insecure-skip-tls-verify is 'false', not true or false"),
+        ({"insecure-skip-tls-verify": True, "certificate-authority-data": "Y2E="}, "keep one of them"),
+    ],
+)
+def test_tls_checks_are_never_turned_off_by_a_quoted_or_contradictory_setting(tmp_path, cluster, words):
+    kc = kubeconfig(tmp_path / "kc", {"token": "t"}, {"server": "https://one:1", **cluster})
+    with pytest.raises(KubeconfigError, match=words):
+        read_kubeconfig(str(kc))
+
+
 def test_a_context_other_than_the_current_one_and_its_mistakes(tmp_path):
     more = {
         "contexts": [
@@ -217,6 +230,23 @@ def test_lists_are_read_page_by_page_on_one_connection_with_a_token(apiserver, p
     assert [q.get("continue") for q in queries] == [None, ["2"], ["4"]]
     assert all(q["limit"] == ["2"] and q["labelSelector"] == ["gpushare=true"] for q in queries)
     assert all(h["Authorization"] == "Bearer good-token" for _, _, h, _ in apiserver.requests)
+
+
+@pytest.mark.parametrize(
+    ("expired", "limits"), [(1, ["2", "2", "2", "2", "2"]), (2, ["2", "2", "2", "2", None])]
+)
+def test_an_expired_continue_token_starts_the_list_again_then_reads_it_whole(apiserver, pki, expired, limits):
+    apiserver.expire = expired
+    with RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token")) as api:
+        assert names(api.list("/api/v1/nodes", page=2)) == ["n0", "n1", "n2", "n3", "n4"]
+    assert [q.get("limit", [None])[0] for _, q, _, _ in apiserver.requests] == limits
+
+
+def test_a_410_without_a_continue_token_is_the_servers_answer(apiserver, pki):
+    apiserver.lists["/api/v1/nodes"] = apiserver.lists["/api/v1/nodes"][:1]
+    apiserver.expire = 5
+    with RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token")) as api:
+        assert names(api.list("/api/v1/nodes", page=2)) == ["n0"]  # one page: no token to expire
 
 
 def test_a_client_certificate_given_as_data_is_used_and_its_files_are_removed(
