@@ -31,16 +31,26 @@ class CardGroup:
     """``count`` cards of ``model`` with ``mib`` MiB each, on each of ``nodes`` nodes.
 
     ``model`` keeps the declaration's words with spaces folded (``"Tesla T4"``, as NVML spells
-    it); :attr:`key` is the label-safe form the core uses (``"Tesla-T4"``)."""
+    it); ``key`` is the label-safe form the core uses, spelled as the model table spells it when
+    the model is known (``"tesla t4"`` gives ``"Tesla-T4"``). ``mib`` is ``None`` only for a model
+    whose size nobody knows, where the caller allows that (the replayer's milli-GPU units)."""
 
     count: int
     model: str
-    mib: int
+    mib: int | None
     nodes: int = 1
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", normalize_model(self.model))
 
     @property
-    def key(self) -> str:
-        return normalize_model(self.model)
+    def size(self) -> int:
+        """The MiB of one card, for callers that never allow an unknown size."""
+        if self.mib is None:
+            raise DeclarationError(f"the memory of {self.model!r} is not known; give it as {self.model}:MiB")
+        return self.mib
 
 
 def known_mib(model: str, known: Mapping[str, int | None] = MODEL_MIB) -> tuple[str, int | None] | None:
@@ -60,12 +70,14 @@ def parse_card_groups(
     known: Mapping[str, int | None] = MODEL_MIB,
     max_count: int | None = None,
     single: bool = False,
+    unsized: bool = False,
 ) -> list[CardGroup]:
     """Read ``spec`` as comma-separated groups; raise :class:`DeclarationError` naming ``flag``.
 
     ``per_node``: each group starts with ``NODESx`` (the replayer). ``known``: the models whose
     MiB may be left out. ``max_count``: the most cards a group may declare per node.
-    ``single``: exactly one group (no commas)."""
+    ``single``: exactly one group (no commas). ``unsized``: a known model whose size is ``None`` in
+    ``known`` is accepted, with ``mib=None``."""
     form = "NODESxCARDS MODEL[:MiB]" if per_node else "COUNTx MODEL[:MiB]"
     example = "'40x2 Tesla-T4:15360'" if per_node else "'2x Tesla T4:15360'"
     parts = [spec] if single else spec.split(",")
@@ -85,22 +97,31 @@ def parse_card_groups(
             raise DeclarationError(
                 f"{flag}: {part!r} declares {count} cards a node, more than {max_count}; write {form}"
             )
-        groups.append(CardGroup(count, model, _mib(flag, part, model, count, mib_text, known), nodes))
+        found = known_mib(model, known)
+        key = found[0] if found is not None else normalize_model(model)
+        mib = _mib(flag, part, model, count, mib_text, found, known, unsized)
+        groups.append(CardGroup(count, model, mib, nodes, key))
     return groups
 
 
 def _mib(
-    flag: str, part: str, model: str, count: int, mib_text: str | None, known: Mapping[str, int | None]
-) -> int:
+    flag: str,
+    part: str,
+    model: str,
+    count: int,
+    mib_text: str | None,
+    found: tuple[str, int | None] | None,
+    known: Mapping[str, int | None],
+    unsized: bool,
+) -> int | None:
     if mib_text is not None:
         if int(mib_text) < 1:
             raise DeclarationError(f"{flag}: {part!r} gives a card no memory; write its MiB, e.g. :15360")
         return int(mib_text)
-    found = known_mib(model, known)
-    if found is None or found[1] is None:
-        names = ", ".join(sorted(k for k, v in known.items() if v is not None))
-        raise DeclarationError(
-            f"{flag}: unknown card model {model!r} in {part!r}; give its memory as {model}:MiB "
-            f"(e.g. '{count}x {model}:16384') or use a known model: {names}"
-        )
-    return found[1]
+    if found is not None and (found[1] is not None or unsized):
+        return found[1]
+    names = ", ".join(sorted(k for k, v in known.items() if v is not None or unsized))
+    raise DeclarationError(
+        f"{flag}: unknown card model {model!r} in {part!r}; give its memory as {model}:MiB "
+        f"(e.g. '{count}x {model}:16384') or use a known model: {names}"
+    )

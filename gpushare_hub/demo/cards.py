@@ -36,4 +36,4 @@ def parse_cards(text: str) -> DemoCards:
         (group,) = parse_card_groups(text, flag="--cards", max_count=MAX_CARDS, single=True)
     except DeclarationError as err:
         raise CardsError(str(err)) from err
-    return DemoCards(count=group.count, model=group.model, mib=group.mib)
+    return DemoCards(count=group.count, model=group.model, mib=group.size)

@@ -230,7 +230,7 @@ def parse_declaration(spec: str) -> list[tuple[int, str, int]]:
     """``"2x Tesla T4:15360, 1x A10"`` -> [(2, "Tesla-T4", 15360), (1, "A10", 23028)] (the core's one
     card declaration grammar)."""
     try:
-        return [(g.count, g.key, g.mib) for g in parse_card_groups(spec, flag="--simulate")]
+        return [(g.count, g.key, g.size) for g in parse_card_groups(spec, flag="--simulate")]
     except DeclarationError as err:
         raise BackendUnavailable(str(err)) from err
 

@@ -23,7 +23,7 @@ def parse_cards(spec: str) -> list[CardGroup]:
     """``"40x2 Tesla-T4:15360, 4x8 A100-80GB"`` -> card groups (the core's one card declaration
     grammar, with a node count first), with a clear error otherwise."""
     try:
-        return parse_card_groups(spec, flag="--cards", per_node=True, known=KNOWN_MODELS)
+        return parse_card_groups(spec, flag="--cards", per_node=True, known=KNOWN_MODELS, unsized=True)
     except DeclarationError as err:
         raise TraceError(str(err)) from err
 
@@ -140,7 +140,7 @@ def ledger_from_groups(groups: list[CardGroup], units: Units) -> Ledger:
             name = f"node-{n:04d}"
             n += 1
             cards = tuple(
-                Card(index=i, uuid=f"GPU-{name}-{i}", model=g.key, units=units.per_card, mib=g.mib)
+                Card(index=i, uuid=f"GPU-{name}-{i}", model=g.key, units=units.per_card, mib=g.mib or 0)
                 for i in range(g.count)
             )
             ledger.set_node(Node(name=name, cards=cards))

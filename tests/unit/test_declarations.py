@@ -13,7 +13,8 @@ def test_groups_with_and_without_memory_and_node_counts():
     ]
     (group,) = parse_card_groups(" 40x2  Tesla-T4 ", flag="--cards", per_node=True)
     assert (group.nodes, group.count, group.key, group.mib) == (40, 2, "Tesla-T4", 15360)
-    assert parse_card_groups("3× tesla t4", flag="--cards")[0].mib == 15360  # case and × as people type
+    typed = parse_card_groups("3× tesla t4", flag="--cards")[0]  # case and × as people type them
+    assert (typed.mib, typed.model, typed.key) == (15360, "tesla t4", "Tesla-T4")  # the table's label
 
 
 @pytest.mark.parametrize(
@@ -41,4 +42,8 @@ def test_callers_may_know_more_models_and_a_model_without_a_size_still_needs_one
     assert parse_card_groups("1x2 p100", flag="--cards", per_node=True, known=known)[0].mib == 16384
     with pytest.raises(DeclarationError, match=r"known model: P100$"):
         parse_card_groups("1x2 G2", flag="--cards", per_node=True, known=known)
+    (unsized,) = parse_card_groups("10x8 G2", flag="--cards", per_node=True, known=known, unsized=True)
+    assert (unsized.nodes, unsized.count, unsized.mib) == (10, 8, None)
+    with pytest.raises(DeclarationError, match="give it as G2:MiB"):
+        _ = unsized.size
     assert known_mib("Quadro RTX") is None and known_mib("tesla t4") == ("Tesla-T4", 15360)
