@@ -109,7 +109,7 @@ chart: setup
 IMAGE_PYTHON   ?= 3.12
 IMAGE_PLATFORM ?= x86_64
 wheelhouse: setup
-	rm -rf wheelhouse
+	rm -rf wheelhouse build
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir wheelhouse .
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \

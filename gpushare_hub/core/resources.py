@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation, localcontext
 
 from .errors import InvalidQuantity
 
@@ -84,9 +84,14 @@ def parse_quantity(value: object) -> Decimal:
     m = _QUANTITY.fullmatch(value)
     if m is None:
         raise ValueError("not a number with an optional suffix (Ki, Mi, Gi, m, k, M, G, e3, ...)")
+    # Exact arithmetic: 28 digits (Decimal's default) would round 1.0000…0001 to a whole number.
+    with localcontext(prec=100):
+        return _scaled(m[1], m[2] or "")
+
+
+def _scaled(digits: str, suffix: str) -> Decimal:
     try:
-        number = Decimal(m[1])
-        suffix = m[2] or ""
+        number = Decimal(digits)
         if suffix in _BINARY:
             return number * Decimal(1024) ** _BINARY[suffix]
         exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:] or 0)

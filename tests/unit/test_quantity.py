@@ -49,6 +49,7 @@ def test_what_is_not_a_quantity_is_refused(bad):
         ("10E", "larger than any quantity Kubernetes counts"),
         ("-1", "is negative"),
         ("1500m", "not a whole number"),
+        ("1.0000000000000000000000000000001", "not a whole number"),  # past Decimal's 28 digits
         ("five", "not a Kubernetes quantity"),
     ],
 )
