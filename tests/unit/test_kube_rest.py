@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpushare_hub.kube import rest
 from gpushare_hub.kube.execcred import CredentialError, ExecPlugin, parse_exec_credential
 from gpushare_hub.kube.kubeconfig import (
     Access,
@@ -366,3 +368,88 @@ def test_a_failing_or_missing_exec_plugin_is_named(apiserver, pki, tmp_path):
     with pytest.raises(CredentialError, match=r"no-such-plugin-xyz is not installed .*; brew it"):
         RestClient(missing).get("/api/v1/nodes")
     assert apiserver.requests == []
+
+
+# ---- writes, kept connections, threads, renewed credentials --------------------------------------
+
+
+def good(apiserver, pki) -> Access:
+    return Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token")
+
+
+def test_a_merge_patch_and_a_create_send_json_and_return_the_servers_object(apiserver, pki):
+    apiserver.objects["/api/v1/nodes/n0"] = {"metadata": {"name": "n0", "labels": {"a": "1", "b": "2"}}}
+    with RestClient(good(apiserver, pki)) as api:
+        node = api.patch_merge("/api/v1/nodes/n0", {"metadata": {"labels": {"a": None, "c": "3"}}})
+        event = {"metadata": {"generateName": "p."}, "reason": "R"}
+        created = api.post("/api/v1/namespaces/ns/events", event)
+        with pytest.raises(ApiStatusError) as missing:
+            api.patch_merge("/api/v1/nodes/gone", {"metadata": {}})
+    assert node["metadata"]["labels"] == {"b": "2", "c": "3"}
+    assert created["metadata"]["name"] == "p.0"
+    assert apiserver.lists["/api/v1/namespaces/ns/events"] == [created]
+    assert (missing.value.status, missing.value.reason) == (404, "Not Found")
+    assert [(m, p, t) for m, p, t, _ in apiserver.writes] == [
+        ("PATCH", "/api/v1/nodes/n0", "application/merge-patch+json"),
+        ("POST", "/api/v1/namespaces/ns/events", "application/json"),
+        ("PATCH", "/api/v1/nodes/gone", "application/merge-patch+json"),
+    ]
+    assert len(set(apiserver.ports)) == 1  # one connection kept for all of them
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_used_again(apiserver, pki):
+    apiserver.objects["/api/v1/nodes/n0"] = {"metadata": {"name": "n0"}}
+    apiserver.close_after = True  # as kube-apiserver closes a connection idle for 90 s
+    with RestClient(good(apiserver, pki)) as api:
+        for value in "abc":
+            api.patch_merge("/api/v1/nodes/n0", {"metadata": {"labels": {"x": value}}})
+    assert apiserver.objects["/api/v1/nodes/n0"]["metadata"]["labels"] == {"x": "c"}
+    assert len(set(apiserver.ports)) == 3
+
+
+def test_only_a_get_is_sent_again_when_its_kept_connection_turns_out_closed(apiserver, pki, monkeypatch):
+    monkeypatch.setattr(rest, "_dropped", lambda conn: False)  # the close is not seen before sending
+    apiserver.objects["/api/v1/nodes/n0"] = {"metadata": {"name": "n0"}}
+    apiserver.close_after = True
+    with RestClient(good(apiserver, pki)) as api:
+        api.get("/api/v1/nodes/n0")
+        assert api.get("/api/v1/nodes/n0")["metadata"]["name"] == "n0"  # sent again on a new connection
+        with pytest.raises(Unreachable):
+            api.patch_merge("/api/v1/nodes/n0", {"metadata": {"labels": {"x": "1"}}})
+        api.get("/api/v1/nodes/n0")
+        with pytest.raises(Unreachable):
+            api.post("/api/v1/namespaces/ns/events", {"metadata": {"name": "e"}})
+    assert apiserver.writes == []  # neither reached the server, and neither was sent twice
+    assert [p for p, *_ in apiserver.requests] == [f"{fakeapi.PREFIX}/api/v1/nodes/n0"] * 3
+    assert len(set(apiserver.ports)) == 3
+
+
+def test_threads_share_one_client_each_request_on_a_connection_of_its_own(apiserver, pki):
+    apiserver.delay = 0.05
+    api = RestClient(good(apiserver, pki))
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: names(api.get("/api/v1/nodes")["items"]), range(32)))
+    assert answers == [["n0", "n1", "n2", "n3", "n4"]] * 32
+    assert len(set(apiserver.ports)) > 1  # requests overlapped instead of queueing on one connection
+    assert len(api._idle) <= rest.KEEP_IDLE
+    api.close()
+    assert api._idle == []
+
+
+def test_a_token_file_is_read_again_and_a_401_fetches_it_once_more(apiserver, pki, tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("good-token\n")
+    api = RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token_file=str(token)))
+    api.get("/api/v1/nodes")
+    apiserver.tokens, _ = {"rotated"}, token.write_text("rotated")  # the kubelet rotated it
+    api.get("/api/v1/nodes")  # 401 with the old one: read the file again, send again
+    monkeypatch.setattr(rest, "TOKEN_REREAD", 0.0)
+    apiserver.tokens.add("third")
+    token.write_text("third")
+    api.get("/api/v1/nodes")  # read again when its time has come, without a 401
+    sent = [h["Authorization"].removeprefix("Bearer ") for _, _, h, _ in apiserver.requests]
+    assert sent == ["good-token", "good-token", "rotated", "third"]
+    fixed = RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token"))
+    with pytest.raises(ApiStatusError, match="401"):
+        fixed.get("/api/v1/nodes")  # a token written in the kubeconfig cannot be renewed
+    assert len(apiserver.requests) == 5
