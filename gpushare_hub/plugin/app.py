@@ -24,6 +24,7 @@ from traitlets.config import Application
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
+from gpushare_hub.kube.rest import RestClient
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
 from .registration import Runner
@@ -187,9 +188,8 @@ class GPUShareDevicePlugin(Application):
             )
         return NVMLBackend()
 
-    def apply_node_config(self, api: Any) -> None:
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
+    def apply_node_config(self, api: RestClient) -> None:
+        from gpushare_hub.kube.rest import ApiStatusError, Unreachable
 
         from .nodeconfig import NodeConfigError, options_for
 
@@ -197,12 +197,14 @@ class GPUShareDevicePlugin(Application):
         if not name:
             raise NodeConfigError(f"--node-config {self.node_config!r}: write NAMESPACE/NAME")
         try:
-            cm = client.CoreV1Api(api).read_namespaced_config_map(name, namespace)
-        except ApiException as err:
+            cm = api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        except ApiStatusError as err:
             raise NodeConfigError(
                 f"cannot read ConfigMap {self.node_config} ({err.status} {err.reason})"
             ) from err
-        opts = options_for(self.node_name, cm.data or {}, f"ConfigMap {self.node_config}")
+        except Unreachable as err:
+            raise NodeConfigError(f"cannot read ConfigMap {self.node_config}: {err}") from err
+        opts = options_for(self.node_name, cm.get("data") or {}, f"ConfigMap {self.node_config}")
         if "reserveFraction" in opts:
             self.reserve_fraction = opts["reserveFraction"]
         self.mps = opts.get("mps", self.mps)
@@ -235,7 +237,7 @@ class GPUShareDevicePlugin(Application):
                 "without the PyTorch cap"
             ) from err
 
-    def start_usage(self, api: Any, state: PluginState, runner: Runner) -> None:
+    def start_usage(self, api: RestClient, state: PluginState, runner: Runner) -> None:
         """The usage loop (a daemon thread) and its metrics endpoint."""
         import threading
 
@@ -256,19 +258,25 @@ class GPUShareDevicePlugin(Application):
             registry.register(UsageCollector(reporter))
             start_http_server(self.metrics_port, registry=registry)
 
-    def connect(self) -> Any:
+    def connect(self) -> RestClient:
         """The API client, with the per-node options applied; :class:`CannotStart` if neither can be had."""
-        from .kube import api_client
+        from gpushare_hub.kube.execcred import CredentialError
+        from gpushare_hub.kube.kubeconfig import KubeconfigError
+
+        from .kube import rest_client
 
         problem = connection_problem(self.kubeconfig or None)
         if problem:
             raise CannotStart(problem, 2)
-        api = api_client(self.kubeconfig or None)
-        if self.node_config:
-            try:
+        where = f"--kubeconfig {self.kubeconfig}: " if self.kubeconfig else ""
+        try:
+            api = rest_client(self.kubeconfig or None)
+            if self.node_config:
                 self.apply_node_config(api)
-            except GPUShareError as err:
-                raise CannotStart(str(err), 2) from err
+        except (KubeconfigError, CredentialError) as err:
+            raise CannotStart(f"{where}{err}", 2) from err
+        except GPUShareError as err:
+            raise CannotStart(str(err), 2) from err
         return api
 
     def plugin_settings(self, names: ResourceNames) -> Settings:
@@ -281,7 +289,7 @@ class GPUShareDevicePlugin(Application):
             isolation=self.isolation(),
         )
 
-    def prepare(self) -> tuple[Backend, Any, PluginState]:
+    def prepare(self) -> tuple[Backend, RestClient, PluginState]:
         """Everything the plugin needs before it serves: its cards, the API server, the start-up
         hook, its state; :class:`CannotStart` naming what is missing."""
         try:
@@ -318,8 +326,9 @@ class GPUShareDevicePlugin(Application):
             sys.exit(err.status)
         self.serve(api, state)
         backend.close()
+        api.close()
 
-    def serve(self, api: Any, state: PluginState) -> None:
+    def serve(self, api: RestClient, state: PluginState) -> None:
         """Publish the inventory, serve and stay registered with the kubelet until SIGTERM or SIGINT."""
         from .kube import publish_isolation, publish_node
 

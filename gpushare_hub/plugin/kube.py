@@ -1,9 +1,9 @@
-"""The plugin's API calls (synchronous ``kubernetes`` client; the gRPC server is threaded)."""
+"""The plugin's API calls, through the project's small synchronous client
+(:mod:`gpushare_hub.kube.rest`), which its threaded gRPC server and its usage loop share."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from typing import Any
 
@@ -18,11 +18,14 @@ from gpushare_hub.core.names import (
     MPS_MULTI_USER_LABEL,
 )
 from gpushare_hub.core.resources import ResourceNames
+from gpushare_hub.kube.kubeconfig import in_cluster_access, read_kubeconfig
+from gpushare_hub.kube.rest import RestClient
 
 from .state import PodSource
 
-# Seconds per API call. Allocate makes up to two (list the node's pods, mark one assigned)
-# and the kubelet calls it without a deadline: a slow API server must not stall admission.
+# Seconds per API call (to connect, and for each wait on the answer). Allocate makes up to two
+# (list the node's pods, mark one assigned) and the kubelet calls it without a deadline: a slow
+# API server must not stall admission. The usage loop and the inventory calls have it too.
 API_TIMEOUT = 5.0
 
 RBAC_RULES: list[dict[str, Any]] = [
@@ -34,114 +37,80 @@ RBAC_RULES: list[dict[str, Any]] = [
 ]
 
 
-def api_client(kubeconfig: str | None) -> Any:
-    from kubernetes import config
+def rest_client(kubeconfig: str | None) -> RestClient:
+    """The client of the API server: the kubeconfig's current context, or the pod's service
+    account without one. Every call on it times out after :data:`API_TIMEOUT` (to connect, and
+    for each wait on the answer). Raises KubeconfigError when the credentials cannot be used."""
+    access = read_kubeconfig(kubeconfig) if kubeconfig else in_cluster_access()
+    return RestClient(access, connect_timeout=API_TIMEOUT, read_timeout=API_TIMEOUT)
 
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
-    config.load_incluster_config()
-    from kubernetes import client
 
-    return client.ApiClient()
+def node_path(node: str) -> str:
+    return f"/api/v1/nodes/{node}"
 
 
 class KubePods(PodSource):
-    def __init__(self, api: Any) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: RestClient) -> None:
+        self.api = api
 
     def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        resp: Any = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}", _preload_content=False, _request_timeout=API_TIMEOUT
-        )
-        items: list[dict[str, Any]] = json.loads(resp.data)["items"]
-        return items
+        return self.api.list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})
 
     def mark_assigned(self, namespace: str, name: str, uid: str) -> None:
+        """The uid is a precondition: a pod recreated under the same name is not marked."""
         body = {
             "metadata": {
                 "uid": uid,
                 "annotations": {GPU_MEM_ASSIGNED: "true", GPU_MEM_ASSUME_TIME: str(time.time_ns())},
             }
         }
-        self.core.patch_namespaced_pod(
-            name,
-            namespace,
-            body,
-            _content_type="application/merge-patch+json",
-            _request_timeout=API_TIMEOUT,
-        )
+        self.api.patch_merge(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
 
 
-def publish_isolation(api: Any, node: str, mps: bool, multi_user: bool) -> None:
+def publish_isolation(api: RestClient, node: str, mps: bool, multi_user: bool) -> None:
     """Label the node ``gpushare-hub.io/mps=true`` for the MPS control-daemon DaemonSet (and
     ``gpushare-hub.io/mps-multi-user=true`` where its daemons run ``-M``); the labels come off
     when MPS is switched off."""
-    from kubernetes import client
-
     labels = {
         MPS_LABEL: "true" if mps else None,
         MPS_MULTI_USER_LABEL: "true" if mps and multi_user else None,
     }
-    client.CoreV1Api(api).patch_node(
-        node, {"metadata": {"labels": labels}}, _content_type="application/merge-patch+json"
-    )
+    api.patch_merge(node_path(node), {"metadata": {"labels": labels}})
 
 
-def publish_node(api: Any, node: str, cards: list[Card], names: ResourceNames) -> None:
+def publish_node(api: RestClient, node: str, cards: list[Card], names: ResourceNames) -> None:
     """The node's card inventory and our allocator mark (metadata), and the card count (status).
 
     The kubelet itself advertises ``aliyun.com/gpu-mem`` from ListAndWatch.
     """
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    core.patch_node(
-        node,
-        {
-            "metadata": {
-                "annotations": {
-                    CARDS_ANNOTATION: cards_to_annotation(cards),
-                    ALLOCATOR_ANNOTATION: "gpushare-device-plugin",
-                }
-            }
-        },
-        _content_type="application/merge-patch+json",
-        _request_timeout=API_TIMEOUT,
-    )
+    mine = {CARDS_ANNOTATION: cards_to_annotation(cards), ALLOCATOR_ANNOTATION: "gpushare-device-plugin"}
+    api.patch_merge(node_path(node), {"metadata": {"annotations": mine}})
     count = str(sum(1 for c in cards if c.healthy))
-    core.patch_node_status(
-        node,
+    api.patch_merge(
+        f"{node_path(node)}/status",
         {"status": {"capacity": {names.count: count}, "allocatable": {names.count: count}}},
-        _content_type="application/merge-patch+json",
-        _request_timeout=API_TIMEOUT,
     )
 
 
 class KubeUsageSink:
     """The usage loop's writes: its own Node's annotations, and Warning events on pods."""
 
-    def __init__(self, api: Any, node: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api)
+    def __init__(self, api: RestClient, node: str) -> None:
+        self.api = api
         self.node = node
 
     def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None:
-        self.core.patch_node(
-            node, {"metadata": {"annotations": annotations}}, _content_type="application/merge-patch+json"
-        )
+        self.api.patch_merge(node_path(node), {"metadata": {"annotations": annotations}})
 
     def warn_pod(self, namespace: str, name: str, uid: str, card: str, reason: str, message: str) -> None:
         """The card is written on the Event, so that a restarted plugin finds its earlier warning."""
-        earlier = self.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.uid={uid},reason={reason}"
-        )
-        if any((e.metadata.annotations or {}).get(EVENT_CARD_ANNOTATION) == card for e in earlier.items):
-            return
+        events = f"/api/v1/namespaces/{namespace}/events"
+        earlier = self.api.list(events, {"fieldSelector": f"involvedObject.uid={uid},reason={reason}"})
+        for e in earlier:
+            if ((e.get("metadata") or {}).get("annotations") or {}).get(EVENT_CARD_ANNOTATION) == card:
+                return
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: Any = {
+        event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
@@ -164,4 +133,4 @@ class KubeUsageSink:
             "lastTimestamp": now,
             "count": 1,
         }
-        self.core.create_namespaced_event(namespace, event)
+        self.api.post(events, event)

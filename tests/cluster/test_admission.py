@@ -22,6 +22,8 @@ from gpushare_hub.core.names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU
 from gpushare_hub.core.resources import DEFAULT_NAMES
 from gpushare_hub.extender.admission import Identities, admission_manifests
 from gpushare_hub.extender.rbac import cluster_role, cluster_role_binding
+from gpushare_hub.kube.kubeconfig import Access
+from gpushare_hub.kube.rest import RestClient
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
 from gpushare_hub.plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
@@ -219,19 +221,22 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
     mark = {"metadata": {"annotations": {GPU_MEM_ASSIGNED: "true", "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1"}}}
     # The plugin's own calls on its own node pass: marking a pod served, publishing the inventory.
     uid0 = admin.read_namespaced_pod("p0", "alice").metadata.uid
-    KubePods(plugin.api_client).mark_assigned("alice", "p0", uid0)
+    # (through the client the plugin uses, with the same token)
+    cfg = plugin.api_client.configuration
+    token = cfg.api_key["authorization"].removeprefix("Bearer ")
+    rest = RestClient(Access(server=cfg.host, ca_file=cfg.ssl_ca_cert, token=token))
+    KubePods(rest).mark_assigned("alice", "p0", uid0)
     assert admin.read_namespaced_pod("p0", "alice").metadata.annotations[GPU_MEM_ASSIGNED] == "true"
-    publish_node(
-        plugin.api_client, "gpu-1", list(declared_cards("gpu-1", 2, "Tesla T4", 15360)), DEFAULT_NAMES
-    )
+    publish_node(rest, "gpu-1", list(declared_cards("gpu-1", 2, "Tesla T4", 15360)), DEFAULT_NAMES)
     # ... and its isolation reports: the MPS labels, usage and MPS servers, a Warning event.
-    publish_isolation(plugin.api_client, "gpu-1", mps=True, multi_user=False)
-    sink = KubeUsageSink(plugin.api_client, "gpu-1")
+    publish_isolation(rest, "gpu-1", mps=True, multi_user=False)
+    sink = KubeUsageSink(rest, "gpu-1")
     sink.annotate_node(
         "gpu-1", {"gpushare-hub.io/usage": '{"pods":[],"cards":{}}', "gpushare-hub.io/mps-servers": "{}"}
     )
     sink.warn_pod("alice", "p0", uid0, "GPU-test", "GPUShareOverSlice", "test")
-    publish_isolation(plugin.api_client, "gpu-1", mps=False, multi_user=False)
+    publish_isolation(rest, "gpu-1", mps=False, multi_user=False)
+    rest.close()
     with pytest.raises(ApiException) as err:
         plugin.patch_namespaced_pod("p1", "alice", mark)  # a pod on gpu-2
     assert err.value.status == 403

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,17 +13,32 @@ import grpc
 import pytest
 
 from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
-from gpushare_hub.core.cards import Card, Node
+from gpushare_hub.core.cards import Card, Node, cards_to_annotation
+from gpushare_hub.core.names import (
+    ALLOCATOR_ANNOTATION,
+    CARDS_ANNOTATION,
+    EVENT_CARD_ANNOTATION,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    MPS_LABEL,
+    MPS_MULTI_USER_LABEL,
+)
 from gpushare_hub.core.records import Ignored, IgnoredRecord
+from gpushare_hub.core.resources import DEFAULT_NAMES
+from gpushare_hub.kube.kubeconfig import Access
+from gpushare_hub.kube.rest import MERGE_PATCH, ApiStatusError, RestClient
 from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
 from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
+from gpushare_hub.plugin.app import CannotStart
 from gpushare_hub.plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
 from gpushare_hub.plugin.devices import by_card, card_of, device_ids, preferred, units_of
+from gpushare_hub.plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
 from gpushare_hub.plugin.matching import NoMatch, container_env, match, waiting_containers
 from gpushare_hub.plugin.servicer import Servicer
 from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState, PodSource
 
+from . import fakeapi
 from .helpers import pod_obj
 
 
@@ -372,3 +389,151 @@ def test_a_plugin_that_cannot_start_says_why_once_and_exits_with_its_status(
         assert said == []
     else:
         assert len(said) == 1 and message.format(tmp=tmp_path, kc=kc) in said[0]
+
+
+# ---- the plugin's API calls, against a loopback API server ----------------------------------------
+
+pki = fakeapi.pki  # fixtures
+apiserver = fakeapi.apiserver
+
+
+@pytest.fixture
+def api(apiserver, pki):
+    with RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token")) as client:
+        yield client
+
+
+def test_allocates_calls_list_the_nodes_pods_and_mark_one_only_while_its_uid_holds(apiserver, api):
+    apiserver.lists["/api/v1/pods"] = [
+        pod_obj("a", 2, node="gpu-1", uid="u-a"),
+        pod_obj("b", 2, node="gpu-2"),
+    ]
+    apiserver.objects["/api/v1/namespaces/jhub/pods/a"] = pod_obj("a", 2, node="gpu-1", uid="u-a")
+    pods = KubePods(api)
+    assert [p["metadata"]["name"] for p in pods.pods_on_node("gpu-1")] == ["a"]
+    assert apiserver.requests[0][1]["fieldSelector"] == ["spec.nodeName=gpu-1"]
+    pods.mark_assigned("jhub", "a", "u-a")
+    marked = apiserver.objects["/api/v1/namespaces/jhub/pods/a"]["metadata"]["annotations"]
+    assert marked[GPU_MEM_ASSIGNED] == "true" and int(marked[GPU_MEM_ASSUME_TIME]) > 0
+    method, path, content_type, body = apiserver.writes[0]
+    assert (method, path, content_type) == ("PATCH", "/api/v1/namespaces/jhub/pods/a", MERGE_PATCH)
+    assert body["metadata"]["uid"] == "u-a"
+    with pytest.raises(ApiStatusError) as recreated:  # a new pod under the old name is not marked
+        pods.mark_assigned("jhub", "a", "u-old")
+    assert recreated.value.status == 409
+
+
+def test_the_inventory_and_the_mps_labels_are_merged_into_the_node(apiserver, api):
+    apiserver.objects["/api/v1/nodes/gpu-1"] = {
+        "metadata": {"name": "gpu-1", "labels": {"keep": "me"}, "annotations": {"other": "x"}},
+        "status": {"capacity": {"cpu": "4"}},
+    }
+    cards = [Card(0, "GPU-0", "Tesla-T4", 15, 15360), Card(1, "GPU-1", "Tesla-T4", 15, 15360, healthy=False)]
+    publish_node(api, "gpu-1", cards, DEFAULT_NAMES)
+    node = apiserver.objects["/api/v1/nodes/gpu-1"]
+    assert node["metadata"]["annotations"] == {
+        "other": "x",
+        CARDS_ANNOTATION: cards_to_annotation(cards),
+        ALLOCATOR_ANNOTATION: "gpushare-device-plugin",
+    }
+    assert node["status"]["capacity"] == {"cpu": "4", DEFAULT_NAMES.count: "1"}  # healthy cards only
+    assert node["status"]["allocatable"] == {DEFAULT_NAMES.count: "1"}
+    assert [p for _, p, _, _ in apiserver.writes] == ["/api/v1/nodes/gpu-1", "/api/v1/nodes/gpu-1/status"]
+    publish_isolation(api, "gpu-1", mps=True, multi_user=True)
+    assert node["metadata"]["labels"] == {"keep": "me", MPS_LABEL: "true", MPS_MULTI_USER_LABEL: "true"}
+    publish_isolation(api, "gpu-1", mps=False, multi_user=True)
+    assert node["metadata"]["labels"] == {"keep": "me"}
+
+
+def test_the_usage_loop_annotates_its_node_and_warns_a_pod_once_per_card(apiserver, api):
+    apiserver.objects["/api/v1/nodes/gpu-1"] = {"metadata": {"name": "gpu-1", "annotations": {"u": "old"}}}
+    sink = KubeUsageSink(api, "gpu-1")
+    sink.annotate_node("gpu-1", {"u": None, "v": "new"})
+    assert apiserver.objects["/api/v1/nodes/gpu-1"]["metadata"]["annotations"] == {"v": "new"}
+    apiserver.lists["/api/v1/namespaces/jhub/events"] = [  # another pod's warning
+        {"metadata": {"annotations": {EVENT_CARD_ANNOTATION: "GPU-0"}}, "involvedObject": {"uid": "u-b"}}
+    ]
+    for card in ("GPU-0", "GPU-0", "GPU-1"):  # a restarted plugin finds its earlier warning
+        sink.warn_pod("jhub", "a", "u-a", card, "GPUShareOverSlice", f"a uses too much of {card}")
+    events = apiserver.lists["/api/v1/namespaces/jhub/events"][1:]
+    assert [e["metadata"]["annotations"][EVENT_CARD_ANNOTATION] for e in events] == ["GPU-0", "GPU-1"]
+    first = events[0]
+    assert first["metadata"]["name"] == "a.1" and first["metadata"]["namespace"] == "jhub"
+    assert first["involvedObject"] == {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "name": "a",
+        "namespace": "jhub",
+        "uid": "u-a",
+    }
+    assert (first["type"], first["reason"], first["message"]) == (
+        "Warning",
+        "GPUShareOverSlice",
+        "a uses too much of GPU-0",
+    )
+    assert first["source"] == {"component": "gpushare-device-plugin", "host": "gpu-1"}
+    assert first["count"] == 1 and first["firstTimestamp"] == first["lastTimestamp"]
+    lists = [q["fieldSelector"] for p, q, _, _ in apiserver.requests if p.endswith("/events") and q]
+    assert lists == [["involvedObject.uid=u-a,reason=GPUShareOverSlice"]] * 3
+
+
+def plugin_with_config(tmp_path, apiserver, pki, token="good-token"):
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
+
+    kc = tmp_path / "kc"
+    kc.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {"server": apiserver.server, "certificate-authority": str(pki.ca)},
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    app = GPUShareDevicePlugin()
+    app.parse_command_line([*SIMULATED, f"--kubeconfig={kc}", "--node-config=kube-system/gpushare-nodes"])
+    return app
+
+
+def test_the_node_config_is_read_from_its_configmap_or_named_with_the_servers_answer(
+    tmp_path, apiserver, pki
+):
+    apiserver.objects["/api/v1/namespaces/kube-system/configmaps/gpushare-nodes"] = {
+        "metadata": {"name": "gpushare-nodes"},
+        "data": {"default": '{"reserveFraction": 0.1}', "gpu-1": '{"mps": true}'},
+    }
+    app = plugin_with_config(tmp_path, apiserver, pki)
+    app.connect().close()
+    assert (app.reserve_fraction, app.mps) == (0.1, True)
+    del apiserver.objects["/api/v1/namespaces/kube-system/configmaps/gpushare-nodes"]
+    with pytest.raises(CannotStart) as missing:
+        plugin_with_config(tmp_path, apiserver, pki).connect()
+    assert str(missing.value) == "cannot read ConfigMap kube-system/gpushare-nodes (404 Not Found)"
+    with pytest.raises(CannotStart) as refused:
+        plugin_with_config(tmp_path, apiserver, pki, token="wrong").connect()
+    assert str(refused.value) == "cannot read ConfigMap kube-system/gpushare-nodes (401 Unauthorized)"
+    apiserver.httpd.shutdown()
+    apiserver.httpd.server_close()
+    with pytest.raises(CannotStart) as unreachable:
+        plugin_with_config(tmp_path, apiserver, pki).connect()
+    said = "cannot read ConfigMap kube-system/gpushare-nodes: cannot reach the API server at "
+    said += f"{apiserver.server} ("
+    assert str(unreachable.value).startswith(said)
+    assert unreachable.value.status == 2
+
+
+def test_the_plugin_imports_no_kubernetes_client():
+    code = (
+        "import sys, gpushare_hub.plugin.app; "
+        "print([m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'urllib3')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
