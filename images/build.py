@@ -52,10 +52,12 @@ class Image:
 
 
 _NO_HUB = (
-    "import importlib.util as u; assert not u.find_spec('jupyterhub') and not u.find_spec('kubespawner')"
+    "import importlib.util as u; "
+    "assert not [m for m in ('jupyterhub', 'kubespawner', 'kubernetes') if u.find_spec(m)]"
 )
 IMAGES = (
-    # The extender and plugin images carry neither JupyterHub nor KubeSpawner (the `hub` extra).
+    # The extender and plugin images carry neither JupyterHub nor KubeSpawner (the `hub` extra)
+    # nor the synchronous kubernetes client (the developer tooling's, in the `demo` extra).
     Image("extender", f"import gpushare_hub.extender.app; {_NO_HUB}"),
     Image("device-plugin", f"import gpushare_hub.plugin.app; {_NO_HUB}"),
     # Zero to JupyterHub's hub image cannot be pulled here: the same Dockerfile on our base
