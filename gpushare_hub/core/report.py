@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from gpushare_hub.core.demand import demand_from_pod, pod_key
+from gpushare_hub.core.demand import Demand, demand_from_pod, pod_key
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
@@ -152,18 +152,30 @@ class NodeFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingPod:
+    """What the service's metrics need of a GPU pod that has no node yet: its demand, the node
+    selector that limits where it may go, and kube-scheduler's message (None until it has said one)."""
+
+    demand: Demand
+    node_selector: Mapping[str, str]
+    scheduler: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     """What the report needs of a GPU pod beyond the ledger, kept by the hub service per pod.
 
     ``row``: its names, the hub user and server, slice, units and since (with the scheduler's
     reason while ``node`` is empty); None when its request cannot be read, and then
     ``warning`` says why. ``warning`` is also set when the ledger could not read the pod.
+    ``pending``: set while the pod has no node.
     """
 
     key: str
     node: str = ""
     row: PodRow | None = None
     warning: str = ""
+    pending: PendingPod | None = None
 
 
 def _address(node: Mapping[str, Any]) -> str:
@@ -202,11 +214,21 @@ def _unreadable(key: str, err: Exception) -> str:
     return str(err) if isinstance(err, GPUShareError) else f"pod {key}: {err}"
 
 
-def _scheduling_reason(pod: Mapping[str, Any]) -> str:
+def _scheduler_message(pod: Mapping[str, Any]) -> str | None:
+    """The message of the pod's PodScheduled=False condition; None while it has none."""
     for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
             return str(cond.get("message") or cond.get("reason") or "")
-    return "not scheduled yet"
+    return None
+
+
+def _pending(pod: Mapping[str, Any], demand: Demand, message: str | None) -> PendingPod:
+    selector = (pod.get("spec") or {}).get("nodeSelector")
+    return PendingPod(
+        demand=demand,
+        node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else {},
+        scheduler=message or None,
+    )
 
 
 def pod_facts(
@@ -231,17 +253,18 @@ def pod_facts(
     if hub_namespaces is not None and namespace not in hub_namespaces:
         ann = {}
     node = str((pod.get("spec") or {}).get("nodeName") or "")
+    message = None if node else _scheduler_message(pod)
     row = PodRow(
         namespace=namespace,
         name=str(meta.get("name") or ""),
         units=demand.per_card * demand.count if demand.per_card is not None else 0,
         hub_user=str(ann.get(HUB_USER_ANNOTATION) or ""),
         hub_server=str(ann.get(HUB_SERVER_ANNOTATION) or ""),
-        reason="" if node else _scheduling_reason(pod),
+        reason="" if node else "not scheduled yet" if message is None else message,
         slice=str(ann.get(SLICE_ANNOTATION) or ""),
         since=_since(pod),
     )
-    return PodFacts(key=key, node=node, row=row)
+    return PodFacts(key=key, node=node, row=row, pending=None if node else _pending(pod, demand, message))
 
 
 def may_hold_slice(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> bool:

@@ -52,6 +52,7 @@ from gpushare_hub.core import Ledger, ResourceNames, pod_key
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.core.report import (
     NodeFacts,
+    PendingPod,
     PodFacts,
     Report,
     may_hold_slice,
@@ -62,7 +63,7 @@ from gpushare_hub.core.report import (
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
 from .hubconfig import CONFIG_ENV
-from .metrics import PendingPod, pending_labels, pending_pod, render_metrics
+from .metrics import pending_labels, render_metrics
 from .view import (
     FILTER_KEYS,
     Filters,
@@ -100,7 +101,6 @@ class Cluster:
         self.hub_namespaces = hub_namespaces
         self.nodes: dict[str, NodeFacts] = {}  # GPU nodes, and nodes whose inventory is unreadable
         self.pods: dict[str, PodFacts] = {}  # active pods that ask for a GPU
-        self.pending: dict[str, PendingPod] = {}  # of those, the ones on no node yet (metrics)
         self._make = make_informer
         self._ledger = Ledger(names)  # the last subscribed informer's (empty before the first)
         self.shared = SharedLedger(self._subscribed, max_stale)
@@ -111,7 +111,6 @@ class Cluster:
         informer = self._make()
         self.nodes.clear()
         self.pods.clear()
-        self.pending.clear()
         self._ledger = informer.ledger
         self._version += 1
         informer.on_node(self._on_node)
@@ -133,11 +132,10 @@ class Cluster:
             self.pods[facts.key] = facts
         else:
             self.pods.pop(pod_key(obj), None)
-        waiting = None if etype == "DELETED" else pending_pod(obj, self.names)
-        if waiting is not None:
-            self.pending[waiting.demand.key] = waiting
-        else:
-            self.pending.pop(pod_key(obj), None)
+
+    def pending(self) -> dict[str, PendingPod]:
+        """The GPU pods on no node yet, by ``namespace/name`` (for the metrics)."""
+        return {key: f.pending for key, f in self.pods.items() if f.pending is not None}
 
     def ledger(self) -> Ledger | None:
         return self.shared()
@@ -567,7 +565,7 @@ class MetricsHandler(BaseHandler):
         self.caller()
         self.filters(())
         self.require(self.service.metrics_scope, "Reading the metrics")
-        labels = pending_labels(self.cluster.pending, self.cluster.ledger())
+        labels = pending_labels(self.cluster.pending(), self.cluster.ledger())
         body = render_metrics(self.ledger_doc(), self.hub.groups, self.service.quota_gib_per_group, labels)
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.finish(body)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from gpushare_hub.core import Demand, Ledger, Placer, ResourceNames, demand_from_pod
-from gpushare_hub.core.ledger import TERMINAL_PHASES
+from gpushare_hub.core import Ledger, Placer
+from gpushare_hub.core.report import PendingPod
 from gpushare_hub.core.verdict import Reason
 
 PREFIX = "gpushare"
@@ -66,43 +65,6 @@ SCHEDULER_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("taint", re.compile(r"untolerated taint")),
     ("node_selector", re.compile(r"didn't match Pod's node affinity|node affinity/selector")),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class PendingPod:
-    """What the metrics keep of a GPU pod that has no node yet: its demand, the node selector
-    that limits where it may go, and kube-scheduler's message (None until it has said one)."""
-
-    demand: Demand
-    node_selector: Mapping[str, str]
-    scheduler: str | None
-
-
-def pending_pod(obj: Mapping[str, Any], names: ResourceNames) -> PendingPod | None:
-    """The pending facts of an active pod that asks for a GPU and has no node; None for any
-    other pod (a request that cannot be read is reported elsewhere: the ledger document's warnings)."""
-    spec = obj.get("spec") or {}
-    if spec.get("nodeName") or (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
-        return None
-    try:
-        demand = demand_from_pod(obj, names)
-    except Exception:  # GPUShareError: the report says why; anything else must not end the watch
-        return None
-    if demand is None or not demand.wants_gpu:
-        return None
-    selector = spec.get("nodeSelector")
-    return PendingPod(
-        demand=demand,
-        node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else {},
-        scheduler=_scheduler_message(obj),
-    )
-
-
-def _scheduler_message(obj: Mapping[str, Any]) -> str | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return str(cond.get("message") or cond.get("reason") or "") or None
-    return None
 
 
 def our_reasons(placer: Placer, pod: PendingPod) -> frozenset[Reason]:

@@ -14,7 +14,7 @@ from traitlets.config import Config
 from gpushare_hub.core import DEFAULT_NAMES, Demand, Ledger
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
 from gpushare_hub.core.names import CARDS_ANNOTATION
-from gpushare_hub.core.report import build_report
+from gpushare_hub.core.report import PendingPod, build_report, pod_facts
 from gpushare_hub.core.verdict import Reason
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
@@ -22,10 +22,8 @@ from gpushare_hub.service.metrics import (
     LABELS,
     SCHEDULER_WORDS,
     VERDICT_LABELS,
-    PendingPod,
     pending_label,
     pending_labels,
-    pending_pod,
     render_metrics,
 )
 from gpushare_hub.service.view import (
@@ -181,9 +179,15 @@ def test_a_node_with_an_unreadable_inventory_is_listed_with_the_reason():
     assert row["cards"] == [] and "card inventory unreadable" in row["problem"]
 
 
+def pending_pod(pod: dict[str, Any]) -> PendingPod | None:
+    """What the service keeps of a pod for the metrics: its facts' pending part."""
+    facts = pod_facts(pod, DEFAULT_NAMES)
+    return None if facts is None else facts.pending
+
+
 def fixture_pending() -> dict[str, PendingPod]:
     _, pods = fixture_cluster()
-    return {w.demand.key: w for pod in pods if (w := pending_pod(pod, DEFAULT_NAMES)) is not None}
+    return {w.demand.key: w for pod in pods if (w := pending_pod(pod)) is not None}
 
 
 def test_metrics_parse_and_match_the_ledger():
@@ -212,28 +216,28 @@ def test_a_pending_pod_is_kept_with_its_demand_selector_and_the_schedulers_messa
     assert dave.scheduler == "0/2 nodes are available: 2 no card has 16 GiB free."
     fresh = pod_obj("new", 3)
     fresh["spec"]["nodeSelector"] = {"gpushare": "true"}
-    got = pending_pod(fresh, DEFAULT_NAMES)
+    got = pending_pod(fresh)
     assert got is not None and got.scheduler is None and got.node_selector == {"gpushare": "true"}
     # bound, finished, unreadable or not asking for a GPU: nothing to count
-    assert pending_pod(pod_obj("bound", 3, node="gpu-a"), DEFAULT_NAMES) is None
-    assert pending_pod(pod_obj("done", 3, phase="Failed"), DEFAULT_NAMES) is None
-    assert pending_pod(pod_obj("bad", "-2"), DEFAULT_NAMES) is None
-    assert pending_pod(pod_obj("cpu"), DEFAULT_NAMES) is None
+    assert pending_pod(pod_obj("bound", 3, node="gpu-a")) is None
+    assert pending_pod(pod_obj("done", 3, phase="Failed")) is None
+    assert pending_pod(pod_obj("bad", "-2")) is None
+    assert pending_pod(pod_obj("cpu")) is None
 
 
 def test_the_service_keeps_its_pending_pods_and_labels_them_from_the_informers_ledger():
     cluster, informer = fed_cluster()
-    assert set(cluster.pending) == {"jhub/jupyter-dave"}
-    assert pending_labels(cluster.pending, informer.ledger) == {
+    assert set(cluster.pending()) == {"jhub/jupyter-dave"}
+    assert pending_labels(cluster.pending(), informer.ledger) == {
         "jhub/jupyter-dave": "slice_larger_than_any_card"
     }
-    assert pending_labels(cluster.pending, None) == {"jhub/jupyter-dave": "other"}  # ledger not trusted
+    assert pending_labels(cluster.pending(), None) == {"jhub/jupyter-dave": "other"}  # ledger not trusted
     small = pod_obj("jupyter-erin", 3)
     informer.apply("pods", "ADDED", small)
-    assert pending_labels(cluster.pending, informer.ledger)["jhub/jupyter-erin"] == "not_scheduled_yet"
+    assert pending_labels(cluster.pending(), informer.ledger)["jhub/jupyter-erin"] == "not_scheduled_yet"
     informer.apply("pods", "MODIFIED", pod_obj("jupyter-erin", 3, node="gpu-b"))  # bound
     informer.apply("pods", "DELETED", fixture_cluster()[1][-1])  # dave gave up
-    assert cluster.pending == {}
+    assert cluster.pending() == {}
 
 
 def waits(scheduler: str | None, *ours: Reason) -> str:
@@ -315,7 +319,7 @@ def test_a_pending_pods_label_comes_from_the_placers_verdicts_on_the_nodes_it_ma
         pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
         if pool:
             pod["spec"]["nodeSelector"] = {"pool": pool}
-        waiting = pending_pod(pod, DEFAULT_NAMES)
+        waiting = pending_pod(pod)
         assert waiting is not None
         return pending_labels({"jhub/p": waiting}, ledger)["jhub/p"]
 
