@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 from .annotations import CardShare, ContainerShare
@@ -50,16 +51,30 @@ class NodeView:
 class Refusal:
     """Why a demand was not placed. ``permanent``: it never fits as asked.
 
-    ``reason`` is the sentence for people; ``nodes`` (not now) and ``unresolvable`` (never)
-    say it per node, and ``verdicts`` holds those nodes' verdicts for code to act on.
+    ``reason`` is the sentence for people; ``verdicts`` holds the refusing nodes' verdicts for
+    code to act on, and ``nodes`` (not now) and ``unresolvable`` (never) say them per node in
+    words, made only when read (a spawn form's availability asks every node and reads none).
     """
 
     key: str
     reason: str
     permanent: bool
-    nodes: Mapping[str, str] = field(default_factory=dict)
-    unresolvable: Mapping[str, str] = field(default_factory=dict)
     verdicts: Mapping[str, Verdict] = field(default_factory=dict)
+    demand: Demand | None = field(default=None, repr=False, compare=False)
+    names: ResourceNames | None = field(default=None, repr=False, compare=False)
+
+    def _words(self, kind: Kind) -> dict[str, str]:
+        if self.demand is None or self.names is None:
+            return {}
+        return {n: explain(v, self.demand, self.names) for n, v in self.verdicts.items() if v.kind is kind}
+
+    @cached_property
+    def nodes(self) -> Mapping[str, str]:
+        return self._words(Kind.NOT_NOW)
+
+    @cached_property
+    def unresolvable(self) -> Mapping[str, str]:
+        return self._words(Kind.NEVER)
 
 
 class Policy:
@@ -550,8 +565,6 @@ class Placer:
     # ---- explaining -------------------------------------------------------------------
     def _refusal(self, demand: Demand, not_now: dict[str, Verdict], never: dict[str, Verdict]) -> Refusal:
         names = self.names
-        waiting = {n: explain(v, demand, names) for n, v in not_now.items()}
-        unresolvable = {n: explain(v, demand, names) for n, v in never.items()}
         verdicts = {**not_now, **never}
         what = demand.describe(names)
         if not not_now:
@@ -577,15 +590,12 @@ class Placer:
                     f"or for several cards with {names.count}"
                 )
             else:
-                first = unresolvable[min(unresolvable)] if unresolvable else "no node fits"
+                first = explain(never[min(never)], demand, names) if never else "no node fits"
                 reason = f"pod {demand.key} asks {what}, which no node can ever hold: {first}"
-            return Refusal(demand.key, reason, permanent=True, unresolvable=unresolvable, verdicts=verdicts)
-        reason = self._summary(demand, not_now, waiting)
-        return Refusal(
-            demand.key, reason, permanent=False, nodes=waiting, unresolvable=unresolvable, verdicts=verdicts
-        )
+            return Refusal(demand.key, reason, True, verdicts, demand, names)
+        return Refusal(demand.key, self._summary(demand, not_now), False, verdicts, demand, names)
 
-    def _summary(self, demand: Demand, not_now: Mapping[str, Verdict], words: Mapping[str, str]) -> str:
+    def _summary(self, demand: Demand, not_now: Mapping[str, Verdict]) -> str:
         """One sentence a person reads: ``no Tesla-T4 card has 7 GiB free; ...``."""
         names = self.names
         host = sum(1 for v in not_now.values() if v.reason in _HOST)
@@ -597,14 +607,14 @@ class Placer:
             free = -neg_free
             tail = f"; {host} more node(s) lack CPU or memory" if host else ""
             if free >= demand.per_card:  # room enough, held back for another reason
-                return f"pod {demand.key}: {words[node]}{tail}"
+                return f"pod {demand.key}: {explain(not_now[node], demand, names)}{tail}"
             return (
                 f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "
                 f"free block is {names.fmt(free)} (node {node}, card {index}){tail}; "
                 "the pod waits until a slice is released"
             )
-        first = words[min(words)]
+        first = explain(not_now[min(not_now)], demand, names)
         return (
             f"pod {demand.key} asks {demand.describe(names)}, which no node has free now "
-            f"({len(words)} node(s); e.g. {first}); it waits until capacity is released"
+            f"({len(not_now)} node(s); e.g. {first}); it waits until capacity is released"
         )
