@@ -75,7 +75,7 @@ def availability(
     largest_free: dict[str, int] = {}
     largest_card = 0
     wanted = dict(node_selector or {})
-    nodes = [n for n in ledger.nodes() if all(n.labels.get(k) == v for k, v in wanted.items())]
+    nodes = [n for n in ledger.nodes() if n.matches(wanted)]
     for node in nodes:
         slots = []
         for card in node.cards:

@@ -104,6 +104,10 @@ class Node:
     def units(self) -> int:
         return sum(c.units for c in self.cards)
 
+    def matches(self, selector: Mapping[str, str]) -> bool:
+        """Whether a pod with ``selector`` as its nodeSelector may land here."""
+        return all(self.labels.get(k) == v for k, v in selector.items())
+
     def card(self, uuid: str) -> Card | None:
         for c in self.cards:
             if c.uuid == uuid:

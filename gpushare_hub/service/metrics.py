@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpushare_hub.core import Ledger, Placer
+from gpushare_hub.core.availability import placer_for
 from gpushare_hub.core.report import PendingPod
 from gpushare_hub.core.verdict import Reason
 
@@ -69,12 +70,7 @@ SCHEDULER_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 def our_reasons(placer: Placer, pod: PendingPod) -> frozenset[Reason]:
     """Why the placer refuses the pod now on the nodes its node selector allows."""
-    selector = pod.node_selector.items()
-    nodes = [
-        name
-        for name, st in placer.ledger.states().items()
-        if all(st.node.labels.get(k) == v for k, v in selector)
-    ]
+    nodes = [name for name, st in placer.ledger.states().items() if st.node.matches(pod.node_selector)]
     _, not_now, never = placer.candidates(pod.demand, nodes)
     return frozenset(v.reason for v in (*not_now.values(), *never.values()) if v.reason is not None)
 
@@ -93,7 +89,7 @@ def pending_labels(pending: Mapping[str, PendingPod], ledger: Ledger | None) -> 
     """Each pending pod's label, by ``namespace/name``. ``ledger``: the placer's view of the
     cluster now; None (not trusted: its watch has failed for a while) leaves only what the
     scheduler said."""
-    placer = None if ledger is None else Placer(ledger)
+    placer = None if ledger is None else placer_for(ledger)  # its per-node cache serves every scrape
     return {
         key: pending_label(pod, () if placer is None else our_reasons(placer, pod))
         for key, pod in pending.items()
