@@ -14,7 +14,6 @@ eye on the dashboard's bars. The hub service shows it per card, per model and in
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from gpushare_hub.core.cards import model_matches
 from gpushare_hub.core.catalogue import Slice
@@ -43,18 +42,3 @@ def card_fragment(card: CardRow, slices: Sequence[Slice]) -> int:
         return 0
     smallest = smallest_slice(slices, card.model, card.units)
     return free if smallest is None or free < smallest else 0
-
-
-@dataclass
-class Fragmentation:
-    """Fragments counted card by card: in all and per card model (units of the report)."""
-
-    units: int = 0
-    by_model: dict[str, int] = field(default_factory=dict)
-
-    def count(self, card: CardRow, slices: Sequence[Slice]) -> int:
-        """Add ``card``'s fragment (every card seen gets a model entry, 0 included) and return it."""
-        fragment = card_fragment(card, slices)
-        self.units += fragment
-        self.by_model[card.model] = self.by_model.get(card.model, 0) + fragment
-        return fragment

@@ -23,7 +23,7 @@ from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.report import CardRow, PodRow, Report
 from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
-from gpushare_hub.core.waste import Fragmentation
+from gpushare_hub.core.waste import card_fragment
 
 API_VERSION = "v1"
 
@@ -183,7 +183,7 @@ def ledger_document(
     nodes: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
     models: dict[str, dict[str, int]] = {}
-    waste = Fragmentation()
+    fragment_total = 0
     for node in report.nodes:
         if filters.node and node.name != filters.node:
             continue
@@ -194,7 +194,8 @@ def ledger_document(
             held = [_alloc(p, card, hub, now) for p in card.pods if filters.keeps_pod(p)]
             if filters.user and not held:  # a user filter shows the cards that hold their slices
                 continue
-            fragment = waste.count(card, catalogue.slices)
+            fragment = card_fragment(card, catalogue.slices)
+            fragment_total += fragment
             free = max(card.units - card.used, 0)
             total = models.setdefault(
                 card.model, {"cards": 0, "units": 0, "used": 0, "free": 0, "fragment": 0}
@@ -203,7 +204,7 @@ def ledger_document(
             total["units"] += card.units
             total["used"] += card.used
             total["free"] += free
-            total["fragment"] = waste.by_model[card.model]
+            total["fragment"] += fragment
             allocations += [{**a, "node": node.name} for a in held]
             cards.append(
                 {
@@ -245,7 +246,7 @@ def ledger_document(
         "allocations": allocations,
         "pending": pending,
         "models": dict(sorted(models.items())),
-        "fragmentation": {"units": waste.units, "definition": FRAGMENTATION_DEFINITION},
+        "fragmentation": {"units": fragment_total, "definition": FRAGMENTATION_DEFINITION},
         "slices": [{"slug": s.slug, "display_name": s.display_name, "gib": s.gib} for s in catalogue.slices],
         "warnings": list(report.warnings),
     }

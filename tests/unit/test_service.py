@@ -81,6 +81,7 @@ def test_fragmentation_counts_free_blocks_smaller_than_every_slice_of_the_model(
     only7 = doc([SLICES[1]])
     assert only7["fragmentation"]["units"] == 5
     assert [c["fragment"] for n in only7["nodes"] for c in n["cards"]] == [5, 0, 0, 0]
+    assert only7["models"]["Tesla-T4"]["fragment"] == 5  # the per-model total
     # A model that no slice may use: all its free memory is a fragment.
     a10 = [{"slug": "a10-5g", "display_name": "A10 5", "gib": 5, "models": ["A10"]}]
     assert doc(a10)["fragmentation"]["units"] == 40

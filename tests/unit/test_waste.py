@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpushare_hub.core.catalogue import Slice
 from gpushare_hub.core.report import CardRow
-from gpushare_hub.core.waste import Fragmentation, card_fragment, smallest_slice
+from gpushare_hub.core.waste import card_fragment, smallest_slice
 
 FIVE = Slice("t4-5g", "5 GiB", 5)
 SEVEN = Slice("t4-7g", "7 GiB", 7)
@@ -42,23 +42,3 @@ def test_no_fragment_on_an_unhealthy_or_full_card_or_without_a_catalogue():
     assert card_fragment(card(used=15), [SEVEN]) == 0
     assert card_fragment(card(used=20), [SEVEN]) == 0  # over-committed: nothing free, nothing negative
     assert card_fragment(card(used=10), []) == 0
-
-
-def test_fragmentation_sums_the_cards_in_all_and_per_model():
-    waste = Fragmentation()
-    cards = [
-        card(used=10),  # 5 free < 7: fragment
-        card(used=8),  # 7 free: usable
-        card(model="A100", units=40, used=36),  # 4 free < 7: fragment
-        card(model="A100", units=40, used=30, healthy=False),  # unhealthy: not counted
-    ]
-    assert [waste.count(c, [SEVEN]) for c in cards] == [5, 0, 4, 0]
-    assert waste.units == 9
-    assert waste.by_model == {"Tesla-T4": 5, "A100": 4}
-    assert Fragmentation().by_model == {} and Fragmentation().units == 0
-
-
-def test_every_model_seen_has_an_entry_even_without_fragments():
-    waste = Fragmentation()
-    waste.count(card(used=10), [FIVE])
-    assert waste.by_model == {"Tesla-T4": 0}
