@@ -109,13 +109,20 @@ def parse_exec_credential(out: bytes, plugin: ExecPlugin) -> Credential:
     except ValueError:
         raise CredentialError(f"the credential plugin {name} printed no ExecCredential (not JSON)") from None
     if not isinstance(doc, dict) or doc.get("kind") != "ExecCredential":
-        raise CredentialError(f"the credential plugin {name} printed something else than an ExecCredential")
+        raise CredentialError(
+            f"the credential plugin {name} printed something other than an ExecCredential"
+            " (JSON of kind ExecCredential with status.token or a client certificate)"
+        )
     if doc.get("apiVersion") != plugin.api_version:
         raise CredentialError(
             f"the credential plugin {name} answered in {doc.get('apiVersion')}, "
             f"not the {plugin.api_version} the kubeconfig asks for; update the kubeconfig or the plugin"
         )
     status = doc.get("status") or {}
+    if not isinstance(status, dict):
+        raise CredentialError(
+            f"the credential plugin {name} printed an ExecCredential whose status is not an object"
+        )
     if status.get("token"):
         return Credential(token=str(status["token"]))
     if status.get("clientCertificateData") and status.get("clientKeyData"):

@@ -151,9 +151,15 @@ def _merged(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, dict[str, t
         if doc.get("current-context") and "current-context" not in top:
             top["current-context"] = str(doc["current-context"])
         for kind, key in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
-            for item in doc.get(kind) or []:
+            listed = doc.get(kind) or []
+            if not isinstance(listed, list):
+                raise KubeconfigError(f"{path}: {kind} is not a list of named entries")
+            for item in listed:
                 if isinstance(item, dict) and item.get("name") is not None:
-                    entries[kind].setdefault(str(item["name"]), (item.get(key) or {}, base))
+                    body = item.get(key) or {}
+                    if not isinstance(body, dict):
+                        raise KubeconfigError(f"{path}: {key} {item['name']!r} is not a mapping of settings")
+                    entries[kind].setdefault(str(item["name"]), (body, base))
     if not found:
         raise KubeconfigError(f"{os.pathsep.join(paths)}: no such file")
     return top, entries
@@ -180,6 +186,9 @@ def _exec_plugin(spec: Mapping[str, Any], user: str, base: str) -> ExecPlugin:
         )
     if not spec.get("command"):
         raise KubeconfigError(f"user {user!r}: exec has no command")
+    for field_name in ("args", "env"):
+        if not isinstance(spec.get(field_name) or [], list):
+            raise KubeconfigError(f"user {user!r}: exec {field_name} is not a list")
     env = tuple(
         (str(e.get("name")), str(e.get("value") or ""))
         for e in spec.get("env") or []

@@ -389,6 +389,8 @@ class RestClient:
                     if cont:
                         q["continue"] = cont
                     body = self.get(path, q)
+                    if not isinstance(body, dict) or not isinstance(body.get("items") or [], list):
+                        raise Unreachable(self.server, f"the answer to GET {path} is not a list")
                     items.extend(body.get("items") or [])
                     cont = str((body.get("metadata") or {}).get("continue") or "")
                     if not cont:

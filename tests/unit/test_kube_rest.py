@@ -57,6 +57,9 @@ def kubeconfig(
     return path
 
 
+EXEC_V1 = "client.authentication.k8s.io/v1"
+
+
 # ---- reading kubeconfigs ----------------------------------------------------------------------
 
 
@@ -85,6 +88,25 @@ def test_paths_in_a_kubeconfig_are_relative_to_its_folder_and_data_is_decoded(tm
 def test_tls_checks_are_never_turned_off_by_a_quoted_or_contradictory_setting(tmp_path, cluster, words):
     kc = kubeconfig(tmp_path / "kc", {"token": "t"}, {"server": "https://one:1", **cluster})
     with pytest.raises(KubeconfigError, match=words):
+        read_kubeconfig(str(kc))
+
+
+@pytest.mark.parametrize(
+    ("more", "user", "words"),
+    [
+        ({"contexts": [{"name": "main", "context": "c"}]}, {"token": "t"}, "context 'main' is not a mapping"),
+        ({"clusters": {"name": "c"}}, {"token": "t"}, "clusters is not a list of named entries"),
+        ({}, {"exec": {"apiVersion": EXEC_V1, "command": "aws", "args": "token"}}, "exec args is not a list"),
+        (
+            {},
+            {"exec": {"apiVersion": EXEC_V1, "command": "aws", "env": {"A": "b"}}},
+            "exec env is not a list",
+        ),
+    ],
+)
+def test_a_kubeconfig_of_the_wrong_shape_is_named_not_a_traceback(tmp_path, more, user, words):
+    kc = kubeconfig(tmp_path / "kc", user, more=more)
+    with pytest.raises(KubeconfigError, match=re.escape(words)):
         read_kubeconfig(str(kc))
 
 
@@ -203,6 +225,8 @@ def test_exec_credential_output_is_checked():
         (b"Error: expired", "printed no ExecCredential (not JSON)"),
         (out({**ok, "apiVersion": "client.authentication.k8s.io/v1beta1"}), "answered in"),
         (out({**ok, "status": {}}), "gave neither a token nor a client certificate"),
+        (out({**ok, "status": "k8s-aws-v1.x"}), "whose status is not an object"),
+        (out(["ExecCredential"]), "printed something other than an ExecCredential"),
     ]:
         with pytest.raises(CredentialError, match=re.escape(words)):
             parse_exec_credential(bad, plugin)
@@ -244,11 +268,15 @@ def test_an_expired_continue_token_starts_the_list_again_then_reads_it_whole(api
     assert [q.get("limit", [None])[0] for _, q, _, _ in apiserver.requests] == limits
 
 
-def test_a_410_without_a_continue_token_is_the_servers_answer(apiserver, pki):
-    apiserver.lists["/api/v1/nodes"] = apiserver.lists["/api/v1/nodes"][:1]
-    apiserver.expire = 5
-    with RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token")) as api:
-        assert names(api.list("/api/v1/nodes", page=2)) == ["n0"]  # one page: no token to expire
+def test_a_410_to_a_first_page_is_the_servers_answer_not_an_expired_token(apiserver, pki):
+    apiserver.gone = True
+    with (
+        RestClient(Access(server=apiserver.server, ca_file=str(pki.ca), token="good-token")) as api,
+        pytest.raises(ApiStatusError) as err,
+    ):
+        api.list("/api/v1/nodes", page=2)
+    assert err.value.status == 410
+    assert len(apiserver.requests) == 1  # no restart: there was no token to expire
 
 
 def test_a_client_certificate_given_as_data_is_used_and_its_files_are_removed(
