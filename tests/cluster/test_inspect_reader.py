@@ -84,7 +84,15 @@ def test_lists_are_paged_and_equal_to_the_kubernetes_clients(local_cluster, name
     for i in range(7):
         api.create_namespaced_pod(namespace, gpu_pod(f"p-{i}", 1, "no-such-scheduler"))
     with RestClient(read_kubeconfig(str(local_cluster.kubeconfig))) as reader:
+        asked: list[dict[str, str]] = []
+        get = reader.get
+        reader.get = lambda path, query=None: asked.append(dict(query or {})) or get(path, query)  # type: ignore[method-assign]
         paged = reader.list(f"/api/v1/namespaces/{namespace}/pods", page=2)
+        # the API server itself cut the list: four answers of at most 2, each after the first
+        # continuing from the token the one before gave
+        assert [q.get("limit") for q in asked] == ["2"] * 4
+        assert ["continue" in q for q in asked] == [False, True, True, True]
+        reader.get = get  # type: ignore[method-assign]
         nodes = reader.list("/api/v1/nodes", page=1)
         one = reader.list("/api/v1/nodes", {"fieldSelector": f"metadata.name={nodes[0]['metadata']['name']}"})
     assert names(paged) == [f"{namespace}/p-{i}" for i in range(7)]

@@ -74,6 +74,7 @@ class FakeApiServer:
         self.gzip = True
         self.forbid = False
         self.expire = 0  # answer this many requests that carry a continue token with 410 Gone
+        self.gone = False  # answer every list with 410 Gone, first pages included
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -115,8 +116,8 @@ class FakeApiServer:
                     return self.not_found()
                 if "fieldSelector" in query:
                     items = [i for i in items if selected(i, query["fieldSelector"][0])]
-                if fake.expire and "continue" in query:
-                    fake.expire -= 1
+                if fake.gone or (fake.expire and "continue" in query):
+                    fake.expire -= 0 if fake.gone else 1
                     msg = "The provided continue parameter is too old to display a consistent list result."
                     return self.answer(410, {"kind": "Status", "message": msg, "code": 410})
                 start = int(query.get("continue", ["0"])[0])
