@@ -43,8 +43,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
-# Built from k8s.io/kubernetes; kubectl is what the docs' commands run in the chart tier.
-KUBERNETES_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kubectl")
+# Built from k8s.io/kubernetes; kubectl is what the docs' commands run in the chart tier, and
+# kube-proxy gives the real nodes (`up --real-nodes`) their Service addresses.
+KUBERNETES_COMMANDS = (
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kubelet",
+    "kubectl",
+    "kube-proxy",
+)
 BINARIES = (
     *KUBERNETES_COMMANDS,
     "etcd",
@@ -388,6 +396,37 @@ def compat_source(folder: Path, kubernetes: str) -> Path | None:
     return max(found)[1] if found else None
 
 
+def coredns_version(path: Path = VERSIONS_FILE) -> str:
+    data = tomllib.loads(path.read_text())
+    try:
+        return str(data["coredns"]["version"])
+    except KeyError as err:
+        raise BuildError(f"{path}: missing [coredns] version; see the comments in that file") from err
+
+
+def build_coredns(path: Path = VERSIONS_FILE) -> Path:
+    """CoreDNS at the pinned version, built once with ``go install`` into the cache root
+    (``tools/coredns-<version>``) and shared by every Kubernetes version."""
+    version = coredns_version(path)
+    out = cache_root() / "tools" / f"coredns-{version}"
+    if os.access(out, os.X_OK):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / "coredns.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(out, os.X_OK):
+            return out
+        work = out.parent / "src"
+        work.mkdir(exist_ok=True)
+        staged = out.parent / f"coredns-{version}.partial"
+        staged.mkdir(exist_ok=True)
+        env = _go_env(work)
+        build_go_install("github.com/coredns/coredns", version, "-s -w", work, staged, env)
+        (staged / "coredns").replace(out)
+        staged.rmdir()
+    return out
+
+
 def build_go_shim(source: Path, name: str) -> Path:
     """Build a test shim (a Go ``main`` beside the tests) inside the pinned Kubernetes module.
 
@@ -431,12 +470,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="rebuild even if the cache is complete")
     p.add_argument("--only", nargs="+", choices=BINARIES, help="build just these binaries")
     p.add_argument("--print-bin-dir", action="store_true", help="print the cache's bin folder and exit")
+    p.add_argument(
+        "--coredns",
+        action="store_true",
+        help="also build CoreDNS (cluster DNS for `up --real-nodes`), cached apart from the versions",
+    )
     args = p.parse_args(argv)
     if args.print_bin_dir:
         print(bin_dir())
         return 0
     try:
         print(build(force=args.force, only=args.only))
+        if args.coredns:
+            print(build_coredns())
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--force", action="store_true")
     b.add_argument("--only", nargs="+", choices=build.BINARIES)
     b.add_argument("--print-bin-dir", action="store_true")
+    b.add_argument("--coredns", action="store_true", help="also CoreDNS, the real nodes' cluster DNS")
     u = sub.add_parser("up", help="run a local cluster until Ctrl-C")
     u.add_argument("--nodes", type=int, default=3)
     u.add_argument("--cards", type=int, default=2)
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "build":
         rest = (["--force"] if args.force else []) + (["--only", *args.only] if args.only else [])
-        return build.main(rest + (["--print-bin-dir"] if args.print_bin_dir else []))
+        rest += ["--print-bin-dir"] if args.print_bin_dir else []
+        return build.main(rest + (["--coredns"] if args.coredns else []))
     try:
         return _up(args)
     except (HarnessError, build.BuildError) as err:

@@ -35,7 +35,7 @@ from gpushare_hub.core.names import CARDS_ANNOTATION
 
 from ..core.cards import Card, cards_to_annotation, declared_cards
 from ..core.resources import DEFAULT_NAMES, ResourceNames
-from . import build
+from . import build, netns
 from .pki import PKI, Credential
 from .processes import Component, HarnessError, free_port
 
@@ -58,6 +58,9 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
     "resourcequota-controller",
 )
+# With real nodes: Services get EndpointSlices (kube-proxy and CoreDNS read them), and claims
+# bind to the PersistentVolumes an admin made (Zero to JupyterHub's hub database).
+REAL_NODE_CONTROLLERS = ("endpointslice-controller", "persistentvolume-binder-controller")
 SA_PATH = "/api/v1/namespaces/{ns}/serviceaccounts/default"
 
 
@@ -70,7 +73,13 @@ class LocalCluster:
         bin_dir: Path | None = None,
         names: ResourceNames = DEFAULT_NAMES,
         keep_workdir: bool = False,
+        real_nodes: bool = False,
     ) -> None:
+        """``real_nodes``: make the network namespaces real nodes join (:mod:`.realnodes`):
+        the API server is then also offered at 10.200.0.1 and reaches kubelets through them."""
+        self.real_nodes = real_nodes
+        self.network: Any = None  # netns.Network, with real nodes
+        self.node_server = ""  # the API server as nodes and pods reach it
         self.bin_dir = bin_dir or build.bin_dir()
         missing = [
             b
@@ -93,6 +102,7 @@ class LocalCluster:
         self._admin: Credential | None = None
         self._sa_key = Path()
         self._cleanups: list[Callable[[], None]] = []
+        self._first_cleanups: list[Callable[[], None]] = []
 
     # ---- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> LocalCluster:
@@ -105,8 +115,12 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         try:
+            if self.real_nodes:
+                self._make_network()
             self._start_etcd()
             self._start_apiserver()
+            if self.real_nodes:
+                self._offer_apiserver_to_nodes()
             self._start_controller_manager()
             self._start_kwok()
         except BaseException:
@@ -115,12 +129,23 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
+        for cleanup in reversed(self._first_cleanups):  # real nodes, while the control plane still runs
+            cleanup()
+        self._first_cleanups.clear()
         for comp in reversed(list(self.components.values())):
             comp.stop()
         for cleanup in reversed(self._cleanups):
             cleanup()
+        self._cleanups.clear()
+        if self.network is not None:
+            self.network.delete()
+            self.network = None
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def on_stop_first(self, cleanup: Callable[[], None]) -> None:
+        """Run ``cleanup`` first when the cluster stops, before any component (real nodes)."""
+        self._first_cleanups.append(cleanup)
 
     def on_stop(self, cleanup: Callable[[], None]) -> None:
         """Run ``cleanup`` when the cluster stops, after its components (e.g. to stop what they left)."""
@@ -180,6 +205,7 @@ class LocalCluster:
                 "kubernetes.default",
                 "kubernetes.default.svc",
                 "10.96.0.1",
+                *((netns.GATEWAY,) if self.real_nodes else ()),
             ),
         )
         self._admin = pki.issue("admin", "gpushare-admin", "system:masters")
@@ -192,7 +218,7 @@ class LocalCluster:
                 self._bin("kube-apiserver"),
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--advertise-address={netns.GATEWAY if self.real_nodes else '127.0.0.1'}",
                 f"--secure-port={port}",
                 f"--tls-cert-file={serving.cert}",
                 f"--tls-private-key-file={serving.key}",
@@ -208,9 +234,78 @@ class LocalCluster:
                 "--disable-admission-plugins=TaintNodesByCondition",
                 "--profiling=false",
                 "--v=1",
+                *self._real_node_flags(),
             ],
         )
         comp.wait_until(lambda: self._get("/readyz") == "ok", 120, "ready (/readyz)")
+
+    # ---- the real nodes' side of the control plane -------------------------------------------
+    def _make_network(self) -> None:
+        import os
+
+        from .realnodes import check_host
+
+        check_host()
+        prefix = f"gsh{os.getpid() % 100000:05d}"
+        self.network = netns.Network(prefix).create()
+
+    def _real_node_flags(self) -> list[str]:
+        """The API server reaches kubelets (logs, exec) through an HTTP CONNECT proxy on a Unix
+        socket that runs in the nodes' underlay namespace, by their InternalIP."""
+        if not self.real_nodes:
+            return []
+        assert self._pki is not None
+        self.egress_socket = self.workdir / "egress.sock"
+        egress = self.workdir / "egress-selector.yaml"
+        egress.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "apiserver.k8s.io/v1beta1",
+                    "kind": "EgressSelectorConfiguration",
+                    "egressSelections": [
+                        {
+                            "name": "cluster",
+                            "connection": {
+                                "proxyProtocol": "HTTPConnect",
+                                "transport": {"uds": {"udsName": str(self.egress_socket)}},
+                            },
+                        }
+                    ],
+                }
+            )
+        )
+        client = self._pki.issue(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters"
+        )
+        return [
+            f"--egress-selector-config-file={egress}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={client.cert}",
+            f"--kubelet-client-key={client.key}",
+        ]
+
+    def _offer_apiserver_to_nodes(self) -> None:
+        """A forwarder from 10.200.0.1:<port> in the underlay to the API server on 127.0.0.1, and the
+        egress proxy the API server dials kubelets through."""
+        import sys
+
+        port = int(self.server.rsplit(":", 1)[1])
+        self.node_server = f"https://{netns.GATEWAY}:{port}"
+        sock = netns.listening_socket(netns.GATEWAY, port, ns=self.network.underlay)
+        argv = [sys.executable, "-m", "gpushare_hub.localcluster.forward", f"--listen-fd={sock.fileno()}",
+                f"--to=127.0.0.1:{port}"]  # fmt: skip
+        comp = Component("apiserver-forward", argv, self.logs / "apiserver-forward.log", pass_fds=(sock.fileno(),))
+        comp.start()
+        sock.close()
+        self.components[comp.name] = comp
+        egress = [sys.executable, "-m", "gpushare_hub.localcluster.forward", "--http-connect",
+                  f"--listen-unix={self.egress_socket}"]  # fmt: skip
+        comp = Component(
+            "egress-proxy", netns.in_ns(self.network.underlay, *egress), self.logs / "egress-proxy.log"
+        )
+        comp.start()
+        self.components[comp.name] = comp
+        comp.wait_until(self.egress_socket.exists, 20, "serving the API server's egress socket")
 
     # ---- faults (the fault tests) ---------------------------------------------------------
     @property
@@ -249,7 +344,7 @@ class LocalCluster:
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
-                "--controllers=" + ",".join(CONTROLLERS),
+                "--controllers=" + ",".join(CONTROLLERS + (REAL_NODE_CONTROLLERS if self.real_nodes else ())),
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={self._sa_key}",
                 f"--root-ca-file={self._pki.ca}",
@@ -319,12 +414,17 @@ class LocalCluster:
         time.sleep(0.5)
         comp.wait_until(lambda: True, 5, "running")
 
-    def credential(self, name: str, user: str, groups: Iterable[str] = ()) -> Path:
-        """A kubeconfig for ``user`` (client certificate; groups become Organisation)."""
+    def credential(self, name: str, user: str, groups: Iterable[str] = (), server: str = "") -> Path:
+        """A kubeconfig for ``user`` (client certificate; groups become Organisation), for
+        ``server`` (default: the API server on 127.0.0.1; real nodes: :attr:`node_server`)."""
         assert self._pki is not None
         org = ",".join(groups) or None
         cred = self._pki.issue(name, user, org)
-        return self._pki.kubeconfig(name, self.server, cred)
+        return self._pki.kubeconfig(name, server or self.server, cred)
+
+    @property
+    def pki(self) -> PKI | None:
+        return self._pki
 
     def start_scheduler(
         self,

@@ -45,8 +45,16 @@ def tail(path: Path, lines: int = 25) -> str:
 class Component:
     """One long-running program of the local cluster."""
 
-    def __init__(self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        pass_fds: tuple[int, ...] = (),
+    ) -> None:
         self.name = name
+        self.pass_fds = pass_fds
         self.argv = argv
         self.log = log
         self.env = env
@@ -68,6 +76,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
                 env=self.env,
+                pass_fds=self.pass_fds,
             )
         except OSError as err:
             raise HarnessError(f"{self.name}: cannot start {self.argv[0]}: {err.strerror}") from err

@@ -1,0 +1,470 @@
+"""Real nodes for the local cluster: kubelet + Debian's containerd and runc, in namespaces.
+
+Each real node is a network namespace (:mod:`.netns`) and a private mount namespace held by a
+small process; the node's containerd, kubelet and kube-proxy run inside both. The mount
+namespace binds the node's own folders (under the cluster's work folder) over the paths a
+kubelet and containerd use (``/var/lib/kubelet``, ``/run/containerd`` ...), so several nodes
+share this machine without sharing a file, and every mount they make (container root
+filesystems, secret volumes, pod network namespaces) goes when the node stops.
+
+Beside the nodes: CoreDNS answers the cluster's names (``kube-dns`` at 10.96.0.10), the API
+server is offered to the nodes and pods at 10.200.0.1, and the API server reaches kubelets
+(logs, exec) through an HTTP CONNECT proxy on a Unix socket. Nothing leaves the machine: the
+namespaces have no route outside, and what the host must reach is forwarded to 127.0.0.1.
+
+The machine must be Linux with cgroup v1 or v2, root, ``ip``, ``nsenter``, ``unshare``,
+containerd, runc and the CNI plugins (``make system-deps`` installs the Debian packages).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from . import build, netns
+from .processes import Component, HarnessError
+
+if TYPE_CHECKING:
+    from .cluster import LocalCluster
+
+CNI_BIN = Path("/usr/lib/cni")
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
+NEEDED_PROGRAMS = (
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "runc",
+    "ip",
+    "nsenter",
+    "unshare",
+    "iptables",
+)
+# Paths inside a node's mount namespace that get the node's own folder.
+NODE_PATHS = (
+    "/var/lib/kubelet",
+    "/var/lib/containerd",
+    "/run/containerd",
+    "/var/log/pods",
+    "/var/log/containers",
+    "/var/lib/cni",
+    "/etc/cni/net.d",
+    "/run/netns",
+    # The device plugin's host folders (the chart's hookHostPath and mpsRoot).
+    "/var/lib/gpushare-hub",
+    "/run/gpushare-hub",
+)
+COREDNS_RULES = [
+    {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+]
+
+
+def check_host() -> None:
+    """Refuse early, naming what is missing, on a machine that cannot run a real node."""
+    if os.geteuid() != 0:
+        raise HarnessError("real nodes need root (namespaces, mounts, containerd)")
+    missing = [p for p in NEEDED_PROGRAMS if shutil.which(p) is None]
+    if not (CNI_BIN / "bridge").exists():
+        missing.append(f"{CNI_BIN}/bridge")
+    if missing:
+        raise HarnessError(
+            f"real nodes need {', '.join(missing)}: `make system-deps` installs them "
+            "(apt-get install containerd runc containernetworking-plugins iptables)"
+        )
+
+
+@dataclass
+class RealNode:
+    net: netns.NodeNet
+    folder: Path
+    holder: Component | None = None
+    components: dict[str, Component] = field(default_factory=dict)
+    created_mountpoints: list[Path] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.net.name
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.folder / "run-containerd" / "containerd.sock"
+
+    def enter(self) -> list[str]:
+        """The prefix that runs a program inside this node (its mount and network namespaces)."""
+        assert self.holder is not None and self.holder.pid is not None
+        return ["nsenter", f"--target={self.holder.pid}", "--mount", "--net", "--"]
+
+    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> str:
+        cmd = ["ctr", f"--address={self.containerd_socket}", "--namespace=k8s.io", *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise HarnessError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+
+class RealNodes:
+    """The real nodes of one :class:`LocalCluster` (started with ``real_nodes=True``)."""
+
+    def __init__(self, cluster: LocalCluster, images: Mapping[str, Path] = ()) -> None:  # type: ignore[assignment]
+        check_host()
+        if cluster.network is None:
+            raise HarnessError("the cluster was not started with real_nodes=True")
+        self.cluster = cluster
+        self.network = cluster.network
+        self.images = dict(images)  # image name -> docker-archive tar
+        self.folder = cluster.workdir / "real"
+        self.nodes: dict[str, RealNode] = {}
+        self.coredns: Component | None = None
+        self.forwarders: list[Component] = []
+        # containerd's parent cgroup per controller ("k8s.io"), removed at the end if we made it.
+        self._cgroups = [p / "k8s.io" for p in Path("/sys/fs/cgroup").iterdir() if not (p / "k8s.io").exists()]
+        cluster.on_stop_first(self.stop)
+
+    # ---- the whole ---------------------------------------------------------------------
+    def add(self, count: int, prefix: str = "real-", labels: Mapping[str, str] | None = None) -> list[str]:
+        """``count`` real nodes, Ready, each with every image imported."""
+        if self.coredns is None:
+            self._start_dns()
+        names = []
+        for _ in range(count):
+            name = f"{prefix}{len(self.nodes)}"
+            self._start_node(name, {"gpushare": "true", **(labels or {})})
+            names.append(name)
+        self.cluster.wait_nodes_ready(names, timeout=180)
+        return names
+
+    def stop(self) -> None:
+        for node in reversed(list(self.nodes.values())):
+            self._stop_node(node)
+        for comp in [self.coredns, *self.forwarders]:
+            if comp is not None:
+                comp.stop(grace=3)
+        self.nodes.clear()
+        for cgroup in self._cgroups:
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+
+    def forward_to_host(self, target: str, node: str | None = None) -> str:
+        """``HOST:PORT`` as seen from inside a node (a Service or pod address) offered on
+        127.0.0.1; returns ``127.0.0.1:<port>``."""
+        real = self.nodes[node] if node else next(iter(self.nodes.values()))
+        sock = netns.listening_socket("127.0.0.1", 0)
+        port = sock.getsockname()[1]
+        comp = self._forwarder(f"forward-{port}", sock, target, netns.in_ns(real.net.ns))
+        self.forwarders.append(comp)
+        return f"127.0.0.1:{port}"
+
+    # ---- shared parts ---------------------------------------------------------------------
+    def _forwarder(self, name: str, sock: socket.socket, target: str, prefix: list[str]) -> Component:
+        argv = [*prefix, sys.executable, "-m", "gpushare_hub.localcluster.forward"]
+        argv += [f"--listen-fd={sock.fileno()}", f"--to={target}"]
+        comp = Component(name, argv, self.cluster.logs / f"{name}.log", pass_fds=(sock.fileno(),)).start()
+        sock.close()
+        return comp
+
+    def _start_dns(self) -> None:
+        cluster = self.cluster
+        cluster.grant("system:coredns", COREDNS_RULES)
+        kubeconfig = cluster.credential("coredns", "system:coredns", server=cluster.node_server)
+        corefile = cluster.workdir / "Corefile"
+        corefile.write_text(
+            f""".:53 {{
+    bind {netns.GATEWAY}
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+    cache 5
+}}
+"""
+        )
+        binary = build.build_coredns()
+        self.coredns = Component(
+            "coredns",
+            netns.in_ns(self.network.underlay, str(binary), "-conf", str(corefile)),
+            cluster.logs / "coredns.log",
+        ).start()
+        core = cluster.core_api()
+        core.create_namespaced_service(
+            "kube-system",
+            {
+                "metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns"}},
+                "spec": {
+                    "clusterIP": netns.DNS_SERVICE_IP,
+                    "ports": [
+                        {"name": "dns", "port": 53, "protocol": "UDP"},
+                        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                    ],
+                },
+            },
+        )
+        from kubernetes import client
+
+        slice_body: dict[str, Any] = {
+                "metadata": {
+                    "name": "kube-dns-coredns",
+                    "labels": {
+                        "kubernetes.io/service-name": "kube-dns",
+                        "endpointslice.kubernetes.io/managed-by": "gpushare-localcluster",
+                    },
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [netns.GATEWAY], "conditions": {"ready": True}}],
+                "ports": [
+                    {"name": "dns", "port": 53, "protocol": "UDP"},
+                    {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+                ],
+            }
+        client.DiscoveryV1Api(cluster.api_client()).create_namespaced_endpoint_slice("kube-system", slice_body)
+
+    # ---- one node -----------------------------------------------------------------------
+    def _start_node(self, name: str, labels: Mapping[str, str]) -> RealNode:
+        net = self.network.add_node(name)
+        node = RealNode(net, self.folder / name)
+        self.nodes[name] = node
+        node.folder.mkdir(parents=True, exist_ok=True)
+        self._start_holder(node)
+        self._start_containerd(node)
+        self._import_images(node)
+        self._start_kubelet(node, labels)
+        self._start_kube_proxy(node)
+        return node
+
+    def _start_holder(self, node: RealNode) -> None:
+        lines = ["set -e"]
+        for target in NODE_PATHS:
+            src = node.folder / target.strip("/").replace("/", "-")
+            src.mkdir(parents=True, exist_ok=True)
+            path = Path(target)
+            if not path.exists():
+                node.created_mountpoints.append(path)
+            lines.append(f"mkdir -p {target} && mount --bind {src} {target}")
+        ready = node.folder / "mounted"
+        lines += [f"touch {ready}", "exec sleep infinity"]
+        argv = netns.in_ns(
+            node.net.ns, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", "\n".join(lines)
+        )
+        node.holder = Component(
+            f"{node.name}-namespaces", argv, self.cluster.logs / f"{node.name}-namespaces.log"
+        ).start()
+        node.holder.wait_until(ready.exists, 30, "holding the node's namespaces")
+
+    def _run_in(self, node: RealNode, name: str, argv: list[str]) -> Component:
+        comp = Component(
+            f"{node.name}-{name}", node.enter() + argv, self.cluster.logs / f"{node.name}-{name}.log"
+        )
+        comp.start()
+        node.components[name] = comp
+        return comp
+
+    def _start_containerd(self, node: RealNode) -> None:
+        config = node.folder / "containerd.toml"
+        config.write_text(
+            f"""version = 2
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{SANDBOX_IMAGE}"
+  # Containers may not set an OOM score below containerd's own (needed without a systemd unit).
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "/etc/cni/net.d"
+"""
+        )
+        (node.folder / "etc-cni-net.d" / "10-gpushare.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "1.0.0",
+                    "name": "gpushare-local",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": "cni0",
+                            "isGateway": True,
+                            "ipMasq": False,
+                            "hairpinMode": True,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [
+                                    [{"subnet": node.net.pod_subnet, "gateway": node.net.pod_gateway}]
+                                ],
+                                "routes": [{"dst": "0.0.0.0/0"}],
+                            },
+                        },
+                        {"type": "portmap", "capabilities": {"portMappings": True}},
+                    ],
+                },
+                indent=2,
+            )
+        )
+        comp = self._run_in(node, "containerd", ["containerd", f"--config={config}", "--log-level=warn"])
+        comp.wait_until(lambda: bool(node.ctr("version", timeout=5)), 60, "serving its socket")
+
+    def _import_images(self, node: RealNode) -> None:
+        for name, tar in self.images.items():
+            node.ctr("images", "import", "--no-unpack=false", str(tar))
+            if name not in node.ctr("images", "ls", "-q").split():
+                raise HarnessError(f"{tar} did not give image {name} in {node.name}'s containerd")
+
+    def _start_kubelet(self, node: RealNode, labels: Mapping[str, str]) -> None:
+        cluster = self.cluster
+        assert cluster.pki is not None
+        kubeconfig = cluster.credential(
+            f"kubelet-{node.name}", f"system:node:{node.name}", ["system:nodes"], server=cluster.node_server
+        )
+        resolv = node.folder / "resolv.conf"
+        resolv.write_text("# no upstream: names outside the cluster do not resolve\n")
+        config: dict[str, Any] = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(cluster.pki.ca)},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "address": node.net.address,
+            "port": 10250,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": 10248,
+            "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+            "cgroupDriver": "cgroupfs",
+            # What makes a kubelet run on this kind of machine (cgroup v1, no systemd, swap).
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "failCgroupV1": False,
+            "clusterDNS": [netns.DNS_SERVICE_IP],
+            "clusterDomain": "cluster.local",
+            "resolvConf": str(resolv),
+            "staticPodPath": "",
+            "serializeImagePulls": False,
+            "imageGCHighThresholdPercent": 100,
+            "evictionHard": {"memory.available": "0%", "nodefs.available": "0%", "imagefs.available": "0%"},
+            "nodeStatusReportFrequency": "10s",
+            "volumeStatsAggPeriod": "0s",
+            "rotateCertificates": False,
+            "serverTLSBootstrap": False,
+            "registerNode": True,
+            "shutdownGracePeriod": "0s",
+        }
+        path = node.folder / "kubelet.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self._run_in(
+            node,
+            "kubelet",
+            [
+                str(cluster.bin_dir / "kubelet"),
+                f"--config={path}",
+                f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={node.name}",
+                f"--node-ip={node.net.address}",
+                "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+                "--v=2",
+            ],
+        )
+
+    def restart_kubelet(self, name: str) -> None:
+        """Stop the node's kubelet and start it again with the same configuration."""
+        comp = self.nodes[name].components["kubelet"]
+        comp.stop()
+        comp.start()
+
+    def _start_kube_proxy(self, node: RealNode) -> None:
+        cluster = self.cluster
+        kubeconfig = cluster.credential(
+            f"kube-proxy-{node.name}", "system:kube-proxy", server=cluster.node_server
+        )
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "mode": "iptables",
+            "clusterCIDR": netns.POD_RANGE,
+            "hostnameOverride": node.name,
+            "bindAddress": node.net.address,
+            "healthzBindAddress": "127.0.0.1:10256",
+            "metricsBindAddress": "127.0.0.1:10249",
+            # Leave the conntrack table's size and timeouts as the machine has them.
+            "conntrack": {
+                "maxPerCore": 0,
+                "min": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
+        }
+        path = node.folder / "kube-proxy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self._run_in(node, "kube-proxy", [str(cluster.bin_dir / "kube-proxy"), f"--config={path}", "--v=1"])
+
+    def _stop_node(self, node: RealNode) -> None:
+        for name in ("kubelet", "kube-proxy"):
+            if name in node.components:
+                node.components[name].stop(grace=5)
+        containerd = node.components.get("containerd")
+        if containerd is not None and containerd.alive():
+            with contextlib.suppress(HarnessError, subprocess.TimeoutExpired):
+                self._kill_containers(node)
+            containerd.stop(grace=5)
+        if node.holder is not None:
+            self._kill_namespace_members(node)
+            node.holder.stop(grace=2)
+        for path in reversed(node.created_mountpoints):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        shutil.rmtree(node.folder, ignore_errors=True)
+        self.network.delete_node(node.net)
+
+    def _kill_containers(self, node: RealNode) -> None:
+        """Every container task killed and deleted (runc removes its cgroups and mounts)."""
+        tasks = [line.split()[0] for line in node.ctr("tasks", "ls").splitlines()[1:] if line.strip()]
+        for task in tasks:
+            node.ctr("tasks", "kill", "--signal=SIGKILL", "--all", task, check=False, timeout=20)
+        for task in tasks:
+            node.ctr("tasks", "delete", "--force", task, check=False, timeout=30)
+
+    def _kill_namespace_members(self, node: RealNode) -> None:
+        """Whatever still runs in the node's mount namespace (containerd's shims) is killed."""
+        assert node.holder is not None and node.holder.pid is not None
+        try:
+            ns = os.readlink(f"/proc/{node.holder.pid}/ns/mnt")
+        except OSError:
+            return
+        for _ in range(3):
+            members = []
+            for proc in Path("/proc").iterdir():
+                if not proc.name.isdigit() or int(proc.name) == node.holder.pid:
+                    continue
+                with contextlib.suppress(OSError):
+                    if os.readlink(proc / "ns" / "mnt") == ns:
+                        members.append(int(proc.name))
+            if not members:
+                return
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            time.sleep(0.5)
