@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from gpushare_hub.extender.rbac import RULES as EXTENDER_RULES
 from gpushare_hub.extender.schedconfig import scheduler_config
 from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
 
-from .conftest import CHART, CHART_EXAMPLES, EXAMPLES, KUBE_VERSION, Helm, generator
+from .conftest import CHART, CHART_EXAMPLES, EXAMPLES, KUBE_VERSION, Helm, StrictLoader, generator
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
@@ -28,9 +29,49 @@ def test_generated_files_are_what_their_sources_give():
     assert generator().stale() == [], "run `make chart` and commit the result"
 
 
-def test_the_chart_pins_the_harness_kube_scheduler():
+def scheduler_image(helm: Helm, kube_version: str, *args: str) -> str:
+    out = helm.run("template", "x", str(CHART), f"--kube-version={kube_version}", *args)
+    docs = [d for d in yaml.load_all(out.stdout, Loader=StrictLoader) if d]
+    pod = one(docs, "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+    (image,) = [c["image"] for c in pod["containers"] if c["name"] == "kube-scheduler"]
+    return str(image)
+
+
+def test_by_default_kube_scheduler_is_the_clusters_own_version():
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["scheduler"]["image"]["tag"] == KUBE_VERSION
+    assert values["scheduler"]["image"] == {
+        "repository": "registry.k8s.io/kube-scheduler",
+        "tag": "",
+        "pullPolicy": "IfNotPresent",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "tag"),
+    [
+        (KUBE_VERSION, KUBE_VERSION),  # the harness's cluster runs the scheduler it built
+        ("1.30.0", "v1.30.0"),
+        ("v1.37.2", "v1.37.2"),
+        ("v1.31.4+k3s1", "v1.31.4"),
+        ("1.32.5-eks-adc7111", "v1.32.5"),
+        ("v1.33.1-gke.1200000", "v1.33.1"),
+    ],
+    ids=["harness", "plain", "leading-v", "k3s", "eks", "gke"],
+)
+def test_an_empty_tag_names_the_upstream_scheduler_of_the_clusters_release(helm: Helm, kube_version, tag):
+    assert scheduler_image(helm, kube_version) == f"registry.k8s.io/kube-scheduler:{tag}"
+
+
+def test_a_set_scheduler_tag_and_repository_win_over_the_clusters_version(helm: Helm):
+    image = scheduler_image(
+        helm,
+        "v1.31.4+k3s1",
+        "--set",
+        "scheduler.image.tag=v1.30.9",
+        "--set",
+        "scheduler.image.repository=mirror.example.org/kube-scheduler",
+    )
+    assert image == "mirror.example.org/kube-scheduler:v1.30.9"
 
 
 def test_there_is_an_example_values_file_to_lint():
@@ -54,8 +95,20 @@ def test_lint_and_template_pass_on_defaults_and_every_example(helm: Helm, values
         (["--set", "policy=fastest"], ["/policy", "binpack"]),
         (["--set", "admission.adminGroups[0]=x' || true || 'y"], ["/admission/adminGroups/0", "pattern"]),
         (["--set", "extender.tls.enabled=true"], ["/extender/tls", "existingSecret"]),
+        (["--set", "scheduler.image.tag=v1.34.4 --v=9"], ["/scheduler/image/tag", "pattern"]),
+        (["--set-string", "devicePlugin.simulate=Tesla T4"], ["/devicePlugin/simulate", "pattern"]),
+        (["--set-string", "devicePlugin.simulate=1x T4:"], ["/devicePlugin/simulate", "pattern"]),
     ],
-    ids=["wrong-type", "unknown-key", "unknown-policy", "cel-injection", "tls-without-secret"],
+    ids=[
+        "wrong-type",
+        "unknown-key",
+        "unknown-policy",
+        "cel-injection",
+        "tls-without-secret",
+        "scheduler-tag",
+        "simulate-no-count",
+        "simulate-no-mib",
+    ],
 )
 def test_the_schema_refuses_bad_values_naming_the_key(helm: Helm, setting, words):
     proc = helm.run("template", "x", str(CHART), f"--kube-version={KUBE_VERSION}", *setting, check=False)
@@ -239,3 +292,45 @@ def test_the_plugin_fills_the_hook_folder_at_the_host_path_and_reads_processes_w
         "gpushare-device-plugin",
     )["spec"]["template"]["spec"]
     assert "hostPID" not in quiet and "pyhook" not in {v["name"] for v in quiet["volumes"]}
+
+
+def plugin_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = one(docs, "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return dict(container)
+
+
+def test_by_default_the_plugin_reads_the_cards_through_the_nvidia_runtime(helm: Helm):
+    container = plugin_container(helm.template())
+    assert not [a for a in container["args"] if a.startswith(("--backend", "--simulate"))]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+
+
+@pytest.mark.parametrize("cards", ["1x Tesla T4:15360", "2x Tesla T4:15360, 1x A10"])
+def test_simulate_runs_the_plugins_simulated_backend_on_the_declared_cards(helm: Helm, cards):
+    """The rendered arguments, read by the plugin's own command line, give the declared cards."""
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
+    from gpushare_hub.plugin.backends import SimulatedBackend
+
+    container = plugin_container(helm.template("--set-json", f"devicePlugin.simulate={json.dumps(cards)}"))
+    assert container["args"][-2:] == ["--backend=simulated", f"--simulate={cards}"]
+    assert {e["name"] for e in container["env"]} == {"NODE_NAME"}  # no NVIDIA runtime asked for
+    app = GPUShareDevicePlugin()
+    app.parse_command_line([a.replace("$(NODE_NAME)", "gpu-1") for a in container["args"]])
+    assert (app.backend, app.simulate, app.node_name) == ("simulated", cards, "gpu-1")
+    assert isinstance(app.make_backend(), SimulatedBackend)
+
+
+@pytest.mark.parametrize(
+    "cards", ["1x Tesla T4:15360", "2x Tesla T4", " 1 × A10 , 3X A100-80GB:81920", "4x Tesla-T4:15360"]
+)
+def test_the_simulate_pattern_accepts_what_the_plugin_reads(cards):
+    import re
+
+    from gpushare_hub.core.declarations import parse_card_groups
+
+    parse_card_groups(cards, flag="--simulate")  # the plugin accepts it
+    schema = yaml.safe_load((CHART / "values.schema.yaml").read_text())
+    pattern = schema["properties"]["devicePlugin"]["properties"]["simulate"]["pattern"]
+    assert re.match(pattern, cards)

@@ -19,6 +19,25 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
 {{/*
+kube-scheduler's tag: scheduler.image.tag when set, else the cluster's own version as an upstream
+registry.k8s.io/kube-scheduler tag, v<major>.<minor>.<patch>. A vendor's build suffix
+(v1.30.4+k3s1, v1.29.3-eks-adc7111, v1.31.2-gke.1000) is dropped; such clusters run the upstream
+scheduler of the same release.
+*/}}
+{{- define "gpushare-hub.schedulerTag" -}}
+{{- if .Values.scheduler.image.tag -}}
+{{ .Values.scheduler.image.tag }}
+{{- else -}}
+{{- $v := semver .Capabilities.KubeVersion.Version -}}
+{{ printf "v%d.%d.%d" $v.Major $v.Minor $v.Patch }}
+{{- end -}}
+{{- end }}
+
+{{- define "gpushare-hub.schedulerImage" -}}
+{{ .Values.scheduler.image.repository }}:{{ include "gpushare-hub.schedulerTag" . }}
+{{- end }}
+
+{{/*
 A CEL list of strings: (list VALUES QUOTE), QUOTE being ' or '' (inside a single-quoted
 YAML scalar). The schema allows no quote or backslash in the values.
 */}}
