@@ -3,9 +3,12 @@ and (given Zero to JupyterHub's chart) the command runs, as a server-side dry ru
 
 from __future__ import annotations
 
+import base64
+import importlib.util
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,17 @@ from .docrun import Kubectl, run_block
 (COMMAND,) = doc_block("z2jh").commands()
 (VALUES_ARG,) = option(COMMAND, "--values", "-f")
 Z2JH_VALUES = ROOT / VALUES_ARG
+(Z2JH_VERSION,) = option(COMMAND, "--version")
+# The chart of the version the page installs, as ../shared/vendor holds it beside the checkout
+# (here /work/shared beside /work/main; in CI /tmp/cirun/shared beside /tmp/cirun/main).
+VENDORED_Z2JH = ROOT.parent / "shared" / "vendor" / f"zero-to-jupyterhub-k8s-{Z2JH_VERSION}" / "jupyterhub"
+
+
+def z2jh_chart_source() -> Path | None:
+    """GPUSHARE_Z2JH_CHART when set, else the vendored chart when it is there."""
+    if os.environ.get("GPUSHARE_Z2JH_CHART"):
+        return Path(os.environ["GPUSHARE_Z2JH_CHART"])
+    return VENDORED_Z2JH if (VENDORED_Z2JH / "Chart.yaml").exists() else None
 
 
 def test_the_docs_install_the_example_values_beside_the_gpushare_chart():
@@ -66,6 +80,21 @@ def test_the_hub_service_and_the_check_snippets_compile():
         compile(code, f"hub.extraConfig.{name}", "exec")
 
 
+def test_the_hub_services_port_is_written_once():
+    """custom.gpushare.port is the one number; the Service, both NetworkPolicies and the
+    service's URL take it (aliases, and get_config in the hub)."""
+    text = Z2JH_VALUES.read_text()
+    values = z2jh()
+    port = values["custom"]["gpushare"]["port"]
+    assert text.count(str(port)) == 1  # every other place is an alias of it
+    hub = values["hub"]
+    assert hub["service"]["extraPorts"] == [{"name": "gpushare", "port": port, "targetPort": port}]
+    (ingress,) = hub["networkPolicy"]["ingress"]
+    (egress,) = values["proxy"]["chp"]["networkPolicy"]["egress"]
+    assert ingress["ports"] == egress["ports"] == [{"port": port}]
+    assert 'get_config("custom.gpushare.port")' in hub["extraConfig"]["gpushare-service"]
+
+
 def test_the_t4_catalogue_is_one_the_spawner_accepts():
     catalogue = pytest.importorskip("gpushare_hub.core.catalogue", reason="GPUShareSpawner not merged yet")
     slices = z2jh()["hub"]["config"]["GPUShareSpawner"]["slices"]
@@ -74,8 +103,10 @@ def test_the_t4_catalogue_is_one_the_spawner_accepts():
 
 
 def z2jh_chart(tmp_path: Path) -> Path:
+    source = z2jh_chart_source()
+    assert source is not None
     chart = tmp_path / "jupyterhub"
-    shutil.copytree(os.environ["GPUSHARE_Z2JH_CHART"], chart)
+    shutil.copytree(source, chart)
     schema = chart / "values.schema.yaml"
     if schema.exists() and not (chart / "values.schema.json").exists():  # its repo keeps only the YAML
         (chart / "values.schema.json").write_text(json.dumps(yaml.safe_load(schema.read_text())))
@@ -83,8 +114,9 @@ def z2jh_chart(tmp_path: Path) -> Path:
 
 
 NEEDS_Z2JH = pytest.mark.skipif(
-    not os.environ.get("GPUSHARE_Z2JH_CHART"),
-    reason="set GPUSHARE_Z2JH_CHART to an unpacked Zero to JupyterHub chart (jupyterhub/ of its repo)",
+    z2jh_chart_source() is None,
+    reason=f"no {VENDORED_Z2JH}: set GPUSHARE_Z2JH_CHART to an unpacked Zero to JupyterHub chart "
+    "(jupyterhub/ of its repository)",
 )
 
 
@@ -117,3 +149,66 @@ def test_the_docs_command_runs_against_the_local_api_server(
 
     (out,) = run_block(doc_block("z2jh"), helm.binary, kubectl, extra=local)
     assert "STATUS: pending-install" in out or "STATUS: pending-upgrade" in out, out
+
+
+def rendered_hub(helm: Helm, tmp_path: Path) -> list[dict[str, Any]]:
+    """Zero to JupyterHub's templates with the example values, as its chart renders them."""
+    out = helm.run(
+        "template",
+        "jhub",
+        str(z2jh_chart(tmp_path)),
+        "--namespace=jupyterhub",
+        f"--values={Z2JH_VALUES}",
+        f"--kube-version={KUBE_VERSION}",
+    )
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def vendored_z2jh_module(chart: Path, values: dict[str, Any]) -> Any:
+    """The chart's own files/hub/z2jh.py, reading ``values`` as it reads the hub Secret's values.yaml."""
+    spec = importlib.util.spec_from_file_location("z2jh", chart / "files" / "hub" / "z2jh.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    vars(module)["_load_config"] = lambda: values  # in place of reading the hub's mounted Secret
+    return module
+
+
+@NEEDS_Z2JH
+def test_zero_to_jupyterhub_puts_the_one_port_in_all_four_places(
+    helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """helm resolves the aliases, and the hub's extraConfig, run with the chart's own z2jh module on
+    the values the chart hands the hub, gives the service the same port."""
+    from traitlets.config import Config
+
+    docs = rendered_hub(helm, tmp_path)
+    port = z2jh()["custom"]["gpushare"]["port"]
+
+    def one(kind: str, name: str) -> dict[str, Any]:
+        (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+        return doc
+
+    service_ports = {p["name"]: p for p in one("Service", "hub")["spec"]["ports"]}
+    assert (service_ports["gpushare"]["port"], service_ports["gpushare"]["targetPort"]) == (port, port)
+    hub_ingress = [r["ports"] for r in one("NetworkPolicy", "hub")["spec"]["ingress"] if "ports" in r]
+    assert [{"port": port}] in hub_ingress
+    proxy_egress = [r["ports"] for r in one("NetworkPolicy", "proxy")["spec"]["egress"] if "ports" in r]
+    assert [{"port": port}] in proxy_egress
+    secret = one("Secret", "hub")
+    values = yaml.safe_load(base64.b64decode(secret["data"]["values.yaml"]))
+    assert values["custom"]["gpushare"]["port"] == port
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setitem(sys.modules, "z2jh", vendored_z2jh_module(tmp_path / "jupyterhub", values))
+    c = Config()
+    c.KubeSpawner.namespace = "jupyterhub"  # what jupyterhub_config.py sets before extraConfig
+    for cls, settings in values["hub"]["config"].items():
+        for key, value in settings.items():
+            setattr(getattr(c, cls), key, value)
+    for key, code in sorted(values["hub"]["extraConfig"].items()):  # as jupyterhub_config.py runs them
+        exec(compile(code, f"hub.extraConfig.{key}", "exec"), {"c": c})
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    assert svc["url"] == f"http://hub:{port}"
