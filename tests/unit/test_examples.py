@@ -14,6 +14,24 @@ from gpushare_hub.extender.schedconfig import scheduler_config
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
+def z2jh_stub(values: dict[str, Any]) -> Any:
+    """Zero to JupyterHub's hub-side ``z2jh`` module as extraConfig uses it: ``get_config("a.b")``
+    reads the chart's values (tests/chart/test_z2jh.py runs the chart's own module)."""
+    import types
+
+    def get_config(key: str, default: Any = None) -> Any:
+        value: Any = values
+        for level in key.split("."):
+            if not isinstance(value, dict) or level not in value:
+                return default
+            value = value[level]
+        return value
+
+    module = types.ModuleType("z2jh")
+    module.get_config = get_config  # type: ignore[attr-defined]
+    return module
+
+
 def test_scheduler_config_example_is_what_the_extender_prints():
     shipped = yaml.safe_load((EXAMPLES / "gpushare-scheduler-config.yaml").read_text())
     assert shipped == scheduler_config("http://127.0.0.1:32766/gpushare-scheduler")
@@ -103,12 +121,16 @@ def test_cull_arbiter_hook_culls_idle_gpu_servers_sooner():
     assert hook(inactive=idle, inactive_limit=3600, server={"name": "x"}) is False  # no state scope
 
 
-def test_z2jh_values_name_only_traits_the_spawner_has_and_pass_its_check():
+def test_z2jh_values_name_only_traits_the_spawner_has_and_pass_its_check(monkeypatch):
+    import sys
+
     from traitlets.config import Config
 
     from gpushare_hub import GPUShareSpawner
 
-    hub = yaml.safe_load((EXAMPLES / "z2jh-values.yaml").read_text())["hub"]
+    values = yaml.safe_load((EXAMPLES / "z2jh-values.yaml").read_text())
+    monkeypatch.setitem(sys.modules, "z2jh", z2jh_stub(values))
+    hub = values["hub"]
     settings = hub["config"]["GPUShareSpawner"]
     traits = GPUShareSpawner.class_traits(config=True)
     assert sorted(k for k in settings if k not in traits) == []
@@ -125,6 +147,7 @@ def test_z2jh_values_run_the_hub_service_where_zero_to_jupyterhubs_proxy_reaches
     file adds to the hub's Service and opens in the hub's NetworkPolicy; the service listens on it
     on every interface, in-cluster, and names only the spawner's namespace's pods after hub users."""
     import json
+    import sys
 
     from traitlets.config import Config
 
@@ -135,6 +158,7 @@ def test_z2jh_values_run_the_hub_service_where_zero_to_jupyterhubs_proxy_reaches
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     monkeypatch.delenv("KUBECONFIG", raising=False)
     values = yaml.safe_load((EXAMPLES / "z2jh-values.yaml").read_text())
+    monkeypatch.setitem(sys.modules, "z2jh", z2jh_stub(values))
     hub = values["hub"]
     c = Config()
     c.KubeSpawner.namespace = "jupyterhub"  # what Zero to JupyterHub sets before extraConfig
@@ -146,6 +170,7 @@ def test_z2jh_values_run_the_hub_service_where_zero_to_jupyterhubs_proxy_reaches
     settings = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
     port = int(svc["url"].rsplit(":", 1)[1])
     assert svc["url"] == f"http://hub:{port}"  # the hub's Kubernetes Service, from the proxy's pod
+    assert port == values["custom"]["gpushare"]["port"]  # the one place the port is written
     assert (settings["ip"], settings["port"]) == ("0.0.0.0", port)
     assert settings["in_cluster"] is True and settings["hub_namespaces"] == ["jupyterhub"]
     assert svc["environment"]["KUBERNETES_SERVICE_HOST"] == "10.96.0.1"
