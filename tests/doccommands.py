@@ -1,8 +1,8 @@
 """The shell blocks of the docs (every page under docs/, and CONTRIBUTING.md), read as commands,
 so that tests run what the docs say.
 
-A block a test tier runs is marked on the line before its fence (``chart-tier`` or
-``bench-tier``)::
+A block a test tier runs is marked on the line before its fence (``chart-tier``, ``bench-tier``
+or ``node-tier``)::
 
     <!-- chart-tier: install -->
     ```sh
@@ -27,9 +27,10 @@ ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 CHART = "chart-tier"
 BENCH = "bench-tier"
+NODE = "node-tier"
 NOT_RUN = "not-run"
-TIERS = (CHART, BENCH)
-_MARK = re.compile(r"^<!--\s*(chart-tier|bench-tier|not-run):\s*(.*?)\s*-->\s*$")
+TIERS = (CHART, BENCH, NODE)
+_MARK = re.compile(r"^<!--\s*(chart-tier|bench-tier|node-tier|not-run):\s*(.*?)\s*-->\s*$")
 _FENCE = re.compile(r"^```(\S*)\s*$")
 # Placeholders an admin fills in; the chart tier substitutes its own values for them.
 PLACEHOLDER = re.compile(r"<[a-z][a-z0-9-]*>")
@@ -81,9 +82,9 @@ def blocks(doc: Path) -> list[Block]:
             mark = _MARK.match(lines[start - 1]) if start else None
             if not mark:
                 raise DocError(
-                    f"{doc.relative_to(ROOT)}:{start + 1}: a ```sh block needs `<!-- chart-tier: NAME -->` "
-                    "or `<!-- bench-tier: NAME -->` (that tier runs it) or `<!-- not-run: why -->` on the "
-                    "line before it"
+                    f"{doc.relative_to(ROOT)}:{start + 1}: a ```sh block needs `<!-- chart-tier: NAME -->`, "
+                    "`<!-- bench-tier: NAME -->` or `<!-- node-tier: NAME -->` (that tier runs it) or "
+                    "`<!-- not-run: why -->` on the line before it"
                 )
             found.append(Block(doc, start + 1, mark[1], mark[2], "\n".join(lines[start + 1 : i])))
         i += 1

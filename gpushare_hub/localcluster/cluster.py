@@ -294,7 +294,9 @@ class LocalCluster:
         sock = netns.listening_socket(netns.GATEWAY, port, ns=self.network.underlay)
         argv = [sys.executable, "-m", "gpushare_hub.localcluster.forward", f"--listen-fd={sock.fileno()}",
                 f"--to=127.0.0.1:{port}"]  # fmt: skip
-        comp = Component("apiserver-forward", argv, self.logs / "apiserver-forward.log", pass_fds=(sock.fileno(),))
+        comp = Component(
+            "apiserver-forward", argv, self.logs / "apiserver-forward.log", pass_fds=(sock.fileno(),)
+        )
         comp.start()
         sock.close()
         self.components[comp.name] = comp

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from .cluster import LocalCluster
 
 CNI_BIN = Path("/usr/lib/cni")
-SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 NEEDED_PROGRAMS = (
     "containerd",
     "containerd-shim-runc-v2",
@@ -64,6 +63,8 @@ NODE_PATHS = (
     # The device plugin's host folders (the chart's hookHostPath and mpsRoot).
     "/var/lib/gpushare-hub",
     "/run/gpushare-hub",
+    # Node-local data, e.g. the hub database's hostPath PersistentVolume (examples/hub-db-pv.yaml).
+    "/var/lib/jupyterhub",
 )
 COREDNS_RULES = [
     {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
@@ -117,19 +118,22 @@ class RealNode:
 class RealNodes:
     """The real nodes of one :class:`LocalCluster` (started with ``real_nodes=True``)."""
 
-    def __init__(self, cluster: LocalCluster, images: Mapping[str, Path] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, cluster: LocalCluster, images: Mapping[str, Path], sandbox_image: str) -> None:
         check_host()
         if cluster.network is None:
             raise HarnessError("the cluster was not started with real_nodes=True")
         self.cluster = cluster
         self.network = cluster.network
         self.images = dict(images)  # image name -> docker-archive tar
+        self.sandbox_image = sandbox_image  # the pause image, as containerd's CRI names it
         self.folder = cluster.workdir / "real"
         self.nodes: dict[str, RealNode] = {}
         self.coredns: Component | None = None
         self.forwarders: list[Component] = []
         # containerd's parent cgroup per controller ("k8s.io"), removed at the end if we made it.
-        self._cgroups = [p / "k8s.io" for p in Path("/sys/fs/cgroup").iterdir() if not (p / "k8s.io").exists()]
+        self._cgroups = [
+            p / "k8s.io" for p in Path("/sys/fs/cgroup").iterdir() if not (p / "k8s.io").exists()
+        ]
         cluster.on_stop_first(self.stop)
 
     # ---- the whole ---------------------------------------------------------------------
@@ -165,6 +169,17 @@ class RealNodes:
         comp = self._forwarder(f"forward-{port}", sock, target, netns.in_ns(real.net.ns))
         self.forwarders.append(comp)
         return f"127.0.0.1:{port}"
+
+    def host_path(self, node: str, path: str) -> Path:
+        """Where ``path`` on ``node`` (under one of :data:`NODE_PATHS`) is on this machine."""
+        for root in NODE_PATHS:
+            if path == root or path.startswith(root + "/"):
+                return (
+                    self.nodes[node].folder
+                    / root.strip("/").replace("/", "-")
+                    / path[len(root) :].lstrip("/")
+                )
+        raise HarnessError(f"{path} is not under a node folder ({', '.join(NODE_PATHS)})")
 
     # ---- shared parts ---------------------------------------------------------------------
     def _forwarder(self, name: str, sock: socket.socket, target: str, prefix: list[str]) -> Component:
@@ -216,21 +231,22 @@ class RealNodes:
         from kubernetes import client
 
         slice_body: dict[str, Any] = {
-                "metadata": {
-                    "name": "kube-dns-coredns",
-                    "labels": {
-                        "kubernetes.io/service-name": "kube-dns",
-                        "endpointslice.kubernetes.io/managed-by": "gpushare-localcluster",
-                    },
+            "metadata": {
+                "name": "kube-dns-coredns",
+                "labels": {
+                    "kubernetes.io/service-name": "kube-dns",
+                    "endpointslice.kubernetes.io/managed-by": "gpushare-localcluster",
                 },
-                "addressType": "IPv4",
-                "endpoints": [{"addresses": [netns.GATEWAY], "conditions": {"ready": True}}],
-                "ports": [
-                    {"name": "dns", "port": 53, "protocol": "UDP"},
-                    {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
-                ],
-            }
-        client.DiscoveryV1Api(cluster.api_client()).create_namespaced_endpoint_slice("kube-system", slice_body)
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [netns.GATEWAY], "conditions": {"ready": True}}],
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP"},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
+            ],
+        }
+        discovery: Any = client.DiscoveryV1Api(cluster.api_client())  # takes the plain dict as it is
+        discovery.create_namespaced_endpoint_slice("kube-system", slice_body)
 
     # ---- one node -----------------------------------------------------------------------
     def _start_node(self, name: str, labels: Mapping[str, str]) -> RealNode:
@@ -280,7 +296,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{SANDBOX_IMAGE}"
+  sandbox_image = "{self.sandbox_image}"
   # Containers may not set an OOM score below containerd's own (needed without a systemd unit).
   restrict_oom_score_adj = true
   disable_apparmor = true

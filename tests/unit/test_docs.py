@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.chart.docrun import PROGRAMS
-from tests.doccommands import BENCH, CHART, DOCS, PLACEHOLDER, ROOT, all_blocks, pages, run_blocks
+from tests.doccommands import BENCH, CHART, DOCS, NODE, PLACEHOLDER, ROOT, all_blocks, pages, run_blocks
 
 PAGES = sorted(DOCS.glob("*.md"))  # the admin guides
 REFERENCE = sorted((DOCS / "reference").glob("*.md"))
@@ -30,7 +30,7 @@ LINKED_FROM = [
     ROOT / "helm" / "gpushare-hub" / "README.md",
     ROOT / "examples" / "README.md",
 ]
-TIER_TESTS = {CHART: ROOT / "tests" / "chart", BENCH: ROOT / "tests" / "bench"}
+TIER_TESTS = {CHART: ROOT / "tests" / "chart", BENCH: ROOT / "tests" / "bench", NODE: ROOT / "tests" / "node"}
 # Placeholders the chart tier fills in (docs/README.md, "How these pages are tested").
 KNOWN_PLACEHOLDERS = {"<gpu-node-1>", "<gpu-node-2>", "<registry>", "<kubernetes-version>"}
 
@@ -41,7 +41,7 @@ RUNNERS = {"doc_block", "run_doc"}
 
 def names_run_by(folder: Path, tier: str) -> set[str]:
     """Literal block names that the tier's tests pass to doc_block or run_doc (for ``tier``)."""
-    constants = {"CHART": CHART, "BENCH": BENCH}
+    constants = {"CHART": CHART, "BENCH": BENCH, "NODE": NODE}
     found = set()
     for path in folder.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -98,7 +98,7 @@ def test_every_shell_block_is_marked():
     assert all_blocks()  # raises, naming the file and line, for a block without a mark
 
 
-@pytest.mark.parametrize("tier", [CHART, BENCH])
+@pytest.mark.parametrize("tier", [CHART, BENCH, NODE])
 def test_every_run_block_is_run_by_its_tier_and_every_name_the_tier_runs_exists(tier):
     marked = set(run_blocks(tier))
     run = names_run_by(TIER_TESTS[tier], tier)

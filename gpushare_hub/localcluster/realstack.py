@@ -1,0 +1,228 @@
+"""The whole product on real nodes: our chart and Zero to JupyterHub running as containers.
+
+``gpushare-localcluster up --real-nodes N --z2jh --ready-file PATH`` runs this: a local control
+plane with N real nodes (:mod:`.realnodes`), our images and the images the charts name imported
+into each node's containerd, the gpushare-hub chart installed with ``helm install`` (simulated
+cards, ``devicePlugin.simulate``), then Zero to JupyterHub 4.4.0 with ``examples/z2jh-values.yaml``
+and ``examples/z2jh-small-cluster-values.yaml``. The hub is forwarded to 127.0.0.1.
+
+It needs a checkout of this repository (the images are built from ``images/``, the charts and
+example values are read from it) and, for ``--z2jh``, Zero to JupyterHub's chart unpacked
+(``helm pull jupyterhub/jupyterhub --version 4.4.0 --untar``; tests use the copy in
+``../shared/vendor``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import subprocess
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from .cluster import LocalCluster
+from .processes import HarnessError
+from .realnodes import RealNodes
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "gpushare-hub"
+EXAMPLES = ROOT / "examples"
+Z2JH_VERSION = "4.4.0"
+GPUSHARE_NAMESPACE = "gpushare-hub"
+HUB_NAMESPACE = "jupyterhub"
+# The cards each real node declares (the device plugin's simulated backend).
+SIMULATED_CARDS = "1x Tesla T4:15360"
+# Where the hub's database lives on the node that holds it (examples/hub-db-pv.yaml).
+HUB_DB_PATH = "/var/lib/jupyterhub/hub-db"
+HUB_UID = 1000  # Zero to JupyterHub's hub.containerSecurityContext.runAsUser
+
+
+def images_module() -> ModuleType:
+    """``images/build.py`` of this checkout (it is not part of the installed package)."""
+    path = ROOT / "images" / "build.py"
+    if not path.exists():
+        raise HarnessError(
+            f"real nodes build their images from a checkout of gpushare-hub ({path} is missing): "
+            "run from a clone with `pip install -e .`"
+        )
+    spec = importlib.util.spec_from_file_location("gpushare_images_build", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def image_archives() -> tuple[dict[str, str], dict[str, Path]]:
+    """Every image a real node runs, built where missing: (role -> image name, name -> tar)."""
+    images = images_module()
+    builder = images.Builder()
+    try:
+        refs = images.node_images(builder)
+        names = images.chart_names()
+        archives = {names[role]: builder.archive(ref, names[role]) for role, ref in refs.items()}
+    except images.BuildError as err:
+        raise HarnessError(f"building the real nodes' images failed: {err}") from err
+    return names, archives
+
+
+def default_z2jh_chart() -> Path:
+    return ROOT.parent / "shared" / "vendor" / f"zero-to-jupyterhub-k8s-{Z2JH_VERSION}" / "jupyterhub"
+
+
+class RealStack:
+    """A running cluster with real nodes, and the two charts installed on it on request."""
+
+    def __init__(self, cluster: LocalCluster, names: dict[str, str], nodes: RealNodes) -> None:
+        self.cluster = cluster
+        self.names = names
+        self.nodes = nodes
+        self.helm = cluster.bin_dir / "helm"
+        self.kubectl = cluster.bin_dir / "kubectl"
+        self.hub_url = ""
+        self.admin_token = ""
+
+    @classmethod
+    def start(cls, cluster: LocalCluster, count: int) -> RealStack:
+        """Real nodes on a started ``cluster`` (made with ``real_nodes=True``), images imported."""
+        names, archives = image_archives()
+        nodes = RealNodes(cluster, archives, sandbox_image=names["pause"])
+        nodes.add(count)
+        return cls(cluster, names, nodes)
+
+    # ---- commands ---------------------------------------------------------------------
+    def run(self, program: str, *args: str, timeout: float = 600) -> str:
+        binary = {"helm": self.helm, "kubectl": self.kubectl}[program]
+        env = dict(os.environ, KUBECONFIG=str(self.cluster.kubeconfig))
+        proc = subprocess.run(
+            [str(binary), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        if proc.returncode != 0:
+            raise HarnessError(
+                f"`{program} {' '.join(args)}` failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}"
+            )
+        return proc.stdout
+
+    # ---- our chart ----------------------------------------------------------------------
+    def gpushare_install_argv(self) -> list[str]:
+        """``helm install`` of helm/gpushare-hub exactly as docs/install.md's "Try the chart
+        without GPUs" writes it (the node tier checks the two agree)."""
+        registry = self.names["extender"].rsplit("/", 1)[0]
+        return [
+            "helm", "install", "gpushare-hub", "helm/gpushare-hub", "--namespace", GPUSHARE_NAMESPACE,
+            "--create-namespace",
+            "--set", f"hub.serviceAccount.namespace={HUB_NAMESPACE}",
+            "--set", f"extender.image.repository={registry}/gpushare-extender",
+            "--set", f"devicePlugin.image.repository={registry}/gpushare-device-plugin",
+            "--set-string", f"devicePlugin.simulate={SIMULATED_CARDS}",
+            "--wait",
+        ]  # fmt: skip
+
+    def install_gpushare(self) -> None:
+        argv = self.gpushare_install_argv()
+        self.run(argv[0], *argv[1:], "--timeout=8m")
+
+    # ---- Zero to JupyterHub -------------------------------------------------------------
+    def prepare_hub_volume(self, node: str) -> None:
+        """The hub database's folder on ``node`` (owned by the hub's user) and its PersistentVolume."""
+        folder = self.nodes.host_path(node, HUB_DB_PATH)
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chown(folder, HUB_UID, HUB_UID)
+        self.run("apply", f"--filename={self.hub_volume_manifest(node)}")
+
+    def hub_volume_manifest(self, node: str) -> Path:
+        text = (EXAMPLES / "hub-db-pv.yaml").read_text().replace("<hub-node>", node)
+        path = self.cluster.workdir / "hub-db-pv.yaml"
+        path.write_text(text)
+        return path
+
+    def local_values(self) -> Path:
+        """The local cluster's own Zero to JupyterHub values: the configurable-http-proxy image it
+        built, and an admin API token (a hub service with an admin role) for the ready file."""
+        self.admin_token = secrets.token_hex(32)
+        chp_name, chp_tag = self.names["chp"].rsplit(":", 1)
+        values = {
+            "proxy": {"chp": {"image": {"name": chp_name, "tag": chp_tag}}},
+            "hub": {
+                "services": {"gpushare-localcluster": {"apiToken": self.admin_token}},
+                "loadRoles": {
+                    "gpushare-localcluster": {
+                        "services": ["gpushare-localcluster"],
+                        "scopes": [
+                            "admin:users",
+                            "admin:servers",
+                            "access:servers",
+                            "read:hub",
+                            "tokens",
+                            # The gpushare hub service (configure_hub): its API and dashboard.
+                            "access:services",
+                            "custom:gpushare:admin",
+                        ],
+                    }
+                },
+            },
+        }
+        path = self.cluster.workdir / "z2jh-localcluster-values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        path.chmod(0o600)
+        return path
+
+    def z2jh_install_argv(self, chart: str) -> list[str]:
+        """``helm upgrade --install`` of Zero to JupyterHub as docs/zero-to-jupyterhub.md's "On a
+        small cluster of your own" writes it, with ``chart`` for ``jupyterhub/jupyterhub``."""
+        return [
+            "helm", "upgrade", "--install", "jhub", chart, "--namespace", HUB_NAMESPACE, "--create-namespace",
+            "--version", Z2JH_VERSION, "--values", "examples/z2jh-values.yaml",
+            "--values", "examples/z2jh-small-cluster-values.yaml",
+        ]  # fmt: skip
+
+    def install_z2jh(self, chart: Path) -> None:
+        if not (chart / "Chart.yaml").exists():
+            raise HarnessError(
+                f"no Zero to JupyterHub chart at {chart}: unpack it there "
+                f"(helm pull jupyterhub/jupyterhub --version {Z2JH_VERSION} --untar) or pass --z2jh-chart"
+            )
+        node = next(iter(self.nodes.nodes))
+        self.prepare_hub_volume(node)
+        argv = self.z2jh_install_argv(str(chart))
+        self.run(argv[0], *argv[1:], "--values", str(self.local_values()), "--wait", "--timeout=8m")
+        ip = self.cluster.core_api().read_namespaced_service("proxy-public", HUB_NAMESPACE).spec.cluster_ip
+        self.hub_url = "http://" + self.nodes.forward_to_host(f"{ip}:80")
+        self.wait_hub()
+
+    def wait_hub(self, timeout: float = 120) -> None:
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.hub_url}/hub/api/", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except Exception as err:  # the proxy or the hub not answering yet
+                last = err
+            time.sleep(1)
+        raise HarnessError(f"the hub did not answer at {self.hub_url}/hub/api/ in {timeout:.0f}s: {last}")
+
+    def ready_document(self) -> dict[str, Any]:
+        return {
+            "kubeconfig": str(self.cluster.kubeconfig),
+            "hub_url": self.hub_url,
+            "admin_token": self.admin_token,
+            "namespace": HUB_NAMESPACE,
+            "gpushare_namespace": GPUSHARE_NAMESPACE,
+            "nodes": list(self.nodes.nodes),
+            "logs": str(self.cluster.logs),
+        }
+
+    def write_ready_file(self, path: Path) -> None:
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(json.dumps(self.ready_document(), indent=2) + "\n")
+        partial.chmod(0o600)
+        partial.replace(path)

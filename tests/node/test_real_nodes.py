@@ -1,0 +1,345 @@
+"""The chart and Zero to JupyterHub on a real node, in the order an admin meets them.
+
+1. ``helm install`` of our chart (simulated cards): the scheduler replicas with their extender,
+   probes passing, one leader; the device plugin registered with the real kubelet.
+2. Zero to JupyterHub 4.4.0 with examples/z2jh-values.yaml and z2jh-small-cluster-values.yaml.
+3. Two users' 5 GiB notebooks share one card; what the kubelet delivered inside the containers.
+4. ``helm upgrade`` to a new image tag and a kubelet restart, with both notebooks running.
+5. ``helm uninstall`` of both charts as docs/uninstall.md says: nothing of ours left.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpushare_hub.core.records import read_allocation
+from gpushare_hub.localcluster.realstack import (
+    GPUSHARE_NAMESPACE,
+    HUB_NAMESPACE,
+    RealStack,
+    default_z2jh_chart,
+)
+from gpushare_hub.plugin.response import HOOK_CONTAINER_PATH
+from tests.conftest import wait_for
+from tests.doccommands import ROOT, doc_block, substitute
+from tests.node.conftest import Hub
+
+USERS = ("alice", "bob")
+SLICE = "t4-5g"
+
+
+def pods(stack: RealStack, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    path = f"/api/v1/namespaces/{namespace}/pods" + (f"?labelSelector={selector}" if selector else "")
+    items: list[dict[str, Any]] = stack.cluster.get_json(path)["items"]
+    return items
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    return sum(
+        int(c.get("restartCount", 0)) for c in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+
+
+def kubectl(stack: RealStack, *args: str) -> str:
+    return stack.run("kubectl", *args)
+
+
+def exec_in(stack: RealStack, namespace: str, pod: str, *argv: str) -> str:
+    return kubectl(stack, "exec", f"--namespace={namespace}", pod, "--", *argv)
+
+
+def card_of(pod: dict[str, Any]) -> str:
+    alloc = read_allocation(pod)
+    assert alloc is not None and not hasattr(alloc, "reason"), (pod["metadata"].get("annotations"), alloc)
+    (share,) = alloc.shares  # type: ignore[union-attr]
+    return str(share.uuid)
+
+
+@pytest.fixture(scope="module")
+def hub(stack: RealStack) -> Hub:
+    if not stack.hub_url:
+        pytest.skip("Zero to JupyterHub did not install (see test_zero_to_jupyterhub_runs_our_hub)")
+    return Hub(stack.hub_url, stack.admin_token)
+
+
+# ---- 1. our chart --------------------------------------------------------------------------
+def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
+    (documented,) = doc_block("install-simulated", "node-tier").commands()
+    assert stack.gpushare_install_argv() == substitute(documented, {"<registry>": "ghcr.io/gpushare-hub"}), (
+        "the harness installs the chart otherwise than docs/install.md says"
+    )
+    stack.install_gpushare()
+    node = next(iter(stack.nodes.nodes))
+
+    scheduler = pods(stack, GPUSHARE_NAMESPACE, "app.kubernetes.io/component=scheduler")
+    assert len(scheduler) == 2 and all(ready(p) for p in scheduler), scheduler
+    for pod in scheduler:
+        names = {c["name"] for c in pod["spec"]["containers"]}
+        assert names == {"kube-scheduler", "extender"}, names
+        assert pod["spec"]["nodeName"] == node
+        for c in pod["spec"]["containers"]:
+            assert c.get("readinessProbe") or c.get("livenessProbe"), c["name"]
+    lease = stack.cluster.get_json(f"/apis/coordination.k8s.io/v1/namespaces/{GPUSHARE_NAMESPACE}/leases")
+    holders = [
+        item["spec"].get("holderIdentity", "")
+        for item in lease["items"]
+        if item["metadata"]["name"] == "gpushare-scheduler"
+    ]
+    assert len(holders) == 1 and any(holders[0].startswith(p["metadata"]["name"]) for p in scheduler), holders
+
+    plugin_selector = "app.kubernetes.io/component=device-plugin"
+    assert wait_for(lambda: all(ready(p) for p in pods(stack, GPUSHARE_NAMESPACE, plugin_selector)), 60)
+    assert [p["spec"]["nodeName"] for p in pods(stack, GPUSHARE_NAMESPACE, plugin_selector)] == [node]
+    allocatable = wait_for(
+        lambda: stack.cluster.get_json(f"/api/v1/nodes/{node}")["status"]["allocatable"].get(
+            "aliyun.com/gpu-mem"
+        ),
+        60,
+    )
+    assert allocatable == "15", "one simulated T4 is 15 GiB slices"
+    # The MPS control daemons need a GPU; their DaemonSet is rendered and admitted here.
+    rendered = stack.run(
+        "helm", "template", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
+        "--set=mps.enabled=true", "--show-only=templates/mps-control-daemon.yaml",
+    )  # fmt: skip
+    path = stack.cluster.workdir / "mps.yaml"
+    path.write_text(rendered)
+    out = kubectl(stack, "apply", "--dry-run=server", f"--filename={path}")
+    assert "daemonset.apps/gpushare-mps-control-daemon" in out, out
+
+
+# ---- 2. Zero to JupyterHub -----------------------------------------------------------------
+def test_zero_to_jupyterhub_runs_our_hub(stack: RealStack) -> None:
+    (documented,) = doc_block("z2jh-small-cluster", "node-tier").commands()
+    assert stack.z2jh_install_argv("jupyterhub/jupyterhub") == documented, (
+        "the harness installs Zero to JupyterHub otherwise than docs/zero-to-jupyterhub.md says"
+    )
+    stack.install_z2jh(default_z2jh_chart())
+    (hub_pod,) = pods(stack, HUB_NAMESPACE, "component=hub")
+    assert ready(hub_pod)
+    assert hub_pod["spec"]["containers"][0]["image"] == stack.names["hub"]
+    (proxy_pod,) = pods(stack, HUB_NAMESPACE, "component=proxy")
+    assert ready(proxy_pod)
+    status, info = Hub(stack.hub_url, stack.admin_token).call("GET", "/hub/api/")
+    assert status == 200 and "version" in info, info
+
+
+# ---- 3. two users, one card ----------------------------------------------------------------
+def spawn(hub: Hub, user: str, profile: str = SLICE) -> None:
+    status, body = hub.call("POST", f"/hub/api/users/{user}")
+    assert status in (201, 409), body
+    status, body = hub.call("POST", f"/hub/api/users/{user}/server", {"profile": profile})
+    assert status in (201, 202), body
+
+
+def wait_ready(hub: Hub, user: str, timeout: float = 240) -> dict[str, Any]:
+    def server() -> Any:
+        status, body = hub.call("GET", f"/hub/api/users/{user}")
+        srv = (body or {}).get("servers", {}).get("") if status == 200 else None
+        return srv if srv and srv.get("ready") else None
+
+    srv = wait_for(server, timeout, every=1)
+    assert srv, f"{user}'s server not ready in {timeout}s: {hub.call('GET', f'/hub/api/users/{user}')}"
+    return dict(srv)
+
+
+def notebook_pod(stack: RealStack, user: str) -> dict[str, Any]:
+    return dict(stack.cluster.get_json(f"/api/v1/namespaces/{HUB_NAMESPACE}/pods/jupyter-{user}"))
+
+
+def test_two_users_share_one_card_in_real_containers(stack: RealStack, hub: Hub) -> None:
+    for user in USERS:
+        spawn(hub, user)
+    started = time.monotonic()
+    for user in USERS:
+        wait_ready(hub, user)
+    print(f"two 5 GiB notebooks ready on the real node in {time.monotonic() - started:.1f} s")
+    pod_a, pod_b = (notebook_pod(stack, u) for u in USERS)
+    assert pod_a["spec"]["nodeName"] == pod_b["spec"]["nodeName"] == next(iter(stack.nodes.nodes))
+    assert card_of(pod_a) == card_of(pod_b), "binpack puts both 5 GiB slices on the one card"
+    for user, pod in zip(USERS, (pod_a, pod_b), strict=True):
+        name = pod["metadata"]["name"]
+        env = dict(
+            line.split("=", 1)
+            for line in exec_in(stack, HUB_NAMESPACE, name, "env").splitlines()
+            if "=" in line
+        )
+        assert env["NVIDIA_VISIBLE_DEVICES"] == card_of(pod), (user, env.get("NVIDIA_VISIBLE_DEVICES"))
+        assert HOOK_CONTAINER_PATH in env.get("PYTHONPATH", "").split(":"), env.get("PYTHONPATH")
+        mounts = exec_in(stack, HUB_NAMESPACE, name, "cat", "/proc/self/mounts")
+        (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
+        assert "ro" in line.split()[3].split(","), line
+        terminal = terminal_env(stack, hub, user)
+        assert terminal.get("NVIDIA_VISIBLE_DEVICES") == card_of(pod), terminal
+        assert HOOK_CONTAINER_PATH in terminal.get("PYTHONPATH", "").split(":"), terminal
+
+    status, ledger = hub.call("GET", "/services/gpushare/api/v1/ledger")
+    assert status == 200, ledger
+    text = json.dumps(ledger)
+    for pod in (pod_a, pod_b):
+        assert pod["metadata"]["name"] in text, text[:2000]
+    inspect = subprocess.run(
+        [str(Path(stack.kubectl).parent / "kubectl"), "inspect", "gpushare"],
+        capture_output=True,
+        text=True,
+        env=inspect_env(stack),
+        timeout=60,
+    )
+    assert inspect.returncode == 0, inspect.stderr
+    assert "10/15" in inspect.stdout, inspect.stdout
+
+
+def inspect_env(stack: RealStack) -> dict[str, str]:
+    import os
+    import sys
+
+    return dict(
+        os.environ,
+        KUBECONFIG=str(stack.cluster.kubeconfig),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+
+
+def terminal_env(stack: RealStack, hub: Hub, user: str) -> dict[str, str]:
+    """The environment a Jupyter terminal gets: started through the notebook server's REST API,
+    read over its websocket, as JupyterLab does."""
+    import asyncio
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    status, term = hub.call("POST", f"/user/{user}/api/terminals")
+    assert status in (200, 201), term
+    ws_url = stack.hub_url.replace("http://", "ws://") + f"/user/{user}/terminals/websocket/{term['name']}"
+
+    async def read() -> str:
+        conn = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {hub.token}"}))
+        await conn.write_message(json.dumps(["stdin", "env; echo __END__\r"]))
+        out = ""
+        deadline = time.monotonic() + 30
+        while "__END__\r\n" not in out.replace("echo __END__", "") and time.monotonic() < deadline:
+            msg = await asyncio.wait_for(conn.read_message(), 30)
+            if msg is None:
+                break
+            kind, *rest = json.loads(msg)
+            if kind == "stdout":
+                out += rest[0]
+        conn.close()
+        return out
+
+    out = asyncio.run(read())
+    hub.call("DELETE", f"/user/{user}/api/terminals/{term['name']}")
+    return dict(
+        line.strip().split("=", 1)
+        for line in out.splitlines()
+        if "=" in line and " " not in line.split("=")[0]
+    )
+
+
+# ---- 4. upgrade and kubelet restart ------------------------------------------------------------
+def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: Hub) -> None:
+    before = {u: notebook_pod(stack, u) for u in USERS}
+    status, ledger_before = hub.call("GET", "/services/gpushare/api/v1/ledger")
+    assert status == 200
+    node = next(iter(stack.nodes.nodes))
+    real = stack.nodes.nodes[node]
+    for role in ("extender", "device-plugin"):
+        name = stack.names[role]
+        real.ctr("images", "tag", name, name.rsplit(":", 1)[0] + ":0.1.0-upgrade")
+    stack.run(
+        "helm", "upgrade", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
+        "--reuse-values", "--set=extender.image.tag=0.1.0-upgrade",
+        "--set=devicePlugin.image.tag=0.1.0-upgrade", "--wait", "--timeout=5m",
+    )  # fmt: skip
+    for pod in pods(stack, GPUSHARE_NAMESPACE):
+        for c in pod["spec"]["containers"]:
+            if c["name"] in ("extender", "device-plugin"):
+                assert c["image"].endswith(":0.1.0-upgrade"), c["image"]
+    for user in USERS:
+        after = notebook_pod(stack, user)
+        assert after["metadata"]["uid"] == before[user]["metadata"]["uid"]
+        assert restarts(after) == 0 and ready(after), after["status"]
+        assert card_of(after) == card_of(before[user])
+    status, ledger_after = hub.call("GET", "/services/gpushare/api/v1/ledger")
+    assert status == 200
+    assert _holdings(ledger_after) == _holdings(ledger_before)
+
+    spawn(hub, "carol")
+    wait_ready(hub, "carol")
+    assert card_of(notebook_pod(stack, "carol")) == card_of(before["alice"]), "5+5+5 GiB fill the one T4"
+
+    stack.nodes.restart_kubelet(node)
+    assert wait_for(
+        lambda: (
+            "gpushare" in stack.nodes.host_path(node, "/var/lib/kubelet/device-plugins").as_posix()
+            and any("registered" in line.lower() for line in _plugin_log(stack)[-50:])
+        ),
+        90,
+        every=2,
+    ), _plugin_log(stack)[-30:]
+    assert wait_for(
+        lambda: (
+            stack.cluster.get_json(f"/api/v1/nodes/{node}")["status"]["allocatable"].get("aliyun.com/gpu-mem")
+            == "15"
+        ),
+        90,
+    )
+    for user in USERS:
+        pod = notebook_pod(stack, user)
+        env = exec_in(
+            stack, HUB_NAMESPACE, pod["metadata"]["name"], "printenv", "NVIDIA_VISIBLE_DEVICES"
+        ).strip()
+        assert env == card_of(pod)
+        assert restarts(pod) == 0
+
+
+def _holdings(ledger: Any) -> Any:
+    return json.dumps(ledger.get("cards", ledger), sort_keys=True) if isinstance(ledger, dict) else ledger
+
+
+def _plugin_log(stack: RealStack) -> list[str]:
+    (pod,) = pods(stack, GPUSHARE_NAMESPACE, "app.kubernetes.io/component=device-plugin")
+    return kubectl(stack, "logs", f"--namespace={GPUSHARE_NAMESPACE}", pod["metadata"]["name"]).splitlines()
+
+
+# ---- 5. uninstall ------------------------------------------------------------------------------
+def test_uninstall_leaves_nothing_of_ours(stack: RealStack, hub: Hub) -> None:
+    for user in (*USERS, "carol"):
+        hub.call("DELETE", f"/hub/api/users/{user}/server")
+    assert wait_for(lambda: not pods(stack, HUB_NAMESPACE, "component=singleuser-server"), 120, every=1)
+    stack.run("helm", "uninstall", "jhub", f"--namespace={HUB_NAMESPACE}", "--wait")
+    node = next(iter(stack.nodes.nodes))
+    for raw in doc_block("uninstall").commands():
+        argv = substitute(raw, {"<gpu-node-1>": node, "<gpu-node-2>": node})
+        if argv[:3] in (["kubectl", "label", "node"], ["kubectl", "annotate", "node"]):
+            argv = [a for i, a in enumerate(argv) if i < 4 or a != node]  # one real node, named once
+        proc = subprocess.run(
+            [str(stack.helm if argv[0] == "helm" else stack.kubectl), *argv[1:]],
+            cwd=ROOT,
+            env=inspect_env(stack),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0 or "not found" in proc.stderr, (shlex.join(argv), proc.stderr)
+    leftovers = kubectl(
+        stack, "get", "all,configmaps,secrets,serviceaccounts,roles,rolebindings,leases,clusterroles,"
+        "clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings",
+        "--all-namespaces", "--selector=app.kubernetes.io/name=gpushare-hub", "--output=name",
+    )  # fmt: skip
+    assert leftovers.strip() == "", leftovers
+    assert not wait_for(lambda: pods(stack, GPUSHARE_NAMESPACE), 0)
+    plugin_dir = stack.nodes.host_path(node, "/var/lib/kubelet/device-plugins")
+    assert not [p.name for p in plugin_dir.iterdir() if "gpushare" in p.name], list(plugin_dir.iterdir())
