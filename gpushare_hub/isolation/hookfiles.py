@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -41,3 +42,13 @@ def install_hook(dest: Path) -> list[Path]:
             raise
         out.append(target)
     return out
+
+
+def remove_hook(dest: Path) -> None:
+    """Take out what :func:`install_hook` put into ``dest`` (and ``dest`` itself once empty)."""
+    for src in hook_files():
+        (dest / src.name).unlink(missing_ok=True)
+    for stale in dest.glob(".*.py.*"):  # a copy a killed install left
+        stale.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else is in it: not ours to remove
+        dest.rmdir()

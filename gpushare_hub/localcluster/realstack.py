@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -54,6 +55,7 @@ def images_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gpushare_images_build", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -133,7 +135,7 @@ class RealStack:
         folder = self.nodes.host_path(node, HUB_DB_PATH)
         folder.mkdir(parents=True, exist_ok=True)
         os.chown(folder, HUB_UID, HUB_UID)
-        self.run("apply", f"--filename={self.hub_volume_manifest(node)}")
+        self.run("kubectl", "apply", f"--filename={self.hub_volume_manifest(node)}")
 
     def hub_volume_manifest(self, node: str) -> Path:
         text = (EXAMPLES / "hub-db-pv.yaml").read_text().replace("<hub-node>", node)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
+from gpushare_hub.core.demand import demand_from_pod
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
@@ -360,6 +362,42 @@ class GPUShareDevicePlugin(Application):
             "on" if self.tensorflow_memory_limit else "off",
         )
         runner.run()
+        self.remove_hook_if_unused(state)
+
+    def remove_hook_if_unused(self, state: PluginState) -> None:
+        """On the way out, the start-up hook's files go when no pod on this node asks for a slice:
+        an uninstall then leaves none of our files on the node, while a restart or an upgrade with
+        notebooks running keeps the files they mount. Kept when the pods cannot be read."""
+        log = logging.getLogger("gpushare.plugin")
+        if not self.hook_host_path:
+            return
+        try:
+            pods = state.pods.pods_on_node(self.node_name)
+        except Exception as err:
+            log.info(
+                "start-up hook kept in %s: cannot tell whether a pod uses it (%s)", self.hook_host_path, err
+            )
+            return
+        users = [p for p in pods if holds_a_slice(p, state.settings.names)]
+        if users:
+            log.info(
+                "start-up hook kept in %s: %d pod(s) on this node mount it", self.hook_host_path, len(users)
+            )
+            return
+        from gpushare_hub.isolation.hookfiles import remove_hook
+
+        remove_hook(Path(self.hook_host_path))
+        log.info("start-up hook removed from %s: no pod on this node holds a slice", self.hook_host_path)
+
+
+def holds_a_slice(pod: Mapping[str, Any], names: ResourceNames) -> bool:
+    """A pod, not finished, that asks for GPU memory or cards (one that cannot be read counts)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    try:
+        return demand_from_pod(pod, names) is not None
+    except GPUShareError:
+        return True
 
 
 def main(argv: list[str] | None = None) -> None:

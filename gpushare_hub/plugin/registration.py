@@ -143,6 +143,9 @@ class Runner:
                 )
                 self.shutdown_server()
         self.shutdown_server()
+        # Our sockets go with us: a stopped plugin leaves nothing in the kubelet's folder.
+        for sock in (self.socket, self.count_socket):
+            sock.unlink(missing_ok=True)
 
     def shutdown(self) -> None:
         self.stop.set()

@@ -83,3 +83,43 @@ def test_plugin_flags_become_the_nodes_isolation_and_a_hook_folder_it_cannot_wri
     app.hook_host_path = str(blocker / "pyhook")  # a folder under a file: cannot be made
     with pytest.raises(GPUShareError, match=r"cannot install the Python start-up hook .*--hook-host-path=''"):
         app.install_hook()
+
+
+def test_on_the_way_out_the_hook_goes_only_when_no_pod_on_the_node_holds_a_slice(tmp_path):
+    from types import SimpleNamespace
+
+    from gpushare_hub.core.resources import DEFAULT_NAMES
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
+
+    def pod(name, phase="Running", gib=5):
+        limits = {DEFAULT_NAMES.memory: str(gib)} if gib else {}
+        return {
+            "metadata": {"name": name, "namespace": "jupyterhub"},
+            "spec": {"containers": [{"name": "notebook", "resources": {"limits": limits}}]},
+            "status": {"phase": phase},
+        }
+
+    class Pods:
+        def __init__(self, found):
+            self.found = found
+
+        def pods_on_node(self, node):
+            if isinstance(self.found, Exception):
+                raise self.found
+            return self.found
+
+    app = GPUShareDevicePlugin()
+    app.parse_command_line(["--node-name=gpu-1", f"--hook-host-path={tmp_path}/pyhook"])
+    settings = SimpleNamespace(names=DEFAULT_NAMES)
+    for kept in ([pod("alice")], ConnectionError("API server gone")):
+        app.install_hook()
+        app.remove_hook_if_unused(SimpleNamespace(pods=Pods(kept), settings=settings))
+        assert (tmp_path / "pyhook" / "sitecustomize.py").is_file(), kept
+    done = [pod("bob", phase="Succeeded"), pod("plugin", gib=0)]
+    app.remove_hook_if_unused(SimpleNamespace(pods=Pods(done), settings=settings))
+    assert not (tmp_path / "pyhook").exists()
+    (tmp_path / "pyhook").mkdir()
+    (tmp_path / "pyhook" / "admins-note.txt").write_text("not ours")
+    app.install_hook()
+    app.remove_hook_if_unused(SimpleNamespace(pods=Pods([]), settings=settings))
+    assert [p.name for p in (tmp_path / "pyhook").iterdir()] == ["admins-note.txt"]
