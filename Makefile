@@ -104,8 +104,9 @@ proto: setup
 chart: setup
 	$(BIN)/python helm/generate.py
 
-## Wheels of the package and its dependencies, with the `hub` extra, for the images (images/*/Dockerfile),
-## built on the host for the image's Python (IMAGE_PYTHON; the hub image: its own Python, e.g. 3.14).
+## Wheels of the package and its dependencies, with the `hub` and `singleuser` extras, for the images
+## (images/*/Dockerfile), built on the host for the image's Python (IMAGE_PYTHON; the hub image: its
+## own Python, e.g. 3.14). Each image installs only what it names (the extender: no extra).
 IMAGE_PYTHON   ?= 3.12
 IMAGE_PLATFORM ?= x86_64
 wheelhouse: setup
@@ -113,7 +114,7 @@ wheelhouse: setup
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir wheelhouse .
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
-	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any "$$(ls wheelhouse/gpushare_hub-*.whl)[hub]"
+	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any "$$(ls wheelhouse/gpushare_hub-*.whl)[hub,singleuser]"
 
 ## The images, built here with buildah (chroot, vfs) on a debootstrap base, cached under
 ## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.
