@@ -57,6 +57,9 @@ CLEAN = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/sh
 # What the package's wheel is made of (its key; a wheel's own bytes change with each build).
 # README.md, the wheel's long description only, is left out: editing it rebuilds nothing.
 SOURCES = ("pyproject.toml", "gpushare_hub")
+# Developer tooling the images carry in the wheel but never run: editing it rebuilds no image
+# (the harness that runs real nodes lives there and changes far more often than the images).
+TOOLING = ("gpushare_hub/localcluster/", "gpushare_hub/bench/", "gpushare_hub/demo/")
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,13 @@ IMAGES = (
     Image("device-plugin", f"import gpushare_hub.plugin.app; {_NO_HUB}"),
     # Zero to JupyterHub's hub image cannot be pulled here: the same Dockerfile on our base
     # (its unprivileged user by UID, as our base has no jovyan).
-    Image("hub", "import gpushare_hub.spawner, gpushare_hub.service.app", {"NB_USER": "65532"}),
+    # What Zero to JupyterHub's config and hub image bring that our base lacks (the config's
+    # curl HTTP client, the idle culler its `cull` values run) comes from the hub-image extra.
+    Image(
+        "hub",
+        "import gpushare_hub.spawner, gpushare_hub.service.app, pycurl, jupyterhub_idle_culler",
+        {"NB_USER": "65532", "EXTRAS": "hub,hub-image"},
+    ),
 )
 
 # The start-up hook as the device plugin hands it to a container: its folder on PYTHONPATH, where
@@ -282,7 +291,7 @@ class Builder:
         h = hashlib.sha256()
         for rel in sorted(listed.split()):
             path = ROOT / rel
-            if path.is_file():
+            if path.is_file() and not rel.startswith(TOOLING):
                 h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.digest()
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import time
@@ -343,4 +344,55 @@ def test_uninstall_leaves_nothing_of_ours(stack: RealStack, hub: Hub) -> None:
     assert leftovers.strip() == "", leftovers
     assert not wait_for(lambda: pods(stack, GPUSHARE_NAMESPACE), 0)
     plugin_dir = stack.nodes.host_path(node, "/var/lib/kubelet/device-plugins")
-    assert not [p.name for p in plugin_dir.iterdir() if "gpushare" in p.name], list(plugin_dir.iterdir())
+    assert wait_for(lambda: not [p for p in plugin_dir.iterdir() if "gpushare" in p.name], 30), list(
+        plugin_dir.iterdir()
+    )
+    ours = [
+        stack.nodes.host_path(node, "/var/lib/gpushare-hub"),
+        stack.nodes.host_path(node, "/run/gpushare-hub"),
+    ]
+    files = [f for folder in ours for f in folder.rglob("*") if not f.is_dir()]
+    assert files == [], "files the device plugin left on the node"
+
+
+# ---- the command line ------------------------------------------------------------------------
+def test_localcluster_up_with_real_nodes_and_z2jh_writes_a_ready_file_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    """``gpushare-localcluster up --real-nodes 1 --z2jh --ready-file PATH``, beside the tier's own
+    cluster (whose charts are uninstalled by now): its own namespaces, its own 127.0.0.1 ports."""
+    import os
+    import signal
+    import sys
+
+    from gpushare_hub.localcluster import netns
+
+    ready_file = tmp_path / "up.json"
+    log = (tmp_path / "up.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpushare_hub.localcluster.cli", "up", "--real-nodes", "1", "--z2jh",
+         "--ready-file", str(ready_file)],
+        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        assert wait_for(lambda: ready_file.exists() or proc.poll() is not None, 900, every=2)
+        assert proc.poll() is None, (tmp_path / "up.log").read_text()[-4000:]
+        info = json.loads(ready_file.read_text())
+        assert {"kubeconfig", "hub_url", "admin_token", "namespace"} <= set(info), info
+        assert info["hub_url"].startswith("http://127.0.0.1:")
+        hub = Hub(info["hub_url"], info["admin_token"])
+        status, users = hub.call("GET", "/hub/api/users")
+        assert status == 200 and isinstance(users, list), users
+        status, _ = hub.call("GET", "/hub/api/users", token="not-a-token")
+        assert status == 403
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(120)
+    assert code == 0, (tmp_path / "up.log").read_text()[-4000:]
+    prefix = f"gsh{proc.pid % 100000:05d}"  # LocalCluster names its namespaces after its process
+    assert not netns.stale_namespaces(prefix), "network namespaces left behind"
+    workdir = re.search(r"export KUBECONFIG=(\S+)/pki/", (tmp_path / "up.log").read_text())
+    assert workdir, (tmp_path / "up.log").read_text()[-2000:]
+    leftover = subprocess.run(["pgrep", "-f", workdir[1]], capture_output=True, text=True)
+    assert leftover.returncode == 1, f"processes left behind: {leftover.stdout}"
+    assert workdir[1] not in Path("/proc/self/mountinfo").read_text(), "mounts left behind"
