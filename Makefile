@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup demo system-deps replay test test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup demo system-deps replay test test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP)
 
@@ -46,8 +46,9 @@ k8s-binaries: setup
 	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build; done
 
 ## Debian packages installed once (as root) when missing: the chart tier's image builds need
-## buildah and debootstrap; the browser tier drives chromium headless with Playwright.
-SYSTEM_PACKAGES := buildah debootstrap chromium
+## buildah and debootstrap; the browser tier drives chromium headless with Playwright; the node
+## tier's real nodes run containerd and runc, with the CNI plugins and iptables (kube-proxy).
+SYSTEM_PACKAGES := buildah debootstrap chromium containerd runc containernetworking-plugins iptables
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -61,8 +62,8 @@ system-deps:
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier that can run here (unit, cluster, kubelet, hub, browser, chart, bench), after building what
-## they need; then the cluster and kubelet tiers again against each further pinned Kubernetes version.
+## Every test tier (unit, cluster, kubelet, hub, browser, chart, bench, then node on its own), after building
+## what they need; then the cluster and kubelet tiers again against each further pinned Kubernetes version.
 test: setup system-deps k8s-binaries hub-proxy
 	$(BIN)/ruff check gpushare_hub tests helm images
 	$(BIN)/mypy
@@ -70,7 +71,14 @@ test: setup system-deps k8s-binaries hub-proxy
 	$(BIN)/mypy images/build.py
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest -p no:cacheprovider
+	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-k8s-also
+
+## The node tier alone: real kubelets (containerd, runc) at the newest pinned Kubernetes, our chart and
+## Zero to JupyterHub as containers on them (root; see tests/node/). About 10 min.
+test-node: setup system-deps k8s-binaries hub-proxy
+	$(BIN)/gpushare-localcluster build --coredns
+	$(BIN)/pytest -p no:cacheprovider tests/node
 
 ## The cluster and kubelet tiers against each Kubernetes version pinned beside the first.
 test-k8s-also: setup k8s-binaries

@@ -30,7 +30,10 @@ def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
         time.sleep(every)
 
 
-TIERS = ("unit", "cluster", "kubelet", "hub", "browser", "chart", "bench")
+TIERS = ("unit", "cluster", "kubelet", "hub", "browser", "chart", "bench", "node")
+# The node tier runs alone (`pytest tests/node`, `make test` does): it pins the newest Kubernetes
+# version for its whole session, and real nodes want the machine's cores to themselves.
+collect_ignore = ["node"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

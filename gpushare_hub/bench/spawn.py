@@ -9,6 +9,11 @@ plain KubeSpawner asking 5 GiB. ``--spawns`` servers are started one after anoth
 
 Each server is stopped (and its pod gone) before the next starts. Medians are printed.
 
+``--real-node``: the same spawn (GPUShareSpawner, a 5 GiB slice) on a local notebook node (the
+pod runs as a local process) and on a real node (kubelet, containerd, runc; Zero to JupyterHub's
+hub and proxy as containers, the notebook a container of images/singleuser), ``--spawns`` each;
+the medians and their ratio are printed. Root only; a few minutes to bring the real node up.
+
 ``--compare-plain``: two hubs in the same cluster, one with ``GPUShareSpawner`` (a 5 GiB
 catalogue slice, REST ``{"profile": "t4-5g"}``, the gpushare scheduler) and one with a plain
 ``KubeSpawner`` making the same pod without any GPU (default scheduler); spawns alternate
@@ -51,7 +56,7 @@ def _watch(cluster: Any, namespace: str, seen: dict[str, dict[str, float]], stop
 SLICE = {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]}
 
 
-def _spawn_once(hub: Any, cluster: Any, namespace: str, user: str, body: Any) -> float:
+def _spawn_once(hub: Any, cluster: Any, namespace: str, user: str, body: Any, selector: str = "") -> float:
     """POST, then poll the server through the proxy; seconds to the first 200. Stops it again."""
     token = hub.user_token(user)
     t0 = time.monotonic()
@@ -64,7 +69,8 @@ def _spawn_once(hub: Any, cluster: Any, namespace: str, user: str, body: Any) ->
         time.sleep(0.05)
     took = time.monotonic() - t0
     hub.api("DELETE", f"/users/{user}/server")
-    while cluster.get_json(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+    pods = f"/api/v1/namespaces/{namespace}/pods" + (f"?labelSelector={selector}" if selector else "")
+    while cluster.get_json(pods)["items"]:
         time.sleep(0.2)
     return took
 
@@ -110,6 +116,89 @@ def compare_plain(spawns: int) -> dict[str, Any]:
         "overhead_ratio": round(g / p - 1, 4),
         "gpushare_s": [round(t, 2) for t in gpu],
         "plain_s": [round(t, 2) for t in plain],
+    }
+
+
+NOTEBOOKS = "component%3Dsingleuser-server"  # Zero to JupyterHub's label on user pods
+
+
+class _Z2JH:
+    """Zero to JupyterHub's REST API and proxy, with the methods of LocalHub that _spawn_once uses."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+
+    def user_token(self, user: str) -> str:
+        self.api("POST", f"/users/{user}")
+        return self.token  # the admin token may reach every server (access:servers)
+
+    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return self._call(method, f"/hub/api{path}", body)
+
+    def proxy_get(self, path: str, token: str, timeout: float = 30) -> tuple[int, Any]:
+        return self._call("GET", path, None, timeout)
+
+    def _call(self, method: str, path: str, body: Any, timeout: float = 30) -> tuple[int, Any]:
+        import urllib.error
+        import urllib.request
+
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"token {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+        except OSError as err:  # the proxy not routing yet
+            return 0, str(err)
+
+
+def compare_real_node(spawns: int) -> dict[str, Any]:
+    """GPUShareSpawner's 5 GiB spawn on a local notebook node, then on a real node."""
+    from ..localcluster import build
+    from ..localcluster.cluster import LocalCluster
+    from ..localcluster.hub import LocalHub
+    from ..localcluster.notebooknodes import NotebookNodes, spawner_config
+    from ..localcluster.realstack import HUB_NAMESPACE, RealStack, default_z2jh_chart
+
+    build.build()
+    build.build_coredns()
+    local: list[float] = []
+    with LocalCluster() as cluster:
+        cluster.start()
+        cluster.start_gpushare_scheduler()
+        nodes = NotebookNodes(cluster)
+        nodes.add(1, cards=1)
+        nodes.start()
+        cluster.create_namespace("bench")
+        config = {**spawner_config(), "slices": [SLICE]}
+        config.pop("extra_resource_limits")
+        hub = LocalHub(cluster, "bench", config, spawner_class="gpushare_hub.GPUShareSpawner").start()
+        _spawn_once(hub, cluster, "bench", "warm", {"profile": "t4-5g"})
+        for i in range(spawns):
+            local.append(_spawn_once(hub, cluster, "bench", f"local{i}", {"profile": "t4-5g"}))
+    real: list[float] = []
+    with LocalCluster(real_nodes=True) as cluster:
+        cluster.start()
+        cluster.start_scheduler()
+        stack = RealStack.start(cluster, 1)
+        stack.install_gpushare()
+        stack.install_z2jh(default_z2jh_chart())
+        z2jh = _Z2JH(stack.hub_url, stack.admin_token)
+        slice_5g = {"profile": "t4-5g"}
+        _spawn_once(z2jh, cluster, HUB_NAMESPACE, "warm", slice_5g, NOTEBOOKS)
+        for i in range(spawns):
+            real.append(_spawn_once(z2jh, cluster, HUB_NAMESPACE, f"real{i}", slice_5g, NOTEBOOKS))
+    lm, rm = statistics.median(local), statistics.median(real)
+    return {
+        "spawns_each": spawns,
+        "median_local_process_node_s": round(lm, 2),
+        "median_real_node_s": round(rm, 2),
+        "real_over_local": round(rm / lm, 2),
+        "local_process_node_s": [round(t, 2) for t in local],
+        "real_node_s": [round(t, 2) for t in real],
     }
 
 
@@ -170,10 +259,29 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="GPUShareSpawner (5 GiB slice) vs plain KubeSpawner (same pod, no GPU), alternating",
     )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="GPUShareSpawner on a local notebook node against a real node (kubelet, containerd; root)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.real_node:
+        out = compare_real_node(args.spawns)
+        if args.json:
+            print(json.dumps(out))
+        else:
+            print(
+                f"{out['spawns_each']} spawns each, one at a time, GPUShareSpawner 5 GiB, POST /server -> 200"
+            )
+            print(f"  local notebook node (a local process), median   {out['median_local_process_node_s']} s")
+            print(f"  real node (containerd, runc; Z2JH), median      {out['median_real_node_s']} s")
+            print(f"  real / local                                    {out['real_over_local']}")
+            print(f"  each (local): {out['local_process_node_s']}")
+            print(f"  each (real):  {out['real_node_s']}")
+        return 0
     if args.compare_plain:
         cmp = compare_plain(args.spawns)
         if args.json:
