@@ -380,16 +380,19 @@ class GPUShareService(Application):
 
     async def _connect(self) -> None:
         """Reach the API server (retrying every 10 s with the reason logged), then keep watching."""
-        from gpushare_hub.kube.api import make_api_client
         from gpushare_hub.kube.kubeconfig import in_cluster_problem, kubeconfig_problem
 
         # The service's default is the kubeconfig kubectl would use, not the pod's account.
         path = self.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
         while True:
-            problem = in_cluster_problem() if self.in_cluster else kubeconfig_problem(path)
             try:
+                problem = in_cluster_problem() if self.in_cluster else kubeconfig_problem(path)
                 if problem:
                     raise ValueError(problem)
+                # Imported here: kubernetes_asyncio looks for a home folder as it loads, which
+                # fails for a user without one (caught and named below, not lost in the task).
+                from gpushare_hub.kube.api import make_api_client
+
                 self._api = await make_api_client(self.kubeconfig or None, self.in_cluster)
                 break
             except Exception as err:

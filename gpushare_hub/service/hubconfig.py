@@ -161,6 +161,11 @@ def _kube_access(kubeconfig: str | None, service_config: dict[str, Any]) -> dict
     """The service's variables for reaching the API server: a kubeconfig, or (the hub in a pod)
     the pod's service account, which also sets ``in_cluster`` in ``service_config``."""
     env: dict[str, str] = {}
+    # JupyterHub gives a service almost none of its own environment; without HOME, a hub user
+    # with no passwd entry (an arbitrary UID) has no home directory, and the Kubernetes client
+    # fails to import.
+    if os.environ.get("HOME"):
+        env["HOME"] = os.environ["HOME"]
     kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig

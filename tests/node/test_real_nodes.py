@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gpushare_hub.core.records import read_allocation
+from gpushare_hub.core.records import Allocation, read_allocation
 from gpushare_hub.localcluster.realstack import (
     GPUSHARE_NAMESPACE,
     HUB_NAMESPACE,
@@ -63,8 +63,8 @@ def exec_in(stack: RealStack, namespace: str, pod: str, *argv: str) -> str:
 
 def card_of(pod: dict[str, Any]) -> str:
     alloc = read_allocation(pod)
-    assert alloc is not None and not hasattr(alloc, "reason"), (pod["metadata"].get("annotations"), alloc)
-    (share,) = alloc.shares  # type: ignore[union-attr]
+    assert isinstance(alloc, Allocation), (pod["metadata"].get("annotations"), alloc)
+    (share,) = alloc.cards
     return str(share.uuid)
 
 
@@ -90,8 +90,9 @@ def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
         names = {c["name"] for c in pod["spec"]["containers"]}
         assert names == {"kube-scheduler", "extender"}, names
         assert pod["spec"]["nodeName"] == node
-        for c in pod["spec"]["containers"]:
+        for c in pod["spec"]["containers"]:  # Ready: the readiness probes pass; no restart: liveness
             assert c.get("readinessProbe") or c.get("livenessProbe"), c["name"]
+        assert restarts(pod) == 0, pod["status"]
     lease = stack.cluster.get_json(f"/apis/coordination.k8s.io/v1/namespaces/{GPUSHARE_NAMESPACE}/leases")
     holders = [
         item["spec"].get("holderIdentity", "")

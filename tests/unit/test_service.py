@@ -596,6 +596,20 @@ def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(mo
     assert "KUBECONFIG" not in env
 
 
+def test_the_service_gets_the_hubs_home_so_its_kubernetes_client_loads_for_a_user_without_one(
+    monkeypatch, tmp_path
+):
+    """JupyterHub passes a service almost no environment. A hub user without a passwd entry (an
+    arbitrary UID; Zero to JupyterHub's uid 1000 on another image) then has no home folder, and
+    kubernetes_asyncio fails as it is imported (found on a real node; the node tier checks the
+    service's ledger there)."""
+    monkeypatch.setenv("HOME", "/srv/jupyterhub")
+    c = hub_config()
+    configure_hub(c, port=12345)
+    (svc,) = [s for s in c.JupyterHub.services if s["name"] == "gpushare"]
+    assert svc["environment"]["HOME"] == "/srv/jupyterhub"
+
+
 def test_a_slice_holder_the_hub_has_not_named_yet_makes_one_early_read_not_many():
     """The hub is read every hub_poll_seconds; a page meeting a server started since then asks for
     one read at once (its idle time shows on the next refresh), never more than one a second."""
