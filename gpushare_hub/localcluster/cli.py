@@ -64,7 +64,10 @@ def _up(args: argparse.Namespace) -> int:
     nodes = args.nodes if args.nodes is not None else (0 if args.real_nodes else 3)
 
     def _terminate(*_: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM, during start-up too: stop everything on the way out
+        # SIGTERM, during start-up too: stop everything on the way out; a second one while
+        # stopping must not cut the teardown short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _terminate)
     with LocalCluster(keep_workdir=args.keep, real_nodes=bool(args.real_nodes)) as cluster:

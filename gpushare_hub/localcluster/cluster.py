@@ -20,6 +20,7 @@ import json
 import shutil
 import signal
 import ssl
+import sys
 import tempfile
 import time
 import urllib.error
@@ -60,8 +61,21 @@ CONTROLLERS = (
 )
 # With real nodes: Services get EndpointSlices (kube-proxy and CoreDNS read them), and claims
 # bind to the PersistentVolumes an admin made (Zero to JupyterHub's hub database).
-REAL_NODE_CONTROLLERS = ("endpointslice-controller", "persistentvolume-binder-controller")
+REAL_NODE_CONTROLLERS = (
+    "endpointslice-controller",
+    "persistentvolume-binder-controller",
+    # A claim or volume in use is deleted only once its pods are gone (their finalizers).
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
+)
 SA_PATH = "/api/v1/namespaces/{ns}/serviceaccounts/default"
+
+
+def _report_failure(step: Callable[[], None]) -> None:
+    try:
+        step()
+    except Exception as err:  # teardown goes on; the failure is said
+        print(f"[localcluster] while stopping: {err!r}", file=sys.stderr)
 
 
 class LocalCluster:
@@ -129,16 +143,17 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
-        for cleanup in reversed(self._first_cleanups):  # real nodes, while the control plane still runs
-            cleanup()
-        self._first_cleanups.clear()
+        """Everything, in order; a step that fails is reported and the next ones still run."""
+        first, self._first_cleanups = self._first_cleanups, []
+        for cleanup in reversed(first):  # real nodes, while the control plane still runs
+            _report_failure(cleanup)
         for comp in reversed(list(self.components.values())):
-            comp.stop()
-        for cleanup in reversed(self._cleanups):
-            cleanup()
-        self._cleanups.clear()
+            _report_failure(comp.stop)
+        later, self._cleanups = self._cleanups, []
+        for cleanup in reversed(later):
+            _report_failure(cleanup)
         if self.network is not None:
-            self.network.delete()
+            _report_failure(self.network.delete)
             self.network = None
         if self._own_workdir and not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -247,7 +262,8 @@ class LocalCluster:
 
         check_host()
         prefix = f"gsh{os.getpid() % 100000:05d}"
-        self.network = netns.Network(prefix).create()
+        self.network = netns.Network(prefix)  # kept first: deleted on stop even if create() fails
+        self.network.create()
 
     def _real_node_flags(self) -> list[str]:
         """The API server reaches kubelets (logs, exec) through an HTTP CONNECT proxy on a Unix

@@ -27,6 +27,7 @@ CHUNK = 65536
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One direction; at its end only that direction is shut (the reply may still come back)."""
     try:
         while data := await reader.read(CHUNK):
             writer.write(data)
@@ -35,15 +36,17 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.write_eof()
     except (ConnectionError, OSError):
         pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
 
 
 async def _splice(
     a: tuple[asyncio.StreamReader, asyncio.StreamWriter], b: tuple[asyncio.StreamReader, asyncio.StreamWriter]
 ) -> None:
-    await asyncio.gather(_pipe(a[0], b[1]), _pipe(b[0], a[1]))
+    try:
+        await asyncio.gather(_pipe(a[0], b[1]), _pipe(b[0], a[1]))
+    finally:
+        for writer in (a[1], b[1]):
+            with contextlib.suppress(Exception):
+                writer.close()
 
 
 def _split(address: str) -> tuple[str, int]:

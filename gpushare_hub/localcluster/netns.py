@@ -117,6 +117,7 @@ class Network:
             pod_gateway=f"10.244.{i}.1",
         )
         ip("netns", "add", node.ns)
+        self.nodes.append(node)  # recorded at once: deleted even if the rest of the set-up fails
         ip("link", "set", "lo", "up", ns=node.ns)
         host_end = f"{self.prefix}v{i}"
         ip(
@@ -139,14 +140,13 @@ class Network:
         # Service addresses leave a node only after kube-proxy rewrote them; the rest of the
         # cluster's ranges go through the underlay. No default route: nothing else exists.
         ip("route", "add", SERVICE_RANGE, "dev", "eth0", ns=node.ns)
-        for other in self.nodes:
+        for other in self.nodes[:-1]:
             ip("route", "add", other.pod_subnet, "via", other.address, ns=node.ns)
             ip("route", "add", node.pod_subnet, "via", node.address, ns=other.ns)
         ip("route", "add", node.pod_subnet, "via", node.address, ns=self.underlay)
         sysctl(node.ns, "net.ipv4.ip_forward", "1")
         with contextlib.suppress(subprocess.CalledProcessError):  # absent without br_netfilter
             sysctl(node.ns, "net.bridge.bridge-nf-call-iptables", "1")
-        self.nodes.append(node)
         return node
 
     def delete_node(self, node: NodeNet) -> None:

@@ -12,8 +12,9 @@ server is offered to the nodes and pods at 10.200.0.1, and the API server reache
 (logs, exec) through an HTTP CONNECT proxy on a Unix socket. Nothing leaves the machine: the
 namespaces have no route outside, and what the host must reach is forwarded to 127.0.0.1.
 
-The machine must be Linux with cgroup v1 or v2, root, ``ip``, ``nsenter``, ``unshare``,
-containerd, runc and the CNI plugins (``make system-deps`` installs the Debian packages).
+The machine must be Linux with the cgroup v1 hierarchy (as the test machines have), root, ``ip``,
+``nsenter``, ``unshare``, containerd, runc and the CNI plugins (``make system-deps`` installs the
+Debian packages).
 """
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ NODE_PATHS = (
     # Node-local data, e.g. the hub database's hostPath PersistentVolume (examples/hub-db-pv.yaml).
     "/var/lib/jupyterhub",
 )
+# Machine-wide settings a kubelet writes at start (not per namespace); put back when the nodes stop.
+KERNEL_TUNABLES = (
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
 COREDNS_RULES = [
     {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
@@ -115,6 +125,24 @@ class RealNode:
         return proc.stdout
 
 
+def read_tunables() -> dict[str, str]:
+    out = {}
+    for name in KERNEL_TUNABLES:
+        with contextlib.suppress(OSError):
+            out[name] = (Path("/proc/sys") / name).read_text().strip()
+    return out
+
+
+def restore_tunables(saved: Mapping[str, str]) -> None:
+    """Write back what :func:`read_tunables` read where a kubelet changed it (kernel.panic and
+    the others: the kubelet sets them for the whole machine)."""
+    for name, value in saved.items():
+        path = Path("/proc/sys") / name
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() != value:
+                path.write_text(value + "\n")
+
+
 class RealNodes:
     """The real nodes of one :class:`LocalCluster` (started with ``real_nodes=True``)."""
 
@@ -134,6 +162,7 @@ class RealNodes:
         self._cgroups = [
             p / "k8s.io" for p in Path("/sys/fs/cgroup").iterdir() if not (p / "k8s.io").exists()
         ]
+        self._tunables = read_tunables()
         cluster.on_stop_first(self.stop)
 
     # ---- the whole ---------------------------------------------------------------------
@@ -150,15 +179,22 @@ class RealNodes:
         return names
 
     def stop(self) -> None:
-        for node in reversed(list(self.nodes.values())):
-            self._stop_node(node)
-        for comp in [self.coredns, *self.forwarders]:
-            if comp is not None:
-                comp.stop(grace=3)
-        self.nodes.clear()
-        for cgroup in self._cgroups:
-            with contextlib.suppress(OSError):
-                cgroup.rmdir()
+        """Every node, then DNS and the forwarders; each step runs even if one before it failed."""
+        try:
+            for node in reversed(list(self.nodes.values())):
+                try:
+                    self._stop_node(node)
+                except Exception as err:  # the next node and the rest still go
+                    print(f"[localcluster] stopping {node.name}: {err}", file=sys.stderr)
+        finally:
+            for comp in [self.coredns, *self.forwarders]:
+                if comp is not None:
+                    comp.stop(grace=3)
+            self.nodes.clear()
+            for cgroup in self._cgroups:
+                with contextlib.suppress(OSError):
+                    cgroup.rmdir()
+            restore_tunables(self._tunables)
 
     def forward_to_host(self, target: str, node: str | None = None) -> str:
         """``HOST:PORT`` as seen from inside a node (a Service or pod address) offered on
@@ -262,13 +298,14 @@ class RealNodes:
         return node
 
     def _start_holder(self, node: RealNode) -> None:
-        lines = ["set -e"]
+        # The copies of the host's network-namespace mounts would keep those namespaces (other
+        # clusters' too) alive as long as this node: drop them first.
+        lines = ["umount -R -l /run/netns 2>/dev/null || true", "set -e"]
         for target in NODE_PATHS:
             src = node.folder / target.strip("/").replace("/", "-")
             src.mkdir(parents=True, exist_ok=True)
-            path = Path(target)
-            if not path.exists():
-                node.created_mountpoints.append(path)
+            missing = [p for p in (Path(target), *Path(target).parents) if not p.exists()]
+            node.created_mountpoints += [p for p in missing if p not in node.created_mountpoints]
             lines.append(f"mkdir -p {target} && mount --bind {src} {target}")
         ready = node.folder / "mounted"
         lines += [f"touch {ready}", "exec sleep infinity"]
@@ -284,8 +321,8 @@ class RealNodes:
         comp = Component(
             f"{node.name}-{name}", node.enter() + argv, self.cluster.logs / f"{node.name}-{name}.log"
         )
+        node.components[name] = comp  # recorded first: stopped even if its start fails half-way
         comp.start()
-        node.components[name] = comp
         return comp
 
     def _start_containerd(self, node: RealNode) -> None:
@@ -449,11 +486,39 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if node.holder is not None:
             self._kill_namespace_members(node)
             node.holder.stop(grace=2)
-        for path in reversed(node.created_mountpoints):
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        self._kill_container_cgroups(node)
+        # A mount point made here is removed only while no other cluster's node may mount on it
+        # (removing a directory detaches the mounts other namespaces have on it).
+        if not self._other_clusters():
+            for path in sorted(node.created_mountpoints, key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
         shutil.rmtree(node.folder, ignore_errors=True)
         self.network.delete_node(node.net)
+
+    def _other_clusters(self) -> bool:
+        return any(not ns.startswith(self.network.prefix + "-") for ns in netns.stale_namespaces())
+
+    def _kill_container_cgroups(self, node: RealNode) -> None:
+        """The backstop when containerd could not kill its tasks (it died, ctr timed out): every
+        process in a cgroup of one of this node's containers is killed and the cgroups removed."""
+        tasks = node.folder / "run-containerd" / "io.containerd.runtime.v2.task" / "k8s.io"
+        ids = [d.name for d in tasks.iterdir()] if tasks.is_dir() else []
+        cgroups = [c / "k8s.io" / i for c in Path("/sys/fs/cgroup").iterdir() for i in ids]
+        for cgroup in cgroups:
+            with contextlib.suppress(OSError, ValueError):
+                for pid in (cgroup / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), 9)
+        for cgroup in cgroups:
+            for _ in range(20):
+                try:
+                    cgroup.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # still emptying
+                    time.sleep(0.1)
 
     def _kill_containers(self, node: RealNode) -> None:
         """Every container task killed and deleted (runc removes its cgroups and mounts)."""

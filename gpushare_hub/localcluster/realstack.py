@@ -20,6 +20,7 @@ import os
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
@@ -38,7 +39,7 @@ Z2JH_VERSION = "4.4.0"
 GPUSHARE_NAMESPACE = "gpushare-hub"
 HUB_NAMESPACE = "jupyterhub"
 # The cards each real node declares (the device plugin's simulated backend).
-SIMULATED_CARDS = "1x Tesla T4:15360"
+SIMULATED_CARDS = "2x Tesla T4:15360"
 # Where the hub's database lives on the node that holds it (examples/hub-db-pv.yaml).
 HUB_DB_PATH = "/var/lib/jupyterhub/hub-db"
 HUB_UID = 1000  # Zero to JupyterHub's hub.containerSecurityContext.runAsUser
@@ -224,7 +225,9 @@ class RealStack:
         }
 
     def write_ready_file(self, path: Path) -> None:
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(self.ready_document(), indent=2) + "\n")
-        partial.chmod(0o600)
-        partial.replace(path)
+        """The ready file, readable by its owner only from its first byte (it holds the admin
+        token), written whole or not at all."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # 0600, a new file
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(self.ready_document(), indent=2) + "\n")
+        os.replace(tmp, path)

@@ -113,3 +113,24 @@ def test_the_egress_proxy_answers_connect_and_refuses_anything_else(echo: int, t
 def test_the_forwarder_refuses_half_a_command_line() -> None:
     proc = subprocess.run([*FORWARD, "--to=127.0.0.1:1"], capture_output=True, text=True)
     assert proc.returncode == 2 and "give --listen-fd and --to" in proc.stderr
+
+
+def test_a_client_that_closes_its_sending_side_still_gets_the_reply(echo: int) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    proc = subprocess.Popen(
+        [*FORWARD, f"--listen-fd={listener.fileno()}", f"--to=127.0.0.1:{echo}"],
+        pass_fds=(listener.fileno(),),
+    )
+    listener.close()
+    try:
+        with _wait_connect(lambda: socket.create_connection(("127.0.0.1", port), timeout=5)) as conn:
+            conn.sendall(b"half")
+            conn.shutdown(socket.SHUT_WR)
+            reply = b""
+            while chunk := conn.recv(100):
+                reply += chunk
+            assert reply == b"HALF"
+    finally:
+        proc.terminate()
+        proc.wait(10)
