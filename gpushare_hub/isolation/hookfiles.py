@@ -52,3 +52,39 @@ def remove_hook(dest: Path) -> None:
         stale.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # something else is in it: not ours to remove
         dest.rmdir()
+
+
+def hook_mounted_elsewhere(host_folder: Path, container_path: str, proc: Path = Path("/proc")) -> bool | None:
+    """Whether a process of another container has ``host_folder`` (the hook's host folder, which
+    this process has mounted at the same path) mounted at ``container_path``, read from every
+    process's mountinfo: no API server needed. ``None`` when this cannot be told: the caller sees
+    only its own processes (no ``hostPID``: it is PID 1), or has no mount of ``host_folder``."""
+    own = _mount_source(proc / "self" / "mountinfo", str(host_folder))
+    if own is None or (proc / "self").resolve().name == "1":
+        return None
+    for info in proc.glob("[0-9]*/mountinfo"):
+        try:
+            text = info.read_text()
+        except OSError:  # the process ended
+            continue
+        if _mount_source_text(text, container_path) == own:
+            return True
+    return False
+
+
+def _mount_source(mountinfo: Path, mount_point: str) -> tuple[str, str] | None:
+    try:
+        return _mount_source_text(mountinfo.read_text(), mount_point)
+    except OSError:
+        return None
+
+
+def _mount_source_text(text: str, mount_point: str) -> tuple[str, str] | None:
+    """(device, root within it) of the mount at ``mount_point`` in a mountinfo text (the last one
+    wins, as the last mount there is the one seen)."""
+    found = None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == mount_point:
+            found = (fields[2], fields[3])
+    return found

@@ -365,29 +365,37 @@ class GPUShareDevicePlugin(Application):
         self.remove_hook_if_unused(state)
 
     def remove_hook_if_unused(self, state: PluginState) -> None:
-        """On the way out, the start-up hook's files go when no pod on this node asks for a slice:
-        an uninstall then leaves none of our files on the node, while a restart or an upgrade with
-        notebooks running keeps the files they mount. Kept when the pods cannot be read."""
+        """On the way out, the start-up hook's files go when nothing on this node uses them: an
+        uninstall then leaves none of our files on the node, while a restart or an upgrade with
+        notebooks running keeps the files they mount.
+
+        With ``hostPID`` (the chart's default) every container's mounts are read from /proc, which
+        needs no API server: on an uninstall the plugin's RBAC may be gone before it stops. Without
+        it, the pods of the node are asked for; kept when neither can tell."""
+        from gpushare_hub.isolation.hookfiles import hook_mounted_elsewhere, remove_hook
+
+        from .response import HOOK_CONTAINER_PATH
+
         log = logging.getLogger("gpushare.plugin")
         if not self.hook_host_path:
             return
-        try:
-            pods = state.pods.pods_on_node(self.node_name)
-        except Exception as err:
-            log.info(
-                "start-up hook kept in %s: cannot tell whether a pod uses it (%s)", self.hook_host_path, err
-            )
+        folder = Path(self.hook_host_path)
+        mounted = hook_mounted_elsewhere(folder, HOOK_CONTAINER_PATH)
+        if mounted:
+            log.info("start-up hook kept in %s: a container on this node mounts it", folder)
             return
-        users = [p for p in pods if holds_a_slice(p, state.settings.names)]
-        if users:
-            log.info(
-                "start-up hook kept in %s: %d pod(s) on this node mount it", self.hook_host_path, len(users)
-            )
-            return
-        from gpushare_hub.isolation.hookfiles import remove_hook
-
-        remove_hook(Path(self.hook_host_path))
-        log.info("start-up hook removed from %s: no pod on this node holds a slice", self.hook_host_path)
+        if mounted is None:
+            try:
+                pods = state.pods.pods_on_node(self.node_name)
+            except Exception as err:
+                log.info("start-up hook kept in %s: cannot tell whether a pod uses it (%s)", folder, err)
+                return
+            users = [p for p in pods if holds_a_slice(p, state.settings.names)]
+            if users:
+                log.info("start-up hook kept in %s: %d pod(s) on this node hold a slice", folder, len(users))
+                return
+        remove_hook(folder)
+        log.info("start-up hook removed from %s: nothing on this node uses it", folder)
 
 
 def holds_a_slice(pod: Mapping[str, Any], names: ResourceNames) -> bool:

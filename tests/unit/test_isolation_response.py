@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpushare_hub.core.cards import Card
@@ -123,3 +125,34 @@ def test_on_the_way_out_the_hook_goes_only_when_no_pod_on_the_node_holds_a_slice
     app.install_hook()
     app.remove_hook_if_unused(SimpleNamespace(pods=Pods([]), settings=settings))
     assert [p.name for p in (tmp_path / "pyhook").iterdir()] == ["admins-note.txt"]
+
+
+def test_the_hook_is_seen_in_use_from_other_processes_mounts_without_the_api(tmp_path):
+    from gpushare_hub.isolation.hookfiles import hook_mounted_elsewhere
+
+    host = "/var/lib/gpushare-hub/pyhook"
+    inside = "/opt/gpushare-hub/pyhook"
+
+    def line(point, dev="0:52", root="/data/node/pyhook"):
+        return f"1290 1201 {dev} {root} {point} ro,relatime - ext4 /dev/vda rw\n"
+
+    made = []
+
+    def fake_proc(self_pid, others):
+        made.append(self_pid)
+        proc = tmp_path / f"proc{len(made)}"
+        (proc / self_pid).mkdir(parents=True)
+        (proc / self_pid / "mountinfo").write_text(line("/") + line(host))
+        (proc / "self").symlink_to(self_pid)
+        for pid, text in others.items():
+            (proc / pid).mkdir()
+            (proc / pid / "mountinfo").write_text(text)
+        return proc
+
+    notebook = line("/") + line(inside)
+    assert hook_mounted_elsewhere(Path(host), inside, fake_proc("4242", {"77": notebook})) is True
+    other_node = line(inside, root="/data/other-node/pyhook")  # another node's hook on this machine
+    assert hook_mounted_elsewhere(Path(host), inside, fake_proc("4242", {"77": other_node})) is False
+    assert hook_mounted_elsewhere(Path(host), inside, fake_proc("4242", {})) is False
+    assert hook_mounted_elsewhere(Path(host), inside, fake_proc("1", {"77": notebook})) is None  # no hostPID
+    assert hook_mounted_elsewhere(Path("/elsewhere"), inside, fake_proc("4242", {"77": notebook})) is None
