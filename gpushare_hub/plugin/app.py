@@ -362,6 +362,8 @@ class GPUShareDevicePlugin(Application):
             "on" if self.tensorflow_memory_limit else "off",
         )
         runner.run()
+        if state.served.remove_if_empty():
+            log.info("%s removed: no served container waits for its mark", state.served.path)
         self.remove_hook_if_unused(state)
 
     def remove_hook_if_unused(self, state: PluginState) -> None:

@@ -7,6 +7,7 @@ given, so that a plugin restart in between cannot serve a container twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -58,3 +59,12 @@ class ServedContainers:
         self.unmarked.pop(uid, None)
         self.keys = {s for s in self.keys if s[0] != uid}
         self.save()
+
+    def remove_if_empty(self) -> bool:
+        """On the way out: the file goes when it records nothing (every served pod is marked and
+        remembered by the API server), so that an uninstall leaves no file of ours on the node."""
+        if not self.path or self.keys or self.unmarked:
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        return True

@@ -538,3 +538,17 @@ def test_the_plugin_imports_no_kubernetes_client():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_served_file_goes_on_the_way_out_only_when_it_records_nothing(tmp_path):
+    from gpushare_hub.plugin.served import ServedContainers
+
+    path = tmp_path / "gpushare-hub-served.json"
+    served = ServedContainers(str(path))
+    served.keys.add(("uid-1", "notebook"))
+    served.unmarked["uid-1"] = "jupyterhub/jupyter-alice"
+    served.save()
+    assert not served.remove_if_empty() and path.exists()  # a restart still needs it
+    assert ServedContainers(str(path)).keys == {("uid-1", "notebook")}
+    served.forget_pod("uid-1")
+    assert served.remove_if_empty() and not path.exists()
