@@ -155,24 +155,32 @@ class _Z2JH:
             return 0, str(err)
 
 
+def _local_notebook_nodes(cluster: Any, count: int) -> None:
+    """A started cluster with the gpushare scheduler, ``count`` local notebook nodes (one T4
+    each, pods run as local processes) and the namespace ``bench``."""
+    from ..localcluster.notebooknodes import NotebookNodes
+
+    cluster.start()
+    cluster.start_gpushare_scheduler()
+    nodes = NotebookNodes(cluster)
+    nodes.add(count, cards=1)
+    nodes.start()
+    cluster.create_namespace("bench")
+
+
 def compare_real_node(spawns: int) -> dict[str, Any]:
     """GPUShareSpawner's 5 GiB spawn on a local notebook node, then on a real node."""
     from ..localcluster import build
     from ..localcluster.cluster import LocalCluster
     from ..localcluster.hub import LocalHub
-    from ..localcluster.notebooknodes import NotebookNodes, spawner_config
+    from ..localcluster.notebooknodes import spawner_config
     from ..localcluster.realstack import HUB_NAMESPACE, RealStack, default_z2jh_chart
 
     build.build()
     build.build_coredns()
     local: list[float] = []
     with LocalCluster() as cluster:
-        cluster.start()
-        cluster.start_gpushare_scheduler()
-        nodes = NotebookNodes(cluster)
-        nodes.add(1, cards=1)
-        nodes.start()
-        cluster.create_namespace("bench")
+        _local_notebook_nodes(cluster, 1)
         config = {**spawner_config(), "slices": [SLICE]}
         config.pop("extra_resource_limits")
         hub = LocalHub(cluster, "bench", config, spawner_class="gpushare_hub.GPUShareSpawner").start()
@@ -206,16 +214,11 @@ def measure(spawns: int) -> dict[str, Any]:
     from ..localcluster import build
     from ..localcluster.cluster import LocalCluster
     from ..localcluster.hub import LocalHub
-    from ..localcluster.notebooknodes import NotebookNodes, spawner_config
+    from ..localcluster.notebooknodes import spawner_config
 
     build.build()
     with LocalCluster() as cluster:
-        cluster.start()
-        cluster.start_gpushare_scheduler()
-        nodes = NotebookNodes(cluster)
-        nodes.add(2, cards=1)
-        nodes.start()
-        cluster.create_namespace("bench")
+        _local_notebook_nodes(cluster, 2)
         hub = LocalHub(cluster, "bench", spawner_config(slice_gib=5)).start()
         seen: dict[str, dict[str, float]] = {}
         stop = threading.Event()

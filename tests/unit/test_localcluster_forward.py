@@ -51,7 +51,9 @@ def _wait_connect(connect: object, timeout: float = 10) -> socket.socket:
             time.sleep(0.05)
 
 
-def test_an_inherited_listening_socket_is_forwarded_to_the_target(echo: int) -> None:
+@pytest.fixture
+def forwarded(echo: int) -> Iterator[int]:
+    """A forwarder process accepting on an inherited socket (its port) and connecting to ``echo``."""
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     proc = subprocess.Popen(
@@ -59,13 +61,15 @@ def test_an_inherited_listening_socket_is_forwarded_to_the_target(echo: int) -> 
         pass_fds=(listener.fileno(),),
     )
     listener.close()
-    try:
-        with _wait_connect(lambda: socket.create_connection(("127.0.0.1", port), timeout=5)) as conn:
-            conn.sendall(b"hello")
-            assert conn.recv(100) == b"HELLO"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_an_inherited_listening_socket_is_forwarded_to_the_target(forwarded: int) -> None:
+    with _wait_connect(lambda: socket.create_connection(("127.0.0.1", forwarded), timeout=5)) as conn:
+        conn.sendall(b"hello")
+        assert conn.recv(100) == b"HELLO"
 
 
 def _connect_request(sock_path: Path, request: bytes) -> tuple[socket.socket, bytes]:
@@ -115,22 +119,11 @@ def test_the_forwarder_refuses_half_a_command_line() -> None:
     assert proc.returncode == 2 and "give --listen-fd and --to" in proc.stderr
 
 
-def test_a_client_that_closes_its_sending_side_still_gets_the_reply(echo: int) -> None:
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    proc = subprocess.Popen(
-        [*FORWARD, f"--listen-fd={listener.fileno()}", f"--to=127.0.0.1:{echo}"],
-        pass_fds=(listener.fileno(),),
-    )
-    listener.close()
-    try:
-        with _wait_connect(lambda: socket.create_connection(("127.0.0.1", port), timeout=5)) as conn:
-            conn.sendall(b"half")
-            conn.shutdown(socket.SHUT_WR)
-            reply = b""
-            while chunk := conn.recv(100):
-                reply += chunk
-            assert reply == b"HALF"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+def test_a_client_that_closes_its_sending_side_still_gets_the_reply(forwarded: int) -> None:
+    with _wait_connect(lambda: socket.create_connection(("127.0.0.1", forwarded), timeout=5)) as conn:
+        conn.sendall(b"half")
+        conn.shutdown(socket.SHUT_WR)
+        reply = b""
+        while chunk := conn.recv(100):
+            reply += chunk
+        assert reply == b"HALF"
