@@ -234,6 +234,9 @@ class LocalCluster:
                 f"--etcd-servers={self.etcd_url}",
                 "--bind-address=127.0.0.1",
                 f"--advertise-address={netns.GATEWAY if self.real_nodes else '127.0.0.1'}",
+                # kwok's simulated nodes run no pod that would call the `kubernetes` Service, and
+                # from v1.35 on the API server refuses a loopback address as that Service's endpoint.
+                *(() if self.real_nodes else ("--endpoint-reconciler-type=none",)),
                 f"--secure-port={port}",
                 f"--tls-cert-file={serving.cert}",
                 f"--tls-private-key-file={serving.key}",
