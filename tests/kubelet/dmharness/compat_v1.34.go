@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 )
 
@@ -19,3 +20,16 @@ func runOptions(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) (*de
 }
 
 func stopManager(m *devicemanager.ManagerImpl) error { return m.Stop() }
+
+func newManager() (*devicemanager.ManagerImpl, error) {
+	return devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+}
+
+func managerCapacity(m *devicemanager.ManagerImpl) (v1.ResourceList, v1.ResourceList) {
+	capacity, allocatable, _ := m.GetCapacity()
+	return capacity, allocatable
+}
+
+func allocate(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) error {
+	return m.Allocate(pod, c)
+}

@@ -29,7 +29,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
-	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 )
 
@@ -53,7 +52,7 @@ func (h *harness) activePods() []*v1.Pod {
 }
 
 func (h *harness) start() error {
-	m, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	m, err := newManager()
 	if err != nil {
 		return err
 	}
@@ -68,7 +67,7 @@ func (h *harness) start() error {
 func (h *harness) handle(c command) map[string]any {
 	switch c.Op {
 	case "capacity":
-		capacity, allocatable, _ := h.manager.GetCapacity()
+		capacity, allocatable := managerCapacity(h.manager)
 		return map[string]any{"capacity": capacity, "allocatable": allocatable}
 	case "allocate":
 		if c.Pod == nil {
@@ -91,7 +90,7 @@ func (h *harness) handle(c command) map[string]any {
 		h.mu.Lock()
 		h.pods = append(h.pods, c.Pod)
 		h.mu.Unlock()
-		if err := h.manager.Allocate(c.Pod, container); err != nil {
+		if err := allocate(h.manager, c.Pod, container); err != nil {
 			return map[string]any{"error": err.Error()}
 		}
 		opts, err := runOptions(h.manager, c.Pod, container)
