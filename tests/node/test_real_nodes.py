@@ -330,10 +330,10 @@ def _holdings(ledger: Any) -> set[tuple[str, str, str, str, int]]:
     return {(a["node"], a["pod"], a["hub_user"], a["card_uuid"], a["units"]) for a in ledger["allocations"]}
 
 
-def _try_exec(stack: RealStack, pod: str, *argv: str) -> str:
-    """``kubectl exec``'s output, or "" while the restarted kubelet does not serve exec yet."""
+def _try_exec(stack: RealStack, pod: str, *argv: str, namespace: str = HUB_NAMESPACE) -> str:
+    """``kubectl exec``'s output, or "" while the kubelet does not serve exec (yet)."""
     try:
-        return exec_in(stack, HUB_NAMESPACE, pod, *argv)
+        return exec_in(stack, namespace, pod, *argv)
     except HarnessError:
         return ""
 
@@ -405,6 +405,50 @@ def test_uninstall_leaves_nothing_of_ours(stack: RealStack, hub: Hub) -> None:
     ]
     files = [f for folder in ours for f in folder.rglob("*") if not f.is_dir()]
     assert files == [], "files the device plugin left on the node"
+
+
+# ---- a second node ----------------------------------------------------------------------------
+def test_a_second_real_node_joins_and_its_pods_reach_the_first_nodes_by_service_name(
+    stack: RealStack,
+) -> None:
+    first = next(iter(stack.nodes.nodes))
+    (second,) = stack.nodes.add(1)
+    image = stack.names["singleuser"]  # any image with python3
+
+    def pod(name: str, node: str, command: list[str], labels: dict[str, str]) -> dict[str, Any]:
+        container = {"name": "c", "image": image, "imagePullPolicy": "Never", "command": command}
+        return {
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"nodeName": node, "containers": [container]},
+        }
+
+    core = stack.cluster.core_api()
+    core.create_namespaced_pod(
+        "default", pod("web", first, ["python3", "-m", "http.server", "8080"], {"app": "web"})
+    )
+    core.create_namespaced_service(
+        "default",
+        {
+            "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+        },
+    )
+    core.create_namespaced_pod("default", pod("client", second, ["sleep", "600"], {}))
+    assert wait_for(
+        lambda: all(ready(p) for p in pods(stack, "default")) and len(pods(stack, "default")) == 2, 120
+    )
+    url = "http://web.default.svc.cluster.local/"
+    fetch = f"import urllib.request as u; print(u.urlopen({url!r}, timeout=5).status)"
+    out = wait_for(
+        lambda: _try_exec(stack, "client", "python3", "-c", fetch, namespace="default"), 60, every=1
+    )
+    assert out.strip() == "200", out
+    client_ip = stack.cluster.get_json("/api/v1/namespaces/default/pods/client")["status"]["podIP"]
+    assert client_ip.startswith("10.244.1."), client_ip  # the second node's pod range
+    assert client_ip in kubectl(stack, "logs", "--namespace=default", "web"), (
+        "the request came from the second node"
+    )
+    kubectl(stack, "delete", "--namespace=default", "pod/web", "pod/client", "service/web", "--wait")
 
 
 # ---- the command line ------------------------------------------------------------------------
