@@ -306,25 +306,15 @@ class LocalCluster:
     def _offer_apiserver_to_nodes(self) -> None:
         """A forwarder from 10.200.0.1:<port> in the underlay to the API server on 127.0.0.1, and the
         egress proxy the API server dials kubelets through."""
-        import sys
-
         port = int(self.server.rsplit(":", 1)[1])
         self.node_server = f"https://{netns.GATEWAY}:{port}"
         sock = netns.listening_socket(netns.GATEWAY, port, ns=self.network.underlay)
-        argv = [sys.executable, "-m", "gpushare_hub.localcluster.forward", f"--listen-fd={sock.fileno()}",
-                f"--to=127.0.0.1:{port}"]  # fmt: skip
-        comp = Component(
-            "apiserver-forward", argv, self.logs / "apiserver-forward.log", pass_fds=(sock.fileno(),)
-        )
-        comp.start()
-        sock.close()
+        log = self.logs / "apiserver-forward.log"
+        comp = netns.start_forwarder("apiserver-forward", sock, f"127.0.0.1:{port}", log)
         self.components[comp.name] = comp
-        egress = [sys.executable, "-m", "gpushare_hub.localcluster.forward", "--http-connect",
-                  f"--listen-unix={self.egress_socket}"]  # fmt: skip
-        comp = Component(
-            "egress-proxy", netns.in_ns(self.network.underlay, *egress), self.logs / "egress-proxy.log"
+        comp = netns.start_egress_proxy(
+            self.egress_socket, self.logs / "egress-proxy.log", self.network.underlay
         )
-        comp.start()
         self.components[comp.name] = comp
         comp.wait_until(self.egress_socket.exists, 20, "serving the API server's egress socket")
 

@@ -20,11 +20,12 @@ import ctypes
 import os
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .processes import HarnessError
+from .processes import Component, HarnessError
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = Path("/run/netns")
@@ -78,6 +79,30 @@ def listening_socket(host: str, port: int, ns: str | None = None) -> socket.sock
         sock = socket.create_server((host, port), reuse_port=False)
     sock.set_inheritable(True)
     return sock
+
+
+FORWARD = ("-m", "gpushare_hub.localcluster.forward")
+
+
+def start_forwarder(
+    name: str, sock: socket.socket, target: str, log: Path, ns: str | None = None
+) -> Component:
+    """A forwarder (:mod:`.forward`) accepting on ``sock`` (made in whichever namespace it must
+    serve) and connecting to ``target`` from ``ns`` (the host's namespace if None). ``sock`` is
+    the forwarder's from then on (closed here)."""
+    argv = [sys.executable, *FORWARD, f"--listen-fd={sock.fileno()}", f"--to={target}"]
+    comp = Component(name, in_ns(ns, *argv) if ns else argv, log, pass_fds=(sock.fileno(),))
+    try:
+        comp.start()
+    finally:
+        sock.close()
+    return comp
+
+
+def start_egress_proxy(socket_path: Path, log: Path, ns: str) -> Component:
+    """The HTTP CONNECT proxy (:mod:`.forward`) on a Unix socket, dialling from ``ns``."""
+    argv = [sys.executable, *FORWARD, "--http-connect", f"--listen-unix={socket_path}"]
+    return Component("egress-proxy", in_ns(ns, *argv), log).start()
 
 
 @dataclass(frozen=True)
@@ -162,8 +187,9 @@ class Network:
                 subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
 
 
-def stale_namespaces(prefix_start: str = "gsh") -> list[str]:
-    """Namespaces a killed harness left (their names start with ``gsh``)."""
+def cluster_namespaces(prefix_start: str = "gsh") -> list[str]:
+    """The network namespaces of local clusters on this machine, running or left by a killed
+    harness (their names start with ``gsh``, or with one cluster's prefix)."""
     if not NETNS_DIR.is_dir():
         return []
     return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(prefix_start))

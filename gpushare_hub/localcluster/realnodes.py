@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -202,7 +201,8 @@ class RealNodes:
         real = self.nodes[node] if node else next(iter(self.nodes.values()))
         sock = netns.listening_socket("127.0.0.1", 0)
         port = sock.getsockname()[1]
-        comp = self._forwarder(f"forward-{port}", sock, target, netns.in_ns(real.net.ns))
+        name = f"forward-{port}"
+        comp = netns.start_forwarder(name, sock, target, self.cluster.logs / f"{name}.log", ns=real.net.ns)
         self.forwarders.append(comp)
         return f"127.0.0.1:{port}"
 
@@ -218,13 +218,6 @@ class RealNodes:
         raise HarnessError(f"{path} is not under a node folder ({', '.join(NODE_PATHS)})")
 
     # ---- shared parts ---------------------------------------------------------------------
-    def _forwarder(self, name: str, sock: socket.socket, target: str, prefix: list[str]) -> Component:
-        argv = [*prefix, sys.executable, "-m", "gpushare_hub.localcluster.forward"]
-        argv += [f"--listen-fd={sock.fileno()}", f"--to={target}"]
-        comp = Component(name, argv, self.cluster.logs / f"{name}.log", pass_fds=(sock.fileno(),)).start()
-        sock.close()
-        return comp
-
     def _start_dns(self) -> None:
         cluster = self.cluster
         cluster.grant("system:coredns", COREDNS_RULES)
@@ -497,7 +490,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self.network.delete_node(node.net)
 
     def _other_clusters(self) -> bool:
-        return any(not ns.startswith(self.network.prefix + "-") for ns in netns.stale_namespaces())
+        return any(not ns.startswith(self.network.prefix + "-") for ns in netns.cluster_namespaces())
 
     def _kill_container_cgroups(self, node: RealNode) -> None:
         """The backstop when containerd could not kill its tasks (it died, ctr timed out): every

@@ -22,8 +22,8 @@ from typing import Any, cast
 from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
-from gpushare_hub.core.demand import demand_from_pod
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.kube.rest import RestClient
@@ -401,13 +401,10 @@ class GPUShareDevicePlugin(Application):
 
 
 def holds_a_slice(pod: Mapping[str, Any], names: ResourceNames) -> bool:
-    """A pod, not finished, that asks for GPU memory or cards (one that cannot be read counts)."""
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return False
-    try:
-        return demand_from_pod(pod, names) is not None
-    except GPUShareError:
-        return True
+    """A pod, not finished, that may hold or wait for a slice (the core's test: it names a GPU
+    resource or carries an allocation record)."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in ("Succeeded", "Failed") and may_hold_slice(pod, names)
 
 
 def main(argv: list[str] | None = None) -> None:

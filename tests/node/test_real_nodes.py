@@ -486,7 +486,7 @@ def test_localcluster_up_with_real_nodes_and_z2jh_writes_a_ready_file_and_stops_
         code = proc.wait(120)
     assert code == 0, (tmp_path / "up.log").read_text()[-4000:]
     prefix = f"gsh{proc.pid % 100000:05d}"  # LocalCluster names its namespaces after its process
-    assert not netns.stale_namespaces(prefix), "network namespaces left behind"
+    assert not netns.cluster_namespaces(prefix), "network namespaces left behind"
     workdir = re.search(r"export KUBECONFIG=(\S+)/pki/", (tmp_path / "up.log").read_text())
     assert workdir, (tmp_path / "up.log").read_text()[-2000:]
     leftover = subprocess.run(["pgrep", "-f", workdir[1]], capture_output=True, text=True)
