@@ -15,8 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidObject
+from .isolation import NodeIsolation, read_node_isolation
 from .jsonfields import load_annotation_json, whole_number
-from .names import ALLOCATOR_ANNOTATION, CARDS_ANNOTATION, MODEL_LABEL
+from .names import (
+    ALLOCATOR_ANNOTATION,
+    CARDS_ANNOTATION,
+    ISOLATION_ANNOTATION,
+    ISOLATION_CHECK_ANNOTATION,
+    MODEL_LABEL,
+)
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
 # MiB that NVML reports for common cards (models normalised: spaces become dashes).
@@ -85,6 +92,7 @@ class Node:
     them (the trace replayer); in a cluster kube-scheduler checks them.
     ``allocator``: our device plugin serves this node and acknowledges allocations
     (see :class:`~gpushare_hub.core.policy.Placer` on ambiguous placements).
+    ``isolation``: the tier the node enforces, as its plugin claims and checked it.
     """
 
     name: str
@@ -93,6 +101,7 @@ class Node:
     cpu_milli: int | None = None
     memory_mib: int | None = None
     allocator: bool = False
+    isolation: NodeIsolation = field(default_factory=NodeIsolation)
 
     def __post_init__(self) -> None:
         uuids = [c.uuid for c in self.cards]
@@ -199,4 +208,10 @@ def node_from_k8s(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) 
         )
     if not cards:
         return None
-    return Node(name=name, cards=cards, labels=labels, allocator=bool(annotations.get(ALLOCATOR_ANNOTATION)))
+    return Node(
+        name=name,
+        cards=cards,
+        labels=labels,
+        allocator=bool(annotations.get(ALLOCATOR_ANNOTATION)),
+        isolation=read_node_isolation(name, annotations, ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION),
+    )

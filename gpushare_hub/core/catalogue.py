@@ -20,11 +20,14 @@ from typing import Any
 from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames
 from gpushare_hub.core.cards import MODEL_MIB
 from gpushare_hub.core.declarations import known_mib
+from gpushare_hub.core.isolation import COOPERATIVE, TIERS, WORDS
 
 SLICES_TRAIT = "c.GPUShareSpawner.slices"
 PROFILE_KEY = "gpushare_slice"  # in an ordinary profile_list entry: the slice it runs on
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-ENTRY_KEYS = frozenset({"slug", "display_name", "gib", "cards", "models", "description", "groups", "default"})
+ENTRY_KEYS = frozenset(
+    {"slug", "display_name", "gib", "cards", "models", "description", "groups", "default", "isolation"}
+)
 
 
 class CatalogueError(GPUShareError, ValueError):
@@ -48,6 +51,12 @@ class Slice:
     description: str = ""
     groups: tuple[str, ...] = ()
     default: bool = False
+    isolation: str | None = None  # the tier the slice requires (None: any node)
+
+    @property
+    def limit_words(self) -> str:
+        """What holds the slice, in a user's words: ``"hard limit (MPS)"`` or ``"cooperative limit"``."""
+        return WORDS[self.isolation or COOPERATIVE]
 
     @property
     def whole(self) -> bool:
@@ -56,7 +65,11 @@ class Slice:
     def demand(self, key: str = "") -> Demand:
         """What the pod of this slice asks the placement core for."""
         return Demand(
-            key=key or f"slice/{self.slug}", per_card=self.gib, count=self.cards, models=self.models
+            key=key or f"slice/{self.slug}",
+            per_card=self.gib,
+            count=self.cards,
+            models=self.models,
+            isolation=self.isolation,
         )
 
     def quota_gib(self, names: ResourceNames = DEFAULT_NAMES) -> int:
@@ -156,6 +169,12 @@ def read_slice(index: int, entry: Any, names: ResourceNames = DEFAULT_NAMES) -> 
     if not isinstance(description, str):
         raise CatalogueError(f"{where}: 'description' must be text; got {description!r}")
     groups = _strings(entry.get("groups", []), where, "groups")
+    isolation = entry.get("isolation")
+    if isolation is not None and isolation not in TIERS:
+        raise CatalogueError(
+            f"{where}: 'isolation' is {str(isolation)[:40]!r}, which is not an isolation tier; use one of "
+            f"{', '.join(TIERS)} (mps and driver are hard limits), or leave it out for any GPU node"
+        )
     return Slice(
         slug=slug,
         display_name=display,
@@ -165,6 +184,7 @@ def read_slice(index: int, entry: Any, names: ResourceNames = DEFAULT_NAMES) -> 
         description=description,
         groups=groups,
         default=bool(entry.get("default", False)),
+        isolation=None if isolation in (None, COOPERATIVE) else isolation,
     )
 
 

@@ -11,7 +11,8 @@ Rules, matching Kubernetes' own accounting of extended resources:
 
 Optional pod annotations: ``gpushare-hub.io/card-models`` (comma list the card
 model must match), ``gpushare-hub.io/exclude-card-models``, and
-``gpushare-hub.io/policy`` (``binpack`` / ``spread`` / ...). tkestack's
+``gpushare-hub.io/policy`` (``binpack`` / ``spread`` / ...), and ``gpushare-hub.io/isolation``
+(the isolation tier the pod requires: ``mps`` or ``driver``; see isolation.py). tkestack's
 ``nvidia.com/use-gputype`` / ``nvidia.com/nouse-gputype`` are read as well.
 """
 
@@ -23,8 +24,10 @@ from typing import Any
 
 from .cards import model_matches
 from .errors import InvalidObject
+from .isolation import check_tier
 from .names import (
     EXCLUDE_MODELS_ANNOTATION,
+    ISOLATION_ANNOTATION,
     MODELS_ANNOTATION,
     POLICY_ANNOTATION,
     TKESTACK_NOUSE,
@@ -46,6 +49,7 @@ class Demand:
     models: tuple[str, ...] = ()
     exclude_models: tuple[str, ...] = ()
     policy: str | None = None
+    isolation: str | None = None  # the tier the pod requires (None: any node)
     uid: str = ""
     cpu_milli: int = 0
     memory_mib: int = 0
@@ -79,6 +83,12 @@ class Demand:
     def model_phrase(self) -> str:
         """``"Tesla-T4 "`` when the pod restricts models, else ``""``: for messages."""
         return ("/".join(self.models) + " ") if self.models else ""
+
+    def tier_phrase(self) -> str:
+        """``" on a node with mps isolation"`` when the pod requires a hard tier, else ``""``."""
+        if self.isolation is None or self.isolation == "cooperative":
+            return ""
+        return f" on a node with {self.isolation} isolation"
 
 
 def container_amount(container: Mapping[str, Any], resource: str, where: str) -> int:
@@ -152,6 +162,13 @@ def _models(ann: Mapping[str, Any], names: tuple[str, str], key: str) -> tuple[s
     return models
 
 
+def _isolation(ann: Mapping[str, Any], key: str) -> str | None:
+    raw = ann.get(ISOLATION_ANNOTATION)
+    if raw is None or raw == "":
+        return None
+    return check_tier(raw, f"pod {key}: annotation {ISOLATION_ANNOTATION}")
+
+
 def pod_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
@@ -188,5 +205,6 @@ def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
         models=_models(ann, (MODELS_ANNOTATION, TKESTACK_USE), key),
         exclude_models=_models(ann, (EXCLUDE_MODELS_ANNOTATION, TKESTACK_NOUSE), key),
         policy=ann.get(POLICY_ANNOTATION) or None,
+        isolation=_isolation(ann, key),
         labels=dict(meta.get("labels") or {}),
     )

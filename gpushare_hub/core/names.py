@@ -25,6 +25,9 @@ GPU_MEM_ASSUME_TIME = f"{GPU_MEM_PREFIX}ASSUME_TIME"
 POLICY_ANNOTATION = f"{PREFIX}/policy"
 MODELS_ANNOTATION = f"{PREFIX}/card-models"
 EXCLUDE_MODELS_ANNOTATION = f"{PREFIX}/exclude-card-models"
+# Written by users (or the spawner, from the catalogue's ``isolation``): the isolation tier the
+# pod requires (see isolation.py). On nodes the same name holds the tier the node enforces.
+ISOLATION_ANNOTATION = f"{PREFIX}/isolation"
 # TKEStack's spelling of the same two wishes, read for pods written for it.
 TKESTACK_USE = "nvidia.com/use-gputype"
 TKESTACK_NOUSE = "nvidia.com/nouse-gputype"
@@ -47,6 +50,9 @@ MODEL_LABEL = f"{PREFIX}/card-model"
 # Set by the admin (chart values): the node runs NVIDIA MPS, and for one user or several.
 MPS_LABEL = f"{PREFIX}/mps"
 MPS_MULTI_USER_LABEL = f"{PREFIX}/mps-multi-user"
+# Written by the device plugin: the tier of memory isolation the node enforces (ISOLATION_ANNOTATION,
+# above) and the result of its self-test of that tier.
+ISOLATION_CHECK_ANNOTATION = f"{PREFIX}/isolation-check"
 # Written by the device plugin on an MPS node: the MPS servers running and their users.
 MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
 
@@ -57,4 +63,5 @@ EVENT_CARD_ANNOTATION = f"{PREFIX}/card"
 BYPASS_REASON = "GPUShareNotScheduled"  # a GPU pod that did not name the dedicated scheduler
 IGNORED_REASON = "GPUShareAllocationIgnored"  # an allocation record the ledger refused to count
 OVER_SLICE_REASON = "GPUShareOverSlice"  # a pod's processes use more GPU memory than its slice
+ISOLATION_CHECK_REASON = "GPUShareIsolationCheckFailed"  # the node's self-test saw a weaker tier
 MPS_MISMATCH_REASON = "GPUShareMPSUserMismatch"  # an MPS server runs as another user than the pod

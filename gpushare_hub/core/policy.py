@@ -28,6 +28,7 @@ from .annotations import CardShare, ContainerShare
 from .cards import Card, Node
 from .demand import Demand
 from .handout import Handout, first_conflict, handouts, waiting_by_size
+from .isolation import WORDS, satisfies
 from .ledger import Ledger, NodeState, Placement
 from .resources import ResourceNames
 from .verdict import Kind, Reason, Verdict, explain
@@ -219,6 +220,13 @@ def _no_usable_card(node: Node, view: NodeView, demand: Demand, block: tuple[int
     return _not_now(view, Reason.UNHEALTHY, block)
 
 
+def _wrong_tier(node: Node, demand: Demand) -> Verdict | None:
+    tier = node.isolation.effective
+    if satisfies(tier, demand.isolation):
+        return None
+    return Verdict(node.name, Kind.NEVER, Reason.ISOLATION, detail=tier)
+
+
 def _too_few_cards(view: NodeView, demand: Demand) -> Verdict | None:
     if len(view.cards) >= demand.count:
         return None
@@ -275,6 +283,7 @@ class Placer:
             demand.cpu_milli,
             demand.memory_mib,
             bool(demand.count_containers),
+            demand.isolation,
         )
 
     # ---- one node -----------------------------------------------------------------
@@ -307,6 +316,7 @@ class Placer:
             return Verdict(node.name, Kind.FEASIBLE, rank=self.policy.node_key(view, (), demand, 0))
         refused = (
             refused
+            or _wrong_tier(node, demand)
             or _no_usable_card(node, view, demand, block)
             or self._handing_cards(st, view, demand, block)
             or _too_few_cards(view, demand)
@@ -567,6 +577,14 @@ class Placer:
         names = self.names
         verdicts = {**not_now, **never}
         what = demand.describe(names)
+        if not not_now and demand.isolation and all(v.reason is Reason.ISOLATION for v in never.values()):
+            tiers = sorted({v.detail for v in never.values()})
+            reason = (
+                f"pod {demand.key} asks {what} with a {WORDS[demand.isolation]}, but no node enforces "
+                f"{demand.isolation} isolation (the nodes enforce {', '.join(tiers) or 'nothing'}); choose "
+                f"a slice without this requirement, or enable {demand.isolation} on a GPU node"
+            )
+            return Refusal(demand.key, reason, True, verdicts, demand, names)
         if not not_now:
             # Nothing could ever take it: say what the biggest allowed card is.
             sizes = [
@@ -609,7 +627,8 @@ class Placer:
             if free >= demand.per_card:  # room enough, held back for another reason
                 return f"pod {demand.key}: {explain(not_now[node], demand, names)}{tail}"
             return (
-                f"no {demand.model_phrase()}card has {names.fmt(demand.per_card)} free; the largest "
+                f"no {demand.model_phrase()}card{demand.tier_phrase()} has {names.fmt(demand.per_card)} "
+                "free; the largest "
                 f"free block is {names.fmt(free)} (node {node}, card {index}){tail}; "
                 "the pod waits until a slice is released"
             )

@@ -15,6 +15,7 @@ from enum import Enum
 
 from .cards import Card
 from .demand import Demand
+from .isolation import WORDS
 from .resources import ResourceNames
 
 
@@ -42,6 +43,7 @@ class Reason(Enum):
     NO_ROOM = "no-room"  # have: cards with the slice free; asked: cards; cards: unhealthy ones (not now)
     NO_CARDS = "no-cards"  # the node offers no GPU-sharing cards the ledger knows (never)
     UNREADABLE = "unreadable"  # the node's card inventory cannot be read; detail says why (never)
+    ISOLATION = "isolation"  # the node enforces a tier (detail) other than the one the pod requires (never)
 
 
 _TRANSIENT = frozenset({Reason.HANDING_CARDS, Reason.HANDING_SLICE})
@@ -136,5 +138,10 @@ def explain(v: Verdict, demand: Demand, names: ResourceNames) -> str:
             )
         case Reason.NO_CARDS:
             return f"node {node} offers no {names.memory} (no GPU-sharing cards known)"
+        case Reason.ISOLATION:
+            return (
+                f"node {node} enforces {v.detail} isolation ({WORDS.get(v.detail, v.detail)}), the pod "
+                f"requires {demand.isolation} ({WORDS.get(demand.isolation or '', demand.isolation)})"
+            )
         case Reason.UNREADABLE:
             return f"node {node}: its card inventory is unreadable, so nothing is placed there ({v.detail})"

@@ -23,6 +23,7 @@ from traitlets import Bool, Enum, Float, Int, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.isolation import COOPERATIVE, MPS
 from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
@@ -130,6 +131,17 @@ class GPUShareDevicePlugin(Application):
         Per node: 'tensorflowMemoryLimit' in --node-config.""",
     ).tag(config=True)
 
+    isolation_tier = Enum(
+        ["auto", "cooperative", "mps", "driver"],
+        default_value="auto",
+        help="""The tier of GPU-memory isolation this node enforces, published on the Node
+        (gpushare-hub.io/isolation) for slices that require one: 'cooperative' (the start-up hook
+        and the frameworks' environment caps), 'mps' (needs --mps), or 'driver' (the NVIDIA
+        container toolkit's memory-limit hook applies NVIDIA_GPU_MEMORY_LIMITS, which Allocate
+        sets for every slice; driver r615+ and cgroup v2). 'auto': mps where --mps is on, else
+        cooperative. The self-test checks the claim. Per node: 'isolationTier' in --node-config.""",
+    ).tag(config=True)
+
     usage_interval = Float(
         15.0,
         help="""Seconds between readings of each card's processes (NVML; the plugin needs hostPID
@@ -172,6 +184,7 @@ class GPUShareDevicePlugin(Application):
         "mps-root": "GPUShareDevicePlugin.mps_root",
         "cdi": "GPUShareDevicePlugin.cdi",
         "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
+        "isolation-tier": "GPUShareDevicePlugin.isolation_tier",
         "usage-interval": "GPUShareDevicePlugin.usage_interval",
         "usage-file": "GPUShareDevicePlugin.usage_file",
         "metrics-port": "GPUShareDevicePlugin.metrics_port",
@@ -213,6 +226,19 @@ class GPUShareDevicePlugin(Application):
         self.mps_multi_user = opts.get("mpsMultiUser", self.mps_multi_user)
         self.cdi = opts.get("cdi", self.cdi)
         self.tensorflow_memory_limit = opts.get("tensorflowMemoryLimit", self.tensorflow_memory_limit)
+        self.isolation_tier = opts.get("isolationTier", self.isolation_tier)
+
+    def tier(self) -> str:
+        """The tier this node claims; :class:`CannotStart` when the settings contradict it."""
+        if self.isolation_tier == "auto":
+            return MPS if self.mps else COOPERATIVE
+        if self.isolation_tier == MPS and not self.mps:
+            raise CannotStart(
+                "--isolation-tier mps needs MPS on this node: pass --mps (or 'mps': true in "
+                "--node-config) with the MPS control daemon running, or claim another tier",
+                2,
+            )
+        return str(self.isolation_tier)
 
     def isolation(self) -> Isolation:
         return Isolation(
@@ -221,6 +247,7 @@ class GPUShareDevicePlugin(Application):
             mps_root=self.mps_root,
             cdi=self.cdi,
             tensorflow_memory_limit=self.tensorflow_memory_limit,
+            tier=self.tier(),
         )
 
     def install_hook(self) -> None:
@@ -336,11 +363,14 @@ class GPUShareDevicePlugin(Application):
 
         log = logging.getLogger("gpushare.plugin")
         names = state.settings.names
+        iso = state.settings.isolation
 
         def publish() -> None:
             try:
                 publish_node(api, self.node_name, state.inventory(), names)
-                publish_isolation(api, self.node_name, mps=self.mps, multi_user=self.mps_multi_user)
+                publish_isolation(
+                    api, self.node_name, mps=self.mps, multi_user=self.mps_multi_user, tier=iso.tier
+                )
             except Exception as err:
                 log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
 

@@ -8,12 +8,14 @@ import time
 from typing import Any
 
 from gpushare_hub.core.cards import Card, cards_to_annotation
+from gpushare_hub.core.isolation import COOPERATIVE
 from gpushare_hub.core.names import (
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
     EVENT_CARD_ANNOTATION,
     GPU_MEM_ASSIGNED,
     GPU_MEM_ASSUME_TIME,
+    ISOLATION_ANNOTATION,
     MPS_LABEL,
     MPS_MULTI_USER_LABEL,
 )
@@ -67,15 +69,20 @@ class KubePods(PodSource):
         self.api.patch_merge(f"/api/v1/namespaces/{namespace}/pods/{name}", body)
 
 
-def publish_isolation(api: RestClient, node: str, mps: bool, multi_user: bool) -> None:
+def publish_isolation(
+    api: RestClient, node: str, mps: bool, multi_user: bool, tier: str = COOPERATIVE
+) -> None:
     """Label the node ``gpushare-hub.io/mps=true`` for the MPS control-daemon DaemonSet (and
     ``gpushare-hub.io/mps-multi-user=true`` where its daemons run ``-M``); the labels come off
-    when MPS is switched off."""
+    when MPS is switched off. Annotate the tier of isolation the node claims
+    (``gpushare-hub.io/isolation``); a self-test of another claim no longer counts (it names
+    the tier it checked)."""
     labels = {
         MPS_LABEL: "true" if mps else None,
         MPS_MULTI_USER_LABEL: "true" if mps and multi_user else None,
     }
-    api.patch_merge(node_path(node), {"metadata": {"labels": labels}})
+    annotations = {ISOLATION_ANNOTATION: tier}
+    api.patch_merge(node_path(node), {"metadata": {"labels": labels, "annotations": annotations}})
 
 
 def publish_node(api: RestClient, node: str, cards: list[Card], names: ResourceNames) -> None:

@@ -16,7 +16,9 @@ Known options:
   different UIDs share a card's MPS server instead of waiting for each other;
 * ``cdi``: name the card as a CDI device instead of ``NVIDIA_VISIBLE_DEVICES``;
 * ``tensorflowMemoryLimit``: the start-up hook also sets TensorFlow's ``memory_limit``
-  (breaks notebooks that call ``set_memory_growth``).
+  (breaks notebooks that call ``set_memory_growth``);
+* ``isolationTier``: the tier of memory isolation this node enforces, ``cooperative``, ``mps``
+  or ``driver`` (default: ``mps`` where MPS is on, else ``cooperative``).
 
 An unknown key or a bad value stops the plugin with the ConfigMap, key and fix named.
 """
@@ -27,10 +29,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.errors import GPUShareError, InvalidObject
+from gpushare_hub.core.isolation import check_tier
 
 BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit")
-KNOWN = {"reserveFraction", *BOOLEANS}
+KNOWN = {"reserveFraction", "isolationTier", *BOOLEANS}
 
 
 class NodeConfigError(GPUShareError):
@@ -62,6 +65,11 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
         if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 0.99:
             raise NodeConfigError(f"{where}: reserveFraction must be a number from 0 to 0.99, got {r!r}")
         merged["reserveFraction"] = float(r)
+    if "isolationTier" in merged:
+        try:
+            check_tier(merged["isolationTier"], f"{where}: isolationTier")
+        except InvalidObject as err:
+            raise NodeConfigError(str(err)) from err
     for key in BOOLEANS:
         if key in merged and not isinstance(merged[key], bool):
             raise NodeConfigError(f"{where}: {key} must be true or false (JSON), got {merged[key]!r}")

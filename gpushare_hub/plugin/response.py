@@ -13,6 +13,11 @@
   size, so fraction caps (JAX/XLA) are set near 1 instead of slice/card, which would cap
   twice; absolute caps (CuPy bytes, TensorFlow MiB) stay as they are. The hook leaves
   PyTorch to MPS.
+* **Driver limit** (always): ``NVIDIA_GPU_MEMORY_LIMITS`` and ``NVIDIA_GPU_MEMORY_REQUESTS``, the
+  slice in MiB, which the NVIDIA container toolkit's ``apply-cuda-memory-limits`` hook reads on
+  nodes whose driver and toolkit have it (NVIDIA documents driver r615 or later with cgroup v2),
+  so that such nodes enforce the slice in the driver with no other change. Elsewhere they are
+  inert. ``GPUSHARE_ISOLATION_TIER`` names the tier the node claims (the self-test reads it).
 * **CDI** (nodes whose runtime uses CDI): the card named as ``nvidia.com/gpu=<UUID>``
   instead of ``NVIDIA_VISIBLE_DEVICES``.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpushare_hub.core.cards import Card
+from gpushare_hub.core.isolation import COOPERATIVE
 
 from .matching import Waiting, container_env
 
@@ -34,6 +40,10 @@ HOOK_CONTAINER_PATH = "/opt/gpushare-hub/pyhook"
 MPS_ROOT = "/run/gpushare-hub/mps"
 MPS_PIPE_CONTAINER_PATH = "/run/gpushare-hub/mps/pipe"
 CDI_KIND = "nvidia.com/gpu"
+# Read by the NVIDIA container toolkit's memory-limit hook (MiB), where the node has it.
+DRIVER_LIMITS_VAR = "NVIDIA_GPU_MEMORY_LIMITS"
+DRIVER_REQUESTS_VAR = "NVIDIA_GPU_MEMORY_REQUESTS"
+TIER_VAR = "GPUSHARE_ISOLATION_TIER"
 # Under MPS the total that JAX sees is the slice; leave XLA a little for cuDNN/cuBLAS
 # workspaces that it does not allocate through its own pool.
 MPS_XLA_FRACTION = "0.950"
@@ -48,6 +58,7 @@ class Isolation:
     mps_root: str = MPS_ROOT
     cdi: bool = False
     tensorflow_memory_limit: bool = False
+    tier: str = COOPERATIVE  # the tier the node claims (published on the Node, told to containers)
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,9 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
     if iso.hook_host_path:
         mounts.append(Mount(HOOK_CONTAINER_PATH, iso.hook_host_path, read_only=True))
         env["PYTHONPATH"] = HOOK_CONTAINER_PATH
+    env[DRIVER_LIMITS_VAR] = str(limit_mib)
+    env[DRIVER_REQUESTS_VAR] = str(limit_mib)
+    env[TIER_VAR] = iso.tier
     if iso.tensorflow_memory_limit:
         env["GPUSHARE_TENSORFLOW_MEMORY_LIMIT"] = "true"
     if iso.mps:

@@ -52,7 +52,7 @@ VERDICT_LABELS: dict[Reason, str] = {
     Reason.UNHEALTHY: "cards_unhealthy",
     Reason.TOO_BIG: "slice_larger_than_any_card",
     Reason.TOO_FEW_CARDS: "slice_larger_than_any_card",
-    # MODEL, NO_CARDS, UNREADABLE: nodes the pod may not or cannot use; they say nothing here.
+    # MODEL, ISOLATION, NO_CARDS, UNREADABLE: nodes the pod may not or cannot use; they say nothing here.
 }
 
 # What kube-scheduler's other plugins said, read from its own message in the pod's PodScheduled

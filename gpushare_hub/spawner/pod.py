@@ -21,6 +21,7 @@ from gpushare_hub.core.names import (
     EXCLUDE_MODELS_ANNOTATION,
     HUB_SERVER_ANNOTATION,
     HUB_USER_ANNOTATION,
+    ISOLATION_ANNOTATION,
     MODELS_ANNOTATION,
     SLICE_ANNOTATION,
     SLICE_LABEL,
@@ -56,6 +57,8 @@ class SlicePod:
             out[HUB_SERVER_ANNOTATION] = self.server
         if self.slice.models:
             out[MODELS_ANNOTATION] = ",".join(self.slice.models)
+        if self.slice.isolation:
+            out[ISOLATION_ANNOTATION] = self.slice.isolation
         return out
 
 

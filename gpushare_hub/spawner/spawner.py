@@ -32,9 +32,9 @@ from .progress import render as render_status
 
 # How the availability note looks beside a slice's name on KubeSpawner's form.
 FORM_STYLE = (
-    "<style>.gpushare-availability{font-size:75%;font-weight:normal}"
+    "<style>.gpushare-availability,.gpushare-isolation{font-size:75%;font-weight:normal}"
     ".gpushare-free{color:#3c763d}.gpushare-unavailable{color:#a94442}"
-    ".gpushare-unknown{color:#777}</style>\n"
+    ".gpushare-unknown,.gpushare-isolation{color:#777}</style>\n"
 )
 STATE_SLICE = "gpushare_slice"
 STATE_GIB = "gpushare_gib"
@@ -68,6 +68,15 @@ def escape(text: str) -> str:
     return html.escape(text, quote=True).replace("{", "&#123;").replace("}", "&#125;")
 
 
+# The tooltip beside each slice's limit on the form: what the words mean for the user.
+LIMIT_TITLES = {
+    False: "Your frameworks (PyTorch, CuPy, JAX, TensorFlow) are capped to the slice when they start; "
+    "code that lifts its own cap can use more, and other users' notebooks may then run out of memory.",
+    True: "The slice is enforced below your code, for every CUDA program: going past it fails "
+    "with an out-of-memory error in your notebook only.",
+}
+
+
 class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     """KubeSpawner whose profiles include GPU-memory slices placed by the gpushare scheduler."""
 
@@ -88,6 +97,10 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         - ``description``: a line under the name.
         - ``groups``: hub groups whose members may use it; empty or absent: every user.
         - ``default``: pre-select it on the form.
+        - ``isolation``: the isolation tier the slice requires, ``"mps"`` or ``"driver"`` (a hard
+          limit); it is placed only on nodes whose device plugin enforces that tier (and whose
+          self-test confirmed it), and the form says "hard limit". Absent: any GPU node, shown as
+          "cooperative limit".
 
         Example::
 
@@ -349,6 +362,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                 a = self.availability_of(s)
                 state = "unknown" if a is None else "free" if a.placeable else "unavailable"
                 note = render_availability(a)
+                tier = s.isolation or "cooperative"
                 if (
                     a is not None
                     and not a.placeable
@@ -359,7 +373,9 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                 p = {
                     **p,
                     "display_name": f'{p["display_name"]} <span class="gpushare-availability '
-                    f'gpushare-{state}" data-gpushare-slice="{escape(s.slug)}">— {escape(note)}</span>',
+                    f'gpushare-{state}" data-gpushare-slice="{escape(s.slug)}">— {escape(note)}</span>'
+                    f' <span class="gpushare-isolation" data-gpushare-isolation="{tier}"'
+                    f' title="{escape(LIMIT_TITLES[bool(s.isolation)])}">· {escape(s.limit_words)}</span>',
                 }
             shown.append(p)
         return FORM_STYLE + str(self._render_options_form(shown))

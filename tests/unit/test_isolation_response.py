@@ -77,7 +77,8 @@ def test_plugin_flags_become_the_nodes_isolation_and_a_hook_folder_it_cannot_wri
     app = GPUShareDevicePlugin()
     flags = ["--mps=true", "--mps-root=/run/m", "--cdi=true", f"--hook-host-path={tmp_path}/h"]
     app.parse_command_line(flags)
-    assert app.isolation() == Isolation(hook_host_path=f"{tmp_path}/h", mps=True, mps_root="/run/m", cdi=True)
+    want = Isolation(hook_host_path=f"{tmp_path}/h", mps=True, mps_root="/run/m", cdi=True, tier="mps")
+    assert app.isolation() == want
     app.install_hook()
     assert (tmp_path / "h" / "sitecustomize.py").is_file()
     blocker = tmp_path / "file"
@@ -156,3 +157,38 @@ def test_the_hook_is_seen_in_use_from_other_processes_mounts_without_the_api(tmp
     assert hook_mounted_elsewhere(Path(host), inside, fake_proc("4242", {})) is False
     assert hook_mounted_elsewhere(Path(host), inside, fake_proc("1", {"77": notebook})) is None  # no hostPID
     assert hook_mounted_elsewhere(Path("/elsewhere"), inside, fake_proc("4242", {"77": notebook})) is None
+
+
+def test_every_slice_carries_the_driver_limit_in_mib_and_the_tier_the_node_claims():
+    r = container_response(FIVE, CARD, 1024, Isolation())
+    assert r.envs["NVIDIA_GPU_MEMORY_LIMITS"] == "5120" and r.envs["NVIDIA_GPU_MEMORY_REQUESTS"] == "5120"
+    assert r.envs["GPUSHARE_ISOLATION_TIER"] == "cooperative"
+    hard = container_response(FIVE, CARD, 1024, Isolation(mps=True, tier="mps"))
+    assert hard.envs["GPUSHARE_ISOLATION_TIER"] == "mps"
+
+
+def test_the_claimed_tier_follows_mps_unless_named_and_unknown_or_impossible_ones_stop_the_plugin(capsys):
+    from gpushare_hub.plugin.app import CannotStart, GPUShareDevicePlugin
+
+    def tier(*flags: str) -> str:
+        app = GPUShareDevicePlugin()
+        app.parse_command_line(["--hook-host-path=", *flags])
+        return app.isolation().tier
+
+    assert tier() == "cooperative" and tier("--mps=true") == "mps"
+    assert tier("--isolation-tier=driver") == "driver"
+    with pytest.raises(CannotStart, match=r"--isolation-tier mps needs MPS on this node: pass --mps"):
+        tier("--isolation-tier=mps")
+    with pytest.raises(SystemExit):
+        tier("--isolation-tier=titanium")
+    said = capsys.readouterr().err
+    assert (
+        "'isolation_tier'" in said
+        and "['auto', 'cooperative', 'mps', 'driver'], not the str 'titanium'" in said
+    )
+    data = {"gpu-1": '{"isolationTier": "steel"}'}
+    with pytest.raises(
+        NodeConfigError, match=r"cm: isolationTier is 'steel', which is not an isolation tier"
+    ):
+        options_for("gpu-1", data, "cm")
+    assert options_for("gpu-1", {"gpu-1": '{"isolationTier": "driver"}'}, "cm") == {"isolationTier": "driver"}

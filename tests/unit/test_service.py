@@ -302,7 +302,7 @@ def test_pending_pods_are_counted_by_a_fixed_set_of_reasons_that_name_no_node_or
 
 def test_every_reason_of_the_placer_has_a_label_or_is_said_to_have_none():
     labelled = set(VERDICT_LABELS)
-    assert labelled | {Reason.MODEL, Reason.NO_CARDS, Reason.UNREADABLE} == set(Reason)
+    assert labelled | {Reason.MODEL, Reason.ISOLATION, Reason.NO_CARDS, Reason.UNREADABLE} == set(Reason)
     assert set(VERDICT_LABELS.values()) | {label for label, _ in SCHEDULER_WORDS} <= set(LABELS)
 
 
