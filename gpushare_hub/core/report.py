@@ -22,8 +22,10 @@ from typing import Any
 
 from gpushare_hub.core.demand import Demand, demand_from_pod, pod_key
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.isolation import NodeIsolation
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
+from gpushare_hub.core.usage import NodeUsage, read_usage
 
 from .names import (
     ALLOCATION_ANNOTATION,
@@ -33,6 +35,7 @@ from .names import (
     HUB_SERVER_ANNOTATION,
     HUB_USER_ANNOTATION,
     SLICE_ANNOTATION,
+    USAGE_ANNOTATION,
 )
 
 
@@ -46,6 +49,7 @@ class PodRow:
     reason: str = ""
     slice: str = ""  # the hub's catalogue slug, when the spawner wrote one
     since: str = ""  # RFC 3339 UTC: when the card was assigned (else the pod started or was made)
+    used_mib: int | None = None  # GPU memory its processes hold on the card (None: not measured)
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class NodeRow:
     unplaced: tuple[PodRow, ...] = ()
     # Set when the node advertises GPU memory but its card inventory cannot be read.
     problem: str = ""
+    isolation: NodeIsolation = field(default_factory=NodeIsolation)
+    usage_measured: bool = False  # the node's plugin publishes per-pod GPU memory in use
 
     @property
     def used(self) -> int:
@@ -149,6 +155,7 @@ class NodeFacts:
     name: str
     address: str = "unknown"
     offers_gpu_memory: bool = True
+    usage: NodeUsage | None = None  # None: the node's plugin publishes no usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +203,7 @@ def node_facts(node: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) ->
         name=str((node.get("metadata") or {}).get("name") or ""),
         address=_address(node),
         offers_gpu_memory=_offers_gpu_memory(node, names),
+        usage=read_usage(((node.get("metadata") or {}).get("annotations") or {}).get(USAGE_ANNOTATION)),
     )
 
 
@@ -366,13 +374,21 @@ def _node_row(
                 units=card.units,
                 used=ledger.used(facts.name, card.uuid),
                 healthy=card.healthy,
-                pods=_sorted(holders.get((facts.name, card.uuid), [])),
+                pods=_sorted(_with_usage(holders.get((facts.name, card.uuid), []), card.uuid, facts.usage)),
             )
             for card in cards
         ),
         unplaced=_sorted(unplaced),
         problem=f"card inventory unreadable: {problem}" if problem is not None else "",
+        isolation=node.isolation if node is not None else NodeIsolation(),
+        usage_measured=facts.usage is not None,
     )
+
+
+def _with_usage(rows: Iterable[PodRow], card: str, usage: NodeUsage | None) -> list[PodRow]:
+    if usage is None:
+        return list(rows)
+    return [replace(p, used_mib=usage.of_pod(f"{p.namespace}/{p.name}", card)) for p in rows]
 
 
 def _sorted(rows: Iterable[PodRow]) -> tuple[PodRow, ...]:

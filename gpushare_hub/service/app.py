@@ -35,7 +35,7 @@ from html import escape
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlparse
+from urllib.parse import quote, urlencode, urlparse
 
 # Handlers and the OAuth callback share HubOAuth.instance(), which keeps the OAuth (PKCE) states.
 from jupyterhub.services.auth import (  # type: ignore[import-untyped]
@@ -560,7 +560,13 @@ class MeHandler(BaseHandler):
     def get(self) -> None:
         user = self.caller()
         self.filters(())
-        self.send(me_document(self.ledger_doc(), str(user.get("name"))))
+        svc = self.service
+        name = str(user.get("name"))
+        groups = self.hub.groups.get(name, [])
+        catalogue = Catalogue(tuple(s for s in svc.catalogue.slices if s.allows(groups)), {})
+        free = availability_document(self.cluster.ledger(), catalogue, svc.node_selector, datetime.now(UTC))
+        spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
+        self.send(me_document(self.ledger_doc(), name, free, spawn))
 
 
 class MetricsHandler(BaseHandler):

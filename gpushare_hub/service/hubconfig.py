@@ -42,6 +42,10 @@ SERVICE_SCOPES = (
 )
 
 
+# JupyterHub's `server` role: what a server's own token holds by default.
+SERVER_SCOPES = ("users:activity!user", "access:servers!server")
+
+
 def admin_scope(name: str = "gpushare") -> str:
     """The custom scope that opens the dashboard and the ledger API of service ``name``."""
     return f"custom:{name}:admin"
@@ -110,6 +114,7 @@ def configure_hub(
     env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
     env.update(environment or {})
     _add_service(c, name, url, env)
+    _tell_servers(c, name, url)
     _add_scopes(c, name)
     _add_roles(c, name, list(admin_users), list(admin_groups), list(metrics_services))
 
@@ -184,6 +189,19 @@ def _service_url(url: str | None, port: int | None, service_config: dict[str, An
         return f"http://127.0.0.1:{port or free_port()}"
     service_config.update(listen_on(url, port))
     return url
+
+
+def _tell_servers(c: Any, name: str, url: str) -> None:
+    """Notebook servers learn where the service is (``GPUShareSpawner.service_url``) and their
+    tokens may call it: JupyterHub's server scopes plus ``access:services!service=<name>``,
+    unless the admin chose the servers' token scopes already."""
+    if not _section(c, "GPUShareSpawner").get("service_url"):
+        c.GPUShareSpawner.service_url = f"{url.rstrip('/')}/services/{name}/"
+    chosen = any(
+        "server_token_scopes" in _section(c, cls) for cls in ("Spawner", "KubeSpawner", "GPUShareSpawner")
+    )
+    if not chosen:
+        c.Spawner.server_token_scopes = [*SERVER_SCOPES, f"access:services!service={name}"]
 
 
 def _add_service(c: Any, name: str, url: str, env: dict[str, str]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from gpushare_hub.core import Ledger, model_matches
 from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
+from gpushare_hub.core.isolation import NodeIsolation
 from gpushare_hub.core.report import CardRow, PodRow, Report
 from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
 from gpushare_hub.core.waste import card_fragment
@@ -167,6 +168,7 @@ def _alloc(
         "started": srv.started if srv else "",
         "last_activity": last,
         "idle_seconds": idle_seconds(last, now),
+        "used_mib": pod.used_mib,
     }
 
 
@@ -226,6 +228,8 @@ def ledger_document(
                 "name": node.name,
                 "address": node.address,
                 "problem": node.problem,
+                "isolation": isolation_document(node.isolation),
+                "usage_measured": node.usage_measured,
                 "cards": cards,
                 "unplaced": [_pod(p) for p in node.unplaced if filters.keeps_pod(p)],
             }
@@ -265,14 +269,74 @@ def _pod(p: PodRow) -> dict[str, Any]:
     }
 
 
-def me_document(ledger_doc: Mapping[str, Any], user: str) -> dict[str, Any]:
-    """``api/v1/me``: the caller's own allocations and pending pods, from an unfiltered ledger document."""
+def isolation_document(iso: NodeIsolation) -> dict[str, Any]:
+    """A node's tier for the API: what it claims, what placement uses, in words, and its check."""
+    return {
+        "claimed": iso.claimed,
+        "tier": iso.effective,
+        "words": iso.words,
+        "check": iso.check.as_json() if iso.check is not None else None,
+        "problem": iso.problem,
+    }
+
+
+NOT_MEASURED = "usage not measured on this node"
+
+
+def me_document(
+    ledger_doc: Mapping[str, Any],
+    user: str,
+    availability_doc: Mapping[str, Any] | None = None,
+    spawn_url: str = "",
+) -> dict[str, Any]:
+    """``api/v1/me``: the caller's own allocations and pending pods, from an unfiltered ledger document.
+
+    Each allocation gains what the caller may know of its card: the GPU memory its processes
+    hold (``used_mib``, None where the node does not measure it), the node's isolation tier and
+    its last check, and its neighbours on the card as a count and totals, never their names.
+    ``larger_free``: the catalogue's slices larger than the caller's largest that could start
+    now (from ``api/v1/availability``, which names no one), for the way out of an out-of-memory.
+    """
+    allocations = []
+    for node in ledger_doc["nodes"]:
+        for card in node["cards"]:
+            mine = [a for a in card["allocations"] if a["hub_user"] == user]
+            others = [a for a in card["allocations"] if a["hub_user"] != user]
+            for a in mine:
+                used = [o["used_mib"] for o in others]
+                measured = bool(node.get("usage_measured")) and None not in used
+                allocations.append(
+                    {
+                        **a,
+                        "node": node["name"],
+                        "usage_note": "" if node.get("usage_measured") else NOT_MEASURED,
+                        "isolation": node.get("isolation"),
+                        "card": {
+                            "model": card["model"],
+                            "units": card["units"],
+                            "used": card["used"],
+                            "free": card["free"],
+                        },
+                        "neighbours": {
+                            "count": len(others),
+                            "units": sum(o["units"] for o in others),
+                            "used_mib": sum(used) if measured else None,
+                        },
+                    }
+                )
+    largest = max((a["units"] for a in allocations), default=0)
+    larger = []
+    for s in (availability_doc or {}).get("slices", []):
+        if s.get("placeable") and s.get("gib") is not None and s["gib"] > largest and s.get("cards") == 1:
+            larger.append({"slug": s["slug"], "display_name": s["display_name"], "gib": s["gib"]})
     return {
         "version": API_VERSION,
         "user": user,
         "unit": ledger_doc["unit"],
-        "allocations": [a for a in ledger_doc["allocations"] if a["hub_user"] == user],
+        "allocations": allocations,
         "pending": [p for p in ledger_doc["pending"] if p["hub_user"] == user],
+        "larger_free": sorted(larger, key=lambda s: s["gib"]),
+        "spawn_url": spawn_url,
     }
 
 

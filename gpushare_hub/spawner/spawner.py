@@ -37,6 +37,7 @@ FORM_STYLE = (
     ".gpushare-unknown,.gpushare-isolation{color:#777}</style>\n"
 )
 STATE_SLICE = "gpushare_slice"
+SERVICE_URL_ENV = "GPUSHARE_SERVICE_URL"
 STATE_GIB = "gpushare_gib"
 
 _STATUS = {
@@ -156,6 +157,17 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         """,
     )
 
+    service_url = Unicode(
+        "",
+        config=True,
+        help="""
+        Where notebook servers reach the gpushare hub service, ending in its prefix, e.g.
+        ``http://hub:10101/services/gpushare/`` (``configure_hub`` sets it). Given to each server
+        as ``GPUSHARE_SERVICE_URL``: the JupyterLab status bar and the out-of-memory note ask the
+        service's ``api/v1/me`` with the server's own token. Empty: they say the service is not
+        configured.
+        """,
+    )
     gpushare_scheduler_name = Unicode(
         "gpushare-scheduler",
         config=True,
@@ -429,6 +441,12 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         self._gpushare_chosen = chosen
 
     # ---- the pod ------------------------------------------------------------------------
+    def get_env(self) -> dict[str, str]:
+        env: dict[str, str] = super().get_env()
+        if self.service_url:
+            env[SERVICE_URL_ENV] = self.service_url
+        return env
+
     async def get_pod_manifest(self) -> V1Pod:
         """KubeSpawner's manifest, then the slice: after every override, so none can undo it."""
         pod: V1Pod = await super().get_pod_manifest()

@@ -684,3 +684,74 @@ def test_the_memory_benchmark_holds_less_in_the_service_than_in_raw_copies_and_s
     held = out["holders_measured"]
     assert held["service"]["held_mib"] < held["raw copies (the old way)"]["held_mib"]
     assert held["service"]["slices_in_report"] == held["raw copies (the old way)"]["slices_in_report"] == 6
+
+
+def _usage_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The fixture, with gpu-a's plugin publishing per-pod usage (as UsageReport.annotation writes it)."""
+    nodes, pods = fixture_cluster()
+    alice = next(p for p in pods if p["metadata"]["name"] == "jupyter-alice")
+    card = json.loads(alice["metadata"]["annotations"]["gpushare-hub.io/allocation"])["cards"][0]["uuid"]
+    usage = {
+        "pods": [
+            {"pod": "jhub/jupyter-alice", "uid": "u1", "card": card, "usedMiB": 3174, "sliceMiB": 5120},
+            {"pod": "jhub/jupyter-bob", "uid": "u2", "card": card, "usedMiB": 2048, "sliceMiB": 5120},
+        ],
+        "cards": {card: {"usedMiB": 5222}},
+    }
+    nodes[0]["metadata"]["annotations"]["gpushare-hub.io/usage"] = json.dumps(usage)
+    nodes[0]["metadata"]["annotations"]["gpushare-hub.io/isolation"] = "cooperative"
+    return nodes, pods
+
+
+def test_me_gives_usage_tier_and_neighbours_as_counts_never_their_names():
+    nodes, pods = _usage_cluster()
+    catalogue = read_catalogue(SLICES)
+    ledger = ledger_document(build_report(nodes, pods), SERVERS, catalogue, NOW)
+    me = me_document(ledger, "alice", spawn_url="/hub/spawn/alice")
+    (mine,) = me["allocations"]
+    assert mine["used_mib"] == 3174 and mine["usage_note"] == ""
+    assert mine["neighbours"] == {"count": 1, "units": 5, "used_mib": 2048}
+    assert mine["isolation"]["tier"] == "cooperative" and mine["isolation"]["words"] == "cooperative limit"
+    assert mine["card"] == {"model": "Tesla-T4", "units": 15, "used": 10, "free": 5}
+    assert me["spawn_url"] == "/hub/spawn/alice"
+    text = json.dumps(me)
+    assert "bob" not in text and "jupyter-bob" not in text and "big" not in text
+
+
+def test_me_says_usage_is_not_measured_where_the_node_publishes_none():
+    me = me_document(doc(), "alice")
+    (mine,) = me["allocations"]
+    assert mine["used_mib"] is None and mine["usage_note"] == "usage not measured on this node"
+    assert mine["neighbours"] == {"count": 1, "units": 5, "used_mib": None}
+
+
+def test_me_offers_the_larger_slices_that_could_start_now():
+    nodes, pods = _usage_cluster()
+    catalogue = read_catalogue(SLICES)
+    ledger = ledger_document(build_report(nodes, pods), SERVERS, catalogue, NOW)
+    free = {
+        "slices": [
+            {"slug": "t4-5g", "display_name": "T4 5", "gib": 5, "cards": 1, "placeable": True},
+            {"slug": "t4-7g", "display_name": "T4 7", "gib": 7, "cards": 1, "placeable": True},
+            {"slug": "t4-12g", "display_name": "T4 12", "gib": 12, "cards": 1, "placeable": False},
+        ]
+    }
+    me = me_document(ledger, "alice", free)
+    assert me["larger_free"] == [{"slug": "t4-7g", "display_name": "T4 7", "gib": 7}]
+    assert me_document(ledger, "alice", {"slices": []})["larger_free"] == []
+
+
+def test_configure_hub_tells_servers_where_the_service_is_and_lets_their_tokens_call_it():
+    c = Config()
+    configure_hub(c, slices=SLICES, port=10101, url="http://hub:10101")
+    assert c.GPUShareSpawner.service_url == "http://hub:10101/services/gpushare/"
+    assert c.Spawner.server_token_scopes == [
+        "users:activity!user",
+        "access:servers!server",
+        "access:services!service=gpushare",
+    ]
+    own = Config()
+    own.KubeSpawner.server_token_scopes = ["users:activity!user"]
+    configure_hub(own, slices=SLICES, port=10101)
+    assert "server_token_scopes" not in own.Spawner  # the admin's choice stands
+    assert own.GPUShareSpawner.service_url == "http://127.0.0.1:10101/services/gpushare/"
