@@ -142,6 +142,19 @@ class GPUShareDevicePlugin(Application):
         cooperative. The self-test checks the claim. Per node: 'isolationTier' in --node-config.""",
     ).tag(config=True)
 
+    selftest = Bool(
+        True,
+        help="""Check the claimed isolation tier once after start: run the self-test
+        (python -m gpushare_hub.isolation.selftest) with a one-unit slice of the first card and
+        publish the result on the Node (gpushare-hub.io/isolation-check), with a Warning event
+        when it observed a weaker tier. Nothing is published when no framework could be tried.""",
+    ).tag(config=True)
+    selftest_python = Unicode(
+        "",
+        help="""The Python the self-test runs with (it needs PyTorch, CuPy or JAX with CUDA to try
+        anything; the plugin's image has none). Empty: this plugin's own Python.""",
+    ).tag(config=True)
+
     usage_interval = Float(
         15.0,
         help="""Seconds between readings of each card's processes (NVML; the plugin needs hostPID
@@ -153,6 +166,13 @@ class GPUShareDevicePlugin(Application):
         "",
         help="""Simulated backend: JSON list of processes on the cards, e.g.
         [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963}], read at every usage reading.""",
+    ).tag(config=True)
+    usage_claims_dir = Unicode(
+        "",
+        help="""Simulated backend: folder where local processes claim the GPU memory they hold, one
+        file each, <pid>.json = {"card": "<uuid>", "pod": "<pod UID>", "mib": 3072} (the demo's
+        fake torch writes them). Read at every usage reading and added to --usage-file's; claims
+        of processes that are gone are ignored.""",
     ).tag(config=True)
     metrics_port = Int(
         0,
@@ -185,8 +205,10 @@ class GPUShareDevicePlugin(Application):
         "cdi": "GPUShareDevicePlugin.cdi",
         "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
         "isolation-tier": "GPUShareDevicePlugin.isolation_tier",
+        "selftest-python": "GPUShareDevicePlugin.selftest_python",
         "usage-interval": "GPUShareDevicePlugin.usage_interval",
         "usage-file": "GPUShareDevicePlugin.usage_file",
+        "usage-claims-dir": "GPUShareDevicePlugin.usage_claims_dir",
         "metrics-port": "GPUShareDevicePlugin.metrics_port",
         "log-level": "Application.log_level",
     }
@@ -200,6 +222,7 @@ class GPUShareDevicePlugin(Application):
                 self.node_name,
                 Path(self.health_file) if self.health_file else None,
                 Path(self.usage_file) if self.usage_file else None,
+                Path(self.usage_claims_dir) if self.usage_claims_dir else None,
             )
         return NVMLBackend()
 
@@ -286,6 +309,33 @@ class GPUShareDevicePlugin(Application):
             registry = CollectorRegistry()
             registry.register(UsageCollector(reporter))
             start_http_server(self.metrics_port, registry=registry)
+
+    def start_selftest(self, api: RestClient, state: PluginState) -> None:
+        """The isolation self-test, once, in a daemon thread (it may take a minute)."""
+        import threading
+
+        from .kube import KubeUsageSink
+
+        card = min(state.cards, key=lambda c: c.index)
+        sink = KubeUsageSink(api, self.node_name)
+        args = (
+            self.node_name,
+            card,
+            state.settings.names.mib_per_unit,
+            state.settings.isolation,
+            self.selftest_python or sys.executable,
+            sink,
+        )
+        threading.Thread(target=self._selftest, args=args, name="selftest", daemon=True).start()
+
+    @staticmethod
+    def _selftest(*args: Any) -> None:
+        from .selfcheck import check_node
+
+        try:
+            check_node(*args)
+        except Exception as err:  # the check must never stop the plugin
+            logging.getLogger("gpushare.plugin").warning("the isolation self-test failed to run: %s", err)
 
     def connect(self) -> RestClient:
         """The API client, with the per-node options applied; :class:`CannotStart` if neither can be had."""
@@ -376,6 +426,8 @@ class GPUShareDevicePlugin(Application):
 
         runner = Runner(state, on_registered=publish, on_health=publish)
         self.start_usage(api, state, runner)
+        if self.selftest and state.cards:
+            self.start_selftest(api, state)
 
         def stop(*_: Any) -> None:
             runner.shutdown()

@@ -109,6 +109,26 @@ class KubeUsageSink:
     def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None:
         self.api.patch_merge(node_path(node), {"metadata": {"annotations": annotations}})
 
+    def warn_node(self, reason: str, message: str) -> None:
+        """A Warning event on this plugin's Node (``kubectl describe node`` shows it)."""
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.api.post(
+            "/api/v1/namespaces/default/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{self.node}.", "namespace": "default"},
+                "involvedObject": {"kind": "Node", "apiVersion": "v1", "name": self.node, "uid": self.node},
+                "type": "Warning",
+                "reason": reason,
+                "message": message,
+                "source": {"component": "gpushare-device-plugin", "host": self.node},
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
+
     def warn_pod(self, namespace: str, name: str, uid: str, card: str, reason: str, message: str) -> None:
         """The card is written on the Event, so that a restarted plugin finds its earlier warning."""
         events = f"/api/v1/namespaces/{namespace}/events"
