@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from weakref import WeakKeyDictionary
 
 from gpushare_hub.core import Demand, Ledger, Placement, Placer
+from gpushare_hub.core.isolation import WORDS, satisfies
 
 # Something that returns the current ledger, or None while it has not been read yet
 # (e.g. the shared informer before its first list).
@@ -50,6 +51,7 @@ class Availability:
     whole: bool = False
     reason: str = ""
     unit: str = "GiB"
+    isolation: str | None = None  # the tier the demand requires
 
 
 def _fits(slots: list[int], count: int) -> int:
@@ -77,6 +79,8 @@ def availability(
     wanted = dict(node_selector or {})
     nodes = [n for n in ledger.nodes() if n.matches(wanted)]
     for node in nodes:
+        if not satisfies(node.isolation.effective, demand.isolation):
+            continue  # its cards are no room for this demand
         slots = []
         for card in node.cards:
             if not card.healthy or not demand.model_allowed(card.model):
@@ -102,6 +106,7 @@ def availability(
         whole=demand.whole,
         reason="" if placeable else decision.reason,  # type: ignore[union-attr]
         unit=ledger.names.unit,
+        isolation=demand.isolation,
     )
 
 
@@ -111,6 +116,8 @@ def render(a: Availability | None) -> str:
         return "availability unknown: the GPU inventory has not been read yet"
     models = "/".join(a.models) or "GPU"
     if a.permanent:
+        if not a.largest_card and a.isolation:
+            return f"unavailable: no {models} card here is on a node with a {WORDS[a.isolation]}"
         if not a.largest_card:
             return f"unavailable: this cluster has no {models} card"
         return f"unavailable: the largest {models} card here holds {a.largest_card} {a.unit}"

@@ -154,3 +154,17 @@ def test_a_check_of_an_earlier_claim_does_not_count():
     }
     iso = read_node_isolation("gpu-1", annotations, ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION)
     assert iso.check is None and iso.effective == "driver"
+
+
+def test_the_form_counts_only_nodes_with_the_tier_and_says_when_there_is_none():
+    from gpushare_hub.core.availability import availability, render
+
+    ledger = ledger_of(tiered("gpu-coop", None, cards=2), tiered("gpu-mps", "mps"))
+    hard = Demand(key="slice/hard", per_card=5, count=1, isolation="mps")
+    assert render(availability(ledger, hard)) == "3 free"  # one MPS card: 3 slices, not 9
+    assert render(availability(ledger, Demand(key="slice/soft", per_card=5, count=1))) == "9 free"
+    driver = Demand(key="slice/driver", per_card=5, count=1, isolation="driver")
+    a = availability(ledger, driver)
+    assert (
+        a.permanent and render(a) == "unavailable: no GPU card here is on a node with a hard limit (driver)"
+    )
