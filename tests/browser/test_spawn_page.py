@@ -44,6 +44,12 @@ def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_tak
         for s in SLICES:
             assert page.get_by_text(str(s["display_name"]), exact=False).count() >= 1, s
         before = notes(page)
+        limits = [
+            (span.get_attribute("data-gpushare-isolation"), span.inner_text().strip())
+            for span in page.locator("span.gpushare-isolation").all()
+        ]
+        # Every slice of this catalogue may run on any GPU node: each says so in words.
+        assert limits == [("cooperative", "· cooperative limit")] * len(SLICES), limits
         page.screenshot(path=str(OUT / "spawn-before.png"), full_page=True)
         assert before == {
             "t4-5g": "2 free",
