@@ -139,6 +139,12 @@ def stop_recorded(state_dir: Path) -> None:
             stop_process_group(rec.pid, grace=3)
 
 
+def sim_usage_env(claims_dir: Path, pod_uid: str) -> dict[str, str]:
+    """What a GPU container on a simulated node gets so that the fake torch claims its memory where
+    the node's device plugin reads it (``--usage-claims-dir``)."""
+    return {"GPUSHARE_SIM_USAGE_DIR": str(claims_dir), "GPUSHARE_SIM_POD_UID": pod_uid}
+
+
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
@@ -214,10 +220,15 @@ class NodeAgent:
             log.info("adopted container %s of pod %s (pid %d, %s)", rec.container, rec.pod, rec.pid, state)
 
     # ---- start and stop -------------------------------------------------------------------
+    def claims_dir(self, node: str) -> Path:
+        """Where the node's notebook processes claim the simulated GPU memory they hold."""
+        return self.state_dir / "nodes" / node / "usage-claims"
+
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.adopt()
         for name, spec in self.nodes.items():
+            self.claims_dir(name).mkdir(parents=True, exist_ok=True)
             dm = self.managers[name]
             dm.start()
             comp = Component(
@@ -234,6 +245,8 @@ class NodeAgent:
                     # The start-up hook goes in a folder of this node's, not the host-wide
                     # default (which needs root); Allocate's mount of it becomes PYTHONPATH.
                     f"--hook-host-path={self.state_dir / 'nodes' / name / 'pyhook'}",
+                    # What the node's notebooks hold through the fake torch (the demo's usage).
+                    f"--usage-claims-dir={self.claims_dir(name)}",
                 ],
                 self.log_dir / f"device-plugin-{name}.log",
             ).start()
@@ -434,6 +447,9 @@ class NodeAgent:
         exit_file = base / f"{container['name']}.exit"
         exit_file.unlink(missing_ok=True)
         cwd = proc_spec.cwd if Path(proc_spec.cwd).is_dir() else str(home)
+        env = dict(proc_spec.env)
+        if units:  # every node here is simulated: its GPU containers claim what they hold
+            env.update(sim_usage_env(self.claims_dir(node), uid))
         with log_path.open("ab") as out:
             out.write(f"==== {now_iso()} starting: {' '.join(proc_spec.argv)}\n".encode())
             out.flush()
@@ -443,7 +459,7 @@ class NodeAgent:
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
-                    env=dict(proc_spec.env),
+                    env=env,
                     cwd=cwd,
                     start_new_session=True,
                 )

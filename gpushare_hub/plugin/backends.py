@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -246,6 +248,15 @@ class SimulatedBackend:
         [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963},
          {"card": "<uuid>", "command": "nvidia-cuda-mps-server", "uid": 1000, "mib": 30}]
 
+    ``claims_dir``: a folder where local processes (the demo's notebooks, through the fake torch
+    of ``gpushare_hub.demo.fakegpu``) claim the memory they hold, one file each, read on every
+    usage poll and added to what the usage file declares::
+
+        <claims_dir>/<pid>.json = {"card": "<uuid>", "pod": "<pod UID>", "mib": 3072}
+
+    A claim whose process is gone is ignored; one that cannot be read is ignored with one
+    warning per file.
+
     A process with ``pod`` gets the cgroup path the kubelet would give it (systemd driver),
     so the mapping to pods runs the same code as on a real node.
     """
@@ -253,7 +264,12 @@ class SimulatedBackend:
     name = "simulated"
 
     def __init__(
-        self, spec: str, node: str, health_file: Path | None = None, usage_file: Path | None = None
+        self,
+        spec: str,
+        node: str,
+        health_file: Path | None = None,
+        usage_file: Path | None = None,
+        claims_dir: Path | None = None,
     ) -> None:
         self.cards: list[DiscoveredCard] = []
         index = 0
@@ -264,7 +280,9 @@ class SimulatedBackend:
                 index += 1
         self.health_file = health_file
         self.usage_file = usage_file
+        self.claims_dir = claims_dir
         self._health: dict[str, bool] = {}
+        self._bad_claims: set[str] = set()  # claim files already warned about
 
     def discover(self) -> list[DiscoveredCard]:
         return list(self.cards)
@@ -291,6 +309,22 @@ class SimulatedBackend:
         return events
 
     def processes(self) -> list[GPUProcess]:
+        return self._declared() + self._claimed()
+
+    def _claimed(self) -> list[GPUProcess]:
+        if self.claims_dir is None:
+            return []
+        claims, problems = read_claims(self.claims_dir)
+        for path, problem in problems.items():
+            if path not in self._bad_claims:
+                self._bad_claims.add(path)
+                log.warning("usage claim %s is ignored: %s", path, problem)
+        return [
+            GPUProcess(c.card, c.pid, c.mib, _pod_cgroup(c.pod, c.pid) if c.pod else "", None, "python")
+            for c in claims
+        ]
+
+    def _declared(self) -> list[GPUProcess]:
         if self.usage_file is None or not self.usage_file.exists():
             return []
         try:
@@ -298,12 +332,7 @@ class SimulatedBackend:
             out = []
             for pid, p in enumerate(declared, start=1000):
                 pod = str(p.get("pod", ""))
-                cgroup = (
-                    "0::/kubepods.slice/kubepods-burstable.slice/"
-                    f"kubepods-burstable-pod{pod.replace('-', '_')}.slice/cri-containerd-{pid:064x}.scope\n"
-                    if pod
-                    else "0::/system.slice/nvidia-mps.service\n"
-                )
+                cgroup = _pod_cgroup(pod, pid) if pod else "0::/system.slice/nvidia-mps.service\n"
                 uid = p.get("uid")
                 out.append(
                     GPUProcess(
@@ -326,3 +355,80 @@ class SimulatedBackend:
 
     def close(self) -> None:
         return None
+
+
+def _pod_cgroup(pod_uid: str, pid: int) -> str:
+    """The cgroup file a kubelet (systemd driver) gives a process of the pod."""
+    return (
+        "0::/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{pod_uid.replace('-', '_')}.slice/cri-containerd-{pid:064x}.scope\n"
+    )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A local process's claim of memory on a simulated card (a file of the claims folder)."""
+
+    pid: int
+    card: str
+    pod: str
+    mib: int
+
+
+MAX_CLAIM_BYTES = 4096
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    except OverflowError:
+        return False
+    return True
+
+
+def read_claims(folder: Path, alive: Callable[[int], bool] = _alive) -> tuple[list[Claim], dict[str, str]]:
+    """The claims of live processes in ``folder`` (``<pid>.json``), and what is wrong with the
+    files that cannot be read (path -> problem). Files of processes that are gone are skipped."""
+    claims: list[Claim] = []
+    problems: dict[str, str] = {}
+    try:
+        paths = sorted(folder.glob("*.json"))
+    except OSError as err:
+        return [], {str(folder): f"the folder cannot be read ({err.strerror or err})"}
+    for path in paths:
+        if not path.stem.isdigit():
+            problems[str(path)] = "its name is not <pid>.json"
+            continue
+        pid = int(path.stem)
+        if not alive(pid):
+            continue
+        try:
+            with path.open("rb") as f:
+                raw = f.read(MAX_CLAIM_BYTES + 1)
+        except OSError as err:
+            if not path.exists():
+                continue  # the process took it back meanwhile
+            problems[str(path)] = f"it cannot be read ({err.strerror or err})"
+            continue
+        try:
+            if len(raw) > MAX_CLAIM_BYTES:
+                raise ValueError(f"more than {MAX_CLAIM_BYTES} bytes")
+            body = json.loads(raw)
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            card, pod, mib = body.get("card"), body.get("pod", ""), body.get("mib")
+            if not isinstance(card, str) or not card:
+                raise ValueError("no card UUID")
+            if not isinstance(pod, str):
+                raise ValueError("pod is not a UID string")
+            if not isinstance(mib, int) or isinstance(mib, bool) or mib < 0:
+                raise ValueError("mib is not a whole number of MiB")
+        except ValueError as err:
+            problems[str(path)] = f'{err}; write {{"card": "<uuid>", "pod": "<pod UID>", "mib": <n>}}'
+            continue
+        claims.append(Claim(pid, card, pod, mib))
+    return claims, problems

@@ -1,8 +1,9 @@
 """The Python start-up hook, each time in a fresh interpreter with a fake ``torch`` on its path.
 
-The fake torch behaves like the real one where it matters: importing it does not start
-CUDA, queued ``_lazy_call`` functions run when CUDA starts (at the first allocation), and
-its version is read from its dist-info. It writes every event to a log that the test reads.
+The fake torch (:mod:`gpushare_hub.demo.fakegpu`) behaves like the real one where it matters:
+importing it does not start CUDA, queued ``_lazy_call`` functions run when CUDA starts (at the
+first allocation), and its version is read from its dist-info. It writes every event to a log
+(``$FAKE_LOG``) that the test reads.
 """
 
 from __future__ import annotations
@@ -15,65 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.isolation.hookfiles import HOOK_DIR, hook_files, install_hook
 
 MIB = 1024 * 1024
 
-FAKE_TORCH = """
-import json, os
-def record(*event):
-    with open(os.environ["FAKE_LOG"], "a") as f:
-        f.write(json.dumps(list(event)) + "\\n")
-record("import", os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
-from . import cuda
-"""
-
-FAKE_CUDA = """
-import os
-from . import record
-_queued, _initialized = [], False
-def is_initialized():
-    return _initialized
-def _lazy_init():
-    global _initialized
-    if _initialized:
-        return
-    _initialized = True
-    record("cuda-init", os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
-    for fn in _queued:
-        fn()
-def _lazy_call(fn):
-    if _initialized:
-        fn()
-    else:
-        _queued.append(fn)
-def device_count():
-    return 1
-class _Props:
-    total_memory = int(float(os.environ.get("FAKE_TOTAL_MIB", "15360")) * 1024 * 1024)
-def get_device_properties(device):
-    _lazy_init()
-    return _Props()
-def set_per_process_memory_fraction(fraction, device=None):
-    _lazy_init()
-    record("set_fraction", round(fraction, 4), device)
-def empty(mib):
-    _lazy_init()
-    record("alloc", mib)
-"""
-
 USE_TORCH = "import torch; torch.cuda.empty(4096)"
 
 
-def fake_site(root: Path, torch_version: str = "2.4.0", cuda: str = FAKE_CUDA) -> Path:
-    site = root / f"site-{torch_version}"
-    (site / "torch").mkdir(parents=True)
-    (site / "torch" / "__init__.py").write_text(FAKE_TORCH)
-    (site / "torch" / "cuda.py").write_text(cuda)
-    dist = site / f"torch-{torch_version}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {torch_version}\n")
-    return site
+def fake_site(root: Path, torch_version: str = "2.4.0") -> Path:
+    """The fake torch (gpushare_hub.demo.fakegpu) in a folder of its own, as torch ``torch_version``."""
+    return write_site(root / f"site-{torch_version}", torch_version)
 
 
 def run(
@@ -241,11 +194,15 @@ def test_a_broken_environment_leaves_python_starting_normally(tmp_path, env):
 
 
 def test_a_torch_that_breaks_the_cap_still_allocates(tmp_path):
-    broken = FAKE_CUDA.replace('record("set_fraction"', "raise RuntimeError('no'); record(\"x\"").replace(
-        "def _lazy_call", "def _no_lazy_call"
-    )
-    cuda = broken + "\n_initialized = True\n"  # CUDA already started, no _lazy_call: cap at once, and fail
-    proc, events = run(tmp_path, USE_TORCH + "; print('started')", fake_site(tmp_path, cuda=cuda), env=SLICE)
+    site = fake_site(tmp_path)
+    cuda = site / "torch" / "cuda.py"
+    text = cuda.read_text()
+    assert text.count('record("set_fraction"') == 1 and text.count("def _lazy_call(") == 1
+    broken = text.replace('record("set_fraction"', "raise RuntimeError('no'); record(\"x\"")
+    broken = broken.replace("def _lazy_call(", "def _no_lazy_call(")
+    # CUDA already started, no _lazy_call: the hook caps at once, and the cap fails.
+    cuda.write_text(broken + "\n_initialized = True\n")
+    proc, events = run(tmp_path, USE_TORCH + "; print('started')", site, env=SLICE)
     assert proc.returncode == 0 and proc.stdout.strip() == "started" and proc.stderr == ""
     assert events[-1] == ["alloc", 4096]
 

@@ -20,6 +20,16 @@ where the installed torch has that option (2.10 and later), and by queueing
 first allocation (so importing torch does not start CUDA, and fork keeps working). A
 fraction the user put in ``PYTORCH_CUDA_ALLOC_CONF`` is left alone.
 
+**Out of memory, explained** (Python 3.11 and later). Once PyTorch, CuPy or JAX is imported,
+their out-of-memory errors gain a note (``BaseException.add_note``: the type, message and
+traceback stay as they were) where they are shown: through ``sys.excepthook`` in scripts, and
+through IPython's custom exception handler in kernels. The note names the slice, the cap that
+stopped the allocation, what this process holds, the card's other holders (a count and totals)
+and the way out, a larger slice that is free now; those last two come from the hub service's
+``api/v1/me`` (``$GPUSHARE_SERVICE_URL``, with ``$JUPYTERHUB_API_TOKEN``; 2 s at most, and the
+note says so when it cannot be asked). :func:`explain_oom` builds the text; :func:`add_note`
+attaches it.
+
 Rules this file keeps: it never makes Python fail to start (every error is swallowed;
 ``GPUSHARE_HOOK_DEBUG=1`` prints them), it imports only the standard library, it runs on
 any Python 3.8 or later, and it chains to the ``sitecustomize`` that it shadows (the
@@ -36,7 +46,7 @@ import sys
 
 TYPE_CHECKING = False  # typing itself costs ~3 ms at every start-up: only for the type checker
 if TYPE_CHECKING:
-    from typing import Any, Callable  # noqa: UP035 - collections.abc's is not subscriptable on 3.8
+    from typing import Any, Callable, Mapping  # noqa: UP035 - collections.abc's is not subscriptable on 3.8
 
 LIMIT_VAR = "GPUSHARE_MEMORY_LIMIT_MIB"
 CARD_VAR = "GPUSHARE_CARD_MEMORY_MIB"
@@ -61,8 +71,8 @@ def _debug(message: str) -> None:
             sys.stderr.write("gpushare-hub hook: " + message + "\n")
 
 
-def _positive_int(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
+def _positive_int(name: str, env: Mapping[str, str] | None = None) -> int | None:
+    raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return None
     try:
@@ -268,6 +278,377 @@ class ImportWatcher:
         return hooks[1] if hooks is not None else None
 
 
+# ---- out of memory, explained --------------------------------------------------------------------
+SERVICE_URL_VAR = "GPUSHARE_SERVICE_URL"
+TOKEN_VAR = "JUPYTERHUB_API_TOKEN"
+SERVER_VAR = "JUPYTERHUB_SERVER_NAME"
+TIER_VAR = "GPUSHARE_ISOLATION_TIER"
+CARD_UUID_VAR = "NVIDIA_VISIBLE_DEVICES"
+SERVICE_TIMEOUT = 2.0
+MAX_ME_BYTES = 1 << 20
+NOTE_MARK = "gpushare-hub:"
+# PEP 678 notes: Python 3.11 and later; earlier Pythons get no note.
+NOTES = sys.version_info >= (3, 11)
+GIB = 1024 * MIB
+TIERS = ("cooperative", "mps", "driver")
+
+# What stopped the allocation, by tier (and framework, for the frameworks' own caps).
+FRAMEWORK_CAPS = {
+    "torch": "PyTorch's per-process fraction set by gpushare-hub's start-up hook",
+    "cupy": "CuPy's memory-pool limit (CUPY_GPU_MEMORY_LIMIT) set by gpushare-hub's device plugin",
+    "jax": "JAX's memory fraction (XLA_PYTHON_CLIENT_MEM_FRACTION) set by gpushare-hub's device plugin",
+}
+HARD_CAPS = {"mps": "the MPS pinned-memory limit", "driver": "the driver's memory limit"}
+TIER_WORDS = {"cooperative": "cooperative limit", "mps": "hard limit (MPS)", "driver": "hard limit (driver)"}
+NAMES = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX"}
+FREE_HINTS = {
+    "torch": "del the tensors you no longer need, then torch.cuda.empty_cache()",
+    "cupy": "del the arrays you no longer need, then cupy.get_default_memory_pool().free_all_blocks()",
+    "jax": "del the arrays you no longer need",
+}
+
+
+def _oom_classes() -> list[tuple[str, Any]]:
+    """(framework, exception class) for the out-of-memory errors of the frameworks imported so far
+    (looked up in ``sys.modules``: an error of a framework that is not imported cannot occur)."""
+    found = []
+    for framework, module, name in (
+        ("torch", "torch", "OutOfMemoryError"),
+        ("torch", "torch.cuda", "OutOfMemoryError"),
+        ("cupy", "cupy.cuda.memory", "OutOfMemoryError"),
+        ("jax", "jax.errors", "JaxRuntimeError"),
+        ("jax", "jaxlib.xla_extension", "XlaRuntimeError"),
+    ):
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and issubclass(cls, BaseException) and (framework, cls) not in found:
+            found.append((framework, cls))
+    return found
+
+
+def oom_framework(exc: BaseException) -> str | None:
+    """``"torch"``, ``"cupy"`` or ``"jax"`` when ``exc`` is that framework's out-of-memory error."""
+    for framework, cls in _oom_classes():
+        # JAX has one class for every runtime error; its out-of-memory ones say so.
+        if isinstance(exc, cls) and (framework != "jax" or "RESOURCE_EXHAUSTED" in str(exc)):
+            return framework
+    return None
+
+
+_REQUEST = (
+    (r"Tried to allocate (\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB)", None),  # PyTorch
+    (r"allocating ([\d,]+) bytes", "bytes"),  # CuPy
+    (r"allocate (\d+) bytes", "bytes"),  # JAX
+)
+_SCALE = {"bytes": 1, "KiB": 1024, "MiB": MIB, "GiB": GIB}
+
+
+def _requested(exc: BaseException | None) -> int | None:
+    """The size the failed allocation asked for, in bytes, read from the error's message."""
+    import re
+
+    text = str(exc) if exc is not None else ""
+    for pattern, unit in _REQUEST:
+        m = re.search(pattern, text)
+        if m:
+            return int(float(m.group(1).replace(",", "")) * _SCALE[unit or m.group(2)])
+    return None
+
+
+def _held(framework: str) -> tuple[int | None, int | None]:
+    """(in use, reserved) bytes of this process in ``framework``'s allocator, where it says."""
+    try:
+        if framework == "torch":
+            cuda = sys.modules["torch"].cuda
+            return int(cuda.memory_allocated()), int(cuda.memory_reserved())
+        if framework == "cupy":
+            pool = sys.modules["cupy"].get_default_memory_pool()
+            return int(pool.used_bytes()), int(pool.total_bytes())
+    except Exception as err:
+        _debug(f"could not read {framework}'s memory use: {err!r}")
+    return None, None
+
+
+def _size(n: float) -> str:
+    if n >= GIB:
+        return f"{n / GIB:.2f}".rstrip("0").rstrip(".") + " GiB"
+    return f"{n / MIB:.0f} MiB"
+
+
+def _text(value: Any, limit: int = 80) -> str:
+    """A string from the service's answer, shown to the user: printable, bounded; '' otherwise."""
+    if not isinstance(value, str):
+        return ""
+    clean = "".join(ch for ch in value if ch.isprintable())
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def ask_service(env: Mapping[str, str] | None = None) -> dict[str, Any] | str:
+    """The hub service's ``api/v1/me`` for this server's user, or why it could not be had."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    env = os.environ if env is None else env
+    base = env.get(SERVICE_URL_VAR, "").strip()
+    token = env.get(TOKEN_VAR, "").strip()
+    if not base:
+        return f"{SERVICE_URL_VAR} is not set"
+    if not base.startswith(("http://", "https://")):
+        return f"{SERVICE_URL_VAR}={base[:80]!r} is not an http(s) URL"
+    if not token:
+        return f"{TOKEN_VAR} is not set"
+    url = base.rstrip("/") + "/api/v1/me"
+    request = urllib.request.Request(
+        url, headers={"Authorization": "token " + token, "Accept": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=SERVICE_TIMEOUT) as resp:
+            body = resp.read(MAX_ME_BYTES + 1)
+    except urllib.error.HTTPError as err:
+        return f"{url} answered {err.code} {err.reason}"
+    except Exception as err:  # URLError, a timeout, a reset: all say the same to the user
+        reason = getattr(err, "reason", None) or err
+        return f"{url}: {reason}"
+    if len(body) > MAX_ME_BYTES:
+        return f"{url} answered more than {MAX_ME_BYTES} bytes"
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return f"{url} did not answer JSON"
+    if not isinstance(doc, dict):
+        return f"{url} did not answer a JSON object"
+    return doc
+
+
+def _my_allocation(doc: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any] | None:
+    """This server's entry of ``allocations``: by server name, else by card."""
+    allocations = doc.get("allocations")
+    if not isinstance(allocations, list):
+        return None
+    mine = [a for a in allocations if isinstance(a, dict)]
+    server = env.get(SERVER_VAR, "")
+    for a in mine:
+        if (a.get("server") or "") == server:
+            return a
+    card = env.get(CARD_UUID_VAR, "").split(",")[0].strip()
+    return next((a for a in mine if card and a.get("card_uuid") == card), None)
+
+
+def _tier(env: Mapping[str, str], allocation: Mapping[str, Any] | None) -> str:
+    """The node's isolation tier: Allocate's word for it, else the service's, else what the
+    environment shows (an MPS limit, or the cooperative cap every slice has)."""
+    isolation = (allocation or {}).get("isolation")
+    for claimed in (env.get(TIER_VAR, ""), isolation.get("tier") if isinstance(isolation, dict) else ""):
+        if isinstance(claimed, str) and claimed.strip().lower() in TIERS:
+            return claimed.strip().lower()
+    return "mps" if env.get(MPS_VAR) else "cooperative"
+
+
+def explain_oom(
+    exc: BaseException | None = None,
+    framework: str = "torch",
+    env: Mapping[str, str] | None = None,
+    me: Mapping[str, Any] | str | None = None,
+    held: tuple[int | None, int | None] | None = None,
+) -> str | None:
+    """The note for an out-of-memory error of ``framework`` in a process with a slice (None without).
+
+    ``me``: the hub service's ``api/v1/me`` document, or the reason it could not be asked; asked
+    now when None. ``held``: (in use, reserved) bytes of this process; read from the framework
+    when None. Only counts and totals of other holders are shown, never who they are.
+    """
+    env = os.environ if env is None else env
+    slice_mib = _positive_int(LIMIT_VAR, env)
+    if slice_mib is None:
+        return None
+    if me is None:
+        me = ask_service(env)
+    doc: Mapping[str, Any] = me if isinstance(me, dict) else {}
+    allocation = _my_allocation(doc, env) or {}
+    unit = _text(doc.get("unit"), 10) or "GiB"
+    tier = _tier(env, allocation)
+    isolation = allocation.get("isolation")
+    words = _text(isolation.get("words") if isinstance(isolation, dict) else None) or TIER_WORDS[tier]
+    cap = HARD_CAPS.get(tier) or FRAMEWORK_CAPS.get(framework, FRAMEWORK_CAPS["torch"])
+    name = NAMES.get(framework, framework)
+    used, reserved = held if held is not None else _held(framework)
+    in_use = reserved if reserved is not None else used
+    asked = _requested(exc)
+
+    card_mib = _positive_int(CARD_VAR, env)
+    slice_name = _text(allocation.get("slice"), 40)
+    first = f"{NOTE_MARK} this server's GPU slice is {_size(slice_mib * MIB)}" + (
+        f" ({slice_name})" if slice_name else ""
+    )
+    first += f" of a {_size(card_mib * MIB)} card" if card_mib else ""
+    if in_use is not None and asked is not None and in_use + asked <= slice_mib * MIB:
+        first += (
+            f". This allocation fits in the slice, so no cap stopped it: the card itself is full "
+            f"(its other holders use more than their slices, or memory outside {name} is in use)."
+        )
+    elif in_use is not None and asked is not None:
+        first += f". This allocation would take the process past its slice; {cap} ({words}) stopped it."
+    else:
+        first += f"; the cap here is {cap} ({words})."
+    lines = [first]
+
+    if in_use is not None:
+        holds = f"This process holds {_size(in_use)}"
+        if used is not None and reserved is not None and reserved > used:
+            holds += f" ({_size(used)} in use by {name}, the rest cached)"
+        holds += f" and asked for {_size(asked)} more." if asked is not None else "."
+        own = _count(allocation.get("used_mib"))
+        if own is not None:
+            holds += f" All processes of this server use {_size(own * MIB)} of the card."
+        lines.append(holds)
+
+    hint = FREE_HINTS.get(framework, "free memory you no longer need")
+    spawn = _text(doc.get("spawn_url"), 200)
+    at = f" on the hub's spawn page ({spawn})" if spawn else " on the hub's spawn page"
+    if isinstance(me, str):
+        lines.append(f"(the hub service could not be asked: {_text(me, 200)})")
+        lines.append(f"Way out: {hint}, or start this server again with a larger slice{at}.")
+        return "\n".join(lines)
+
+    neighbours = allocation.get("neighbours")
+    count = _count(neighbours.get("count")) if isinstance(neighbours, dict) else None
+    if isinstance(neighbours, dict) and count is not None:
+        if count == 0:
+            lines.append("No other server holds a slice of this card.")
+        else:
+            others = f"The card's other holders: {count} server{'s' if count != 1 else ''}"
+            units = _count(neighbours.get("units"))
+            if units is not None:
+                others += f" with {units} {unit} of slices in all"
+            others_used = _count(neighbours.get("used_mib"))
+            others += f", using {_size(others_used * MIB)} now." if others_used is not None else "."
+            lines.append(others)
+    else:
+        lines.append("(the hub service did not say who else holds this card)")
+
+    larger = doc.get("larger_free")
+    if isinstance(larger, list):
+        names = [_text(s.get("display_name")) or _text(s.get("slug")) for s in larger if isinstance(s, dict)]
+        names = [n for n in names if n]
+        if names:
+            also = f" (also: {', '.join(names[1:4])})" if len(names) > 1 else ""
+            lines.append(
+                f"Way out: {hint}, or start this server again with a larger slice that is free now: "
+                f"{names[0]}{also}{at}."
+            )
+        else:
+            lines.append(f"Way out: {hint}; no larger slice is free now (try again later{at}).")
+    else:
+        lines.append(f"Way out: {hint}, or start this server again with a larger slice{at}.")
+    return "\n".join(lines)
+
+
+def add_note(exc: BaseException) -> bool:
+    """Attach :func:`explain_oom`'s note to ``exc`` (or the out-of-memory error it came from), once."""
+    if not NOTES:
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 8:
+        seen.add(id(current))
+        framework = oom_framework(current)
+        if framework is not None:
+            notes = getattr(current, "__notes__", None) or []
+            if any(isinstance(n, str) and n.startswith(NOTE_MARK) for n in notes):
+                return False
+            text = explain_oom(current, framework)
+            if text is None:
+                return False
+            current.add_note(text)  # type: ignore[attr-defined,unused-ignore]
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _add_note_safely(exc: BaseException) -> None:
+    try:
+        add_note(exc)
+    except Exception as err:  # the user's traceback must be shown whatever happens here
+        _debug(f"could not explain {type(exc).__name__}: {err!r}")
+
+
+def _ipython_prints_notes() -> bool:
+    version = getattr(sys.modules.get("IPython"), "version_info", (0,))
+    return tuple(version[:2]) >= (8, 14)  # IPython shows __notes__ from 8.14 on
+
+
+_ipython_types: tuple[type, ...] = ()  # what this hook's handler is installed for
+
+
+def _ipython_handler(shell: Any, etype: Any, value: Any, tb: Any, tb_offset: Any = None) -> None:
+    """IPython's custom exception handler: the note, then the traceback as IPython shows it."""
+    _add_note_safely(value)
+    shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+    if not _ipython_prints_notes():
+        for note in getattr(value, "__notes__", None) or []:
+            if isinstance(note, str) and note.startswith(NOTE_MARK):
+                sys.stderr.write(note + "\n")
+
+
+def _install_in_ipython() -> None:
+    global _ipython_types
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return
+    current = tuple(getattr(shell, "custom_exceptions", ()) or ())
+    if current and current != _ipython_types:
+        _debug("IPython already has a custom exception handler; it is left alone")
+        return
+    wanted = tuple(dict.fromkeys(current + tuple(cls for _f, cls in _oom_classes())))
+    if wanted == current:
+        return
+    shell.set_custom_exc(wanted, _ipython_handler)
+    _ipython_types = wanted
+    applied.append(
+        "out-of-memory note: IPython's custom exception handler for "
+        + ", ".join(f"{c.__module__}.{c.__qualname__}" for c in wanted)
+    )
+
+
+def _excepthook_with_note(previous: Any) -> Any:
+    def excepthook(etype: Any, value: Any, tb: Any) -> None:
+        _add_note_safely(value)
+        previous(etype, value, tb)
+
+    excepthook.gpushare_previous = previous  # type: ignore[attr-defined]
+    return excepthook
+
+
+def explain_where_shown(_module: Any = None) -> None:
+    """A framework was imported: make its out-of-memory errors carry the note where they are shown."""
+    if not NOTES:
+        return
+    if getattr(sys.excepthook, "gpushare_previous", None) is None:
+        sys.excepthook = _excepthook_with_note(sys.excepthook)
+        applied.append("out-of-memory note: sys.excepthook")
+    _install_in_ipython()
+
+
+def _then(first: Callable[[Any], None] | None, what: str) -> Callable[[Any], None]:
+    """An after-hook that runs ``first`` (a cap), then installs the note, each failing alone."""
+
+    def after(module: Any) -> None:
+        if first is not None:
+            _safely(what, first, module)
+        _safely("out-of-memory note", explain_where_shown, module)
+
+    return after
+
+
+def _nothing(_arg: Any) -> None:
+    return None
+
+
 def install() -> ImportWatcher | None:
     """Watch for the frameworks this container's slice applies to; None when there is nothing to cap."""
     limit_mib = _positive_int(LIMIT_VAR)
@@ -276,9 +657,14 @@ def install() -> ImportWatcher | None:
     watcher = ImportWatcher()
     if not os.environ.get(MPS_VAR):
         torch = _Torch(limit_mib, _positive_int(CARD_VAR))
-        watcher.watch("torch", torch.before, torch.after)
+        watcher.watch("torch", torch.before, _then(torch.after, "torch cap"))
+    elif NOTES:
+        watcher.watch("torch", _nothing, _then(None, "torch"))
+    if NOTES:
+        watcher.watch("cupy", _nothing, _then(None, "cupy"))
+        watcher.watch("jax", _nothing, _then(None, "jax"))
     if os.environ.get(TENSORFLOW_VAR, "").strip().lower() in ("1", "true", "yes"):
-        watcher.watch("tensorflow", lambda spec: None, _cap_tensorflow(limit_mib))
+        watcher.watch("tensorflow", _nothing, _cap_tensorflow(limit_mib))
     for name in list(watcher.hooks):
         module = sys.modules.get(name)
         if module is not None:  # imported before us (a .pth file): too late for the setting

@@ -1,0 +1,66 @@
+"""Hold some GPU memory through the fake torch, for the demo: ``python -m gpushare_hub.demo.fakealloc 3``.
+
+Run in a notebook's terminal (or ``!python -m ...`` in a cell) on the demo's simulated cards:
+it takes the given GiB through the fake ``torch`` (:mod:`gpushare_hub.demo.fakegpu`), capped by
+the start-up hook like real PyTorch, and holds it until Ctrl-C or ``--seconds``. The simulated
+device plugin then reports the memory as this notebook's usage. Asking more than the slice
+shows PyTorch's out-of-memory error with gpushare-hub's explanation under it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+
+from .fakegpu import site_dir
+
+GIB = 1024**3
+
+
+def gib_amount(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GiB (e.g. 3 or 0.5)") from None
+    if not 0 < value <= 1024:
+        raise argparse.ArgumentTypeError(f"{text} GiB: give a size above 0 and at most 1024")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m gpushare_hub.demo.fakealloc",
+        description="Hold GPU memory through the fake torch until Ctrl-C (the demo's simulated cards).",
+    )
+    p.add_argument("gib", type=gib_amount, help="how much to hold, in GiB (e.g. 3 or 0.5)")
+    p.add_argument(
+        "--seconds", type=float, default=None, help="hold this long, then exit (default: until Ctrl-C)"
+    )
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(site_dir()))  # the fake, even where a real torch is installed
+    torch = importlib.import_module("torch")
+
+    held = torch.empty(int(args.gib * GIB), dtype=torch.uint8, device="cuda")
+    card = os.environ.get("NVIDIA_VISIBLE_DEVICES", "the fake card")
+    print(
+        f"holding {args.gib:g} GiB of GPU memory on {card} (pid {os.getpid()}); "
+        + ("Ctrl-C to free it" if args.seconds is None else f"for {args.seconds:g} s"),
+        flush=True,
+    )
+    try:
+        if args.seconds is None:
+            while True:
+                time.sleep(3600)
+        time.sleep(args.seconds)
+    except KeyboardInterrupt:
+        pass
+    del held
+    print("freed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
