@@ -8,9 +8,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup demo system-deps replay test test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
-setup: $(STAMP)
+setup: $(STAMP) labextension
+
+## The JupyterLab status-bar extension (labextension/) built into gpushare_hub/notebook/labextension and
+## linked into the venv; npm ci once into ~/.cache/gpushare-hub/labextension; skipped while unchanged.
+labextension: $(STAMP)
+	$(BIN)/python -m gpushare_hub.notebook.build
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'

@@ -55,8 +55,9 @@ PACKAGES = ("python3", "python3-pip", "python-is-python3")
 # Dropped from the base after debootstrap: caches and documentation.
 CLEAN = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info")
 # What the package's wheel is made of (its key; a wheel's own bytes change with each build).
-# README.md, the wheel's long description only, is left out: editing it rebuilds nothing.
-SOURCES = ("pyproject.toml", "gpushare_hub")
+# README.md, the wheel's long description only, is left out: editing it rebuilds nothing. The
+# JupyterLab extension's sources (labextension/): its build (make setup) goes into the wheel.
+SOURCES = ("pyproject.toml", "gpushare_hub", "labextension")
 # Developer tooling the images carry in the wheel but never run: editing it rebuilds no image
 # (the harness that runs real nodes lives there and changes far more often than the images).
 TOOLING = ("gpushare_hub/localcluster/", "gpushare_hub/bench/", "gpushare_hub/demo/")
@@ -106,11 +107,15 @@ _HOOK_IMPORTS = (
 # Images the local real nodes run beside ours (node_images): built from a Dockerfile on our base.
 NODE_IMAGES = (
     # Zero to JupyterHub's user pod: jupyterhub-singleuser with JupyterLab, as uid 1000; the plain
-    # package (its hook), without the hub extra's KubeSpawner.
+    # package (its hook, the status bar's JupyterLab and server extensions), without KubeSpawner.
     Image(
         "singleuser",
         f"{_HOOK_IMPORTS}; import importlib.util as u; assert not u.find_spec('kubespawner')",
-        commands=(("jupyterhub-singleuser", "--version"), ("jupyter", "lab", "--version")),
+        commands=(
+            ("jupyterhub-singleuser", "--version"),
+            ("jupyter", "lab", "--version"),
+            ("python", "-m", "gpushare_hub.notebook.install", "--check"),
+        ),
     ),
 )
 # The names node_images() returns, in order.

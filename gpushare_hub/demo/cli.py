@@ -146,14 +146,14 @@ def hub_config(passwords: dict[str, str], slices: list[dict[str, Any]], kubeconf
 
 def spawner_options(slices: list[dict[str, Any]]) -> dict[str, Any]:
     """KubeSpawner's options for the local notebook nodes, GPUShareSpawner's catalogue, and the
-    notebook server opening on its slice page (``slicepage.py``)."""
+    notebook server opening on its slice page (``gpushare_hub.notebook.slicepage``)."""
     from ..localcluster.notebooknodes import spawner_config
-    from .slicepage import PATH
+    from ..notebook.slicepage import PATH
 
     config = spawner_config(slice_gib=5, scheduler=SCHEDULER)
     config["args"] = [
         *config.get("args", []),
-        "--ServerApp.jpserver_extensions=gpushare_hub.demo.slicepage=True",
+        "--ServerApp.jpserver_extensions=gpushare_hub.notebook.slicepage=True",
     ]
     config.update(
         slices=slices,

@@ -160,6 +160,9 @@ def test_singleuser_runs_as_zero_to_jupyterhub_runs_it(node_built: Built):
     assert run(ref, "python", "-c", probe).strip() == "ok"
     assert run(ref, "jupyterhub-singleuser", "--version").strip().split(".")[0] in {"5", "6"}
     assert run(ref, "jupyter", "lab", "--version").strip().startswith("4.")
+    # The GPU-slice status bar: the built JupyterLab extension and its server extension, enabled.
+    installed = run(ref, "python", "-m", "gpushare_hub.notebook.install", "--check")
+    assert "gpushare-hub-statusbar and gpushare_hub.notebook.slicepage are installed" in installed
     # The package (and the start-up hook the plugin puts on PYTHONPATH) imports; no KubeSpawner.
     image = next(i for i in build.NODE_IMAGES if i.name == "singleuser")
     assert run(ref, "python", "-c", f"{image.check}; print('imported')").strip() == "imported"

@@ -1,5 +1,5 @@
-"""gpushare-demo's pure parts: the --cards value, the catalogue, the ready file, what a notebook
-server shows about its slice, the demo logins, and the refusals before anything starts."""
+"""gpushare-demo's pure parts: the --cards value, the catalogue, the ready file, the demo logins,
+and the refusals before anything starts (what a notebook server shows: test_notebook.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from gpushare_hub.demo.auth import DemoAuthenticator
 from gpushare_hub.demo.cards import CardsError, parse_cards
 from gpushare_hub.demo.catalogue import demo_slices, offered, slug_prefix
 from gpushare_hub.demo.readyfile import DemoUser, Ready, remove_ready, write_ready
-from gpushare_hub.demo.sliceinfo import as_json, read_slice, render_html
 
 
 def test_cards_value_gives_count_model_and_the_models_size():
@@ -78,46 +77,6 @@ def test_ready_file_has_the_contract_keys_is_private_and_goes_away(tmp_path):
     remove_ready(path)
     remove_ready(path)  # twice is fine
     assert not path.exists()
-
-
-ALLOCATE_ENV = {
-    "JUPYTERHUB_USER": "alice",
-    "NVIDIA_VISIBLE_DEVICES": "GPU-sim-nb-1-0",
-    "ALIYUN_COM_GPU_MEM_IDX": "0",
-    "ALIYUN_COM_GPU_MEM_POD": "5",
-    "ALIYUN_COM_GPU_MEM_CONTAINER": "5",
-    "ALIYUN_COM_GPU_MEM_DEV": "15",
-    "GPUSHARE_MEMORY_LIMIT_MIB": "5120",
-    "GPUSHARE_CARD_MEMORY_MIB": "15360",
-    "CUPY_GPU_MEMORY_LIMIT": str(5120 * 1024 * 1024),
-    "PYTHONPATH": "/opt/gpushare-hub/pyhook",
-}
-
-
-def test_slice_info_reads_the_card_the_slice_and_the_pytorch_cap():
-    info = read_slice(ALLOCATE_ENV)
-    assert info.summary() == "5 GiB of card GPU-sim-nb-1-0 (15 GiB), PyTorch capped at 33.3%"
-    data = as_json(info)
-    assert data["card_uuids"] == ["GPU-sim-nb-1-0"] and data["slice_gib"] == 5
-    assert data["hook_on_path"] is True
-    page = render_html(info, "/user/alice/lab", "/user/alice/gpushare/api")
-    assert 'data-slice-gib="5"' in page and 'data-card="GPU-sim-nb-1-0"' in page
-    assert "33.3% of the card = 5120 MiB of 15360 MiB" in page
-
-
-def test_slice_info_on_an_mps_node_names_the_mps_limit_and_no_pytorch_fraction():
-    info = read_slice({**ALLOCATE_ENV, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M"}, hook_loaded=False)
-    assert info.torch_fraction is None
-    assert info.summary().endswith("MPS limit 0=5120M")
-
-
-def test_slice_info_says_when_the_pytorch_cap_is_not_in_force():
-    info = read_slice(ALLOCATE_ENV, hook_loaded=False)
-    assert info.summary().endswith("PyTorch NOT capped (the start-up hook is not loaded)")
-
-
-def test_slice_info_without_a_card_says_so():
-    assert read_slice({}).summary().startswith("no GPU slice")
 
 
 def test_demo_logins_take_only_the_printed_password():
@@ -205,7 +164,7 @@ def test_the_demo_hub_configuration_loads_with_logins_dashboard_and_the_slice_pa
     }
     assert roles["admin"]["services"] == ["harness"]  # the ready file's admin_token
     assert c.GPUShareSpawner.default_url == "/gpushare"
-    assert "--ServerApp.jpserver_extensions=gpushare_hub.demo.slicepage=True" in c.GPUShareSpawner.args
+    assert "--ServerApp.jpserver_extensions=gpushare_hub.notebook.slicepage=True" in c.GPUShareSpawner.args
     assert [s["slug"] for s in c.GPUShareSpawner.slices] == ["t4-3g", "t4-5g", "t4-7g", "t4-whole"]
 
 

@@ -45,6 +45,7 @@ def test_the_package_keeps_every_contract(copy: Path):
         ("extender/wire.py", "import gpushare_hub.plugin.devices", "extender is not allowed to import"),
         ("plugin/app.py", "import gpushare_hub.localcluster.pki", "plugin is not allowed to import"),
         ("inspect/cli.py", "import jupyterhub.app", "load neither JupyterHub nor"),
+        ("notebook/status.py", "import jupyterhub.app", "loads neither JupyterHub's code"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(copy: Path, module: str, line: str, broken: str):

@@ -1,8 +1,10 @@
 """A Jupyter server extension: ``/user/<name>/gpushare`` shows what this server got.
 
-The demo's notebook servers load it (``--ServerApp.jpserver_extensions``) and open on it
-(``default_url``): the card's UUID, the slice, and the caps in force, read from the server's
-own environment (see ``sliceinfo.py``); ``.../gpushare/api`` gives the same as JSON.
+The card's UUID, the slice, and the caps in force, read from the server's own environment (see
+``sliceinfo.py``); ``.../gpushare/api`` gives the same as JSON; ``.../gpushare/api/status`` adds
+the hub service's view (what the slice uses, the isolation tier, the neighbours on the card: see
+``status.py``) for the JupyterLab status bar. Loaded where it is enabled
+(``jupyter_server_config.d``, see ``install.py``; the demo also names it on the command line).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from .hubclient import HubMe
 from .sliceinfo import SliceInfo, as_json, read_slice, render_html
+from .status import status_document
 
 PATH = "gpushare"
+HUB_SETTING = "gpushare_hub_me"  # the web app's setting that holds this process's HubMe
 
 
 def hook_loaded() -> bool:
@@ -47,17 +52,35 @@ class SliceApiHandler(JupyterHandler):
         self.finish(json.dumps(as_json(current())))
 
 
+class StatusApiHandler(JupyterHandler):
+    """The status bar's JSON: the local slice, the hub service's document, words for a problem."""
+
+    @web.authenticated
+    async def get(self) -> None:
+        info = current()
+        hub: dict[str, Any] | None = None
+        problem = ""
+        if info.has_gpu:
+            hub, problem = await self.settings[HUB_SETTING].read(os.environ)
+        doc = status_document(info, hub, problem, os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(doc))
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "gpushare_hub.demo.slicepage"}]
+    return [{"module": "gpushare_hub.notebook.slicepage"}]
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     base = serverapp.web_app.settings["base_url"]
+    serverapp.web_app.settings[HUB_SETTING] = HubMe()
     serverapp.web_app.add_handlers(
         ".*$",
         [
             (url_path_join(base, PATH), SliceHandler),
             (url_path_join(base, PATH, "api"), SliceApiHandler),
+            (url_path_join(base, PATH, "api", "status"), StatusApiHandler),
         ],
     )
     serverapp.log.info("gpushare: %s at %s", current().summary(), url_path_join(base, PATH))
