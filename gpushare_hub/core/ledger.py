@@ -404,9 +404,11 @@ class Ledger:
                     holders.setdefault(share.uuid, []).append(
                         {"pod": a.key, "units": share.units, "assigned": a.assigned, "assumed": a.assumed}
                     )
+            iso = st.node.isolation
             nodes.append(
                 {
                     "name": name,
+                    "isolation": {"claimed": iso.claimed, "tier": iso.effective, "problem": iso.problem},
                     "cards": [
                         {
                             "index": c.index,

@@ -44,6 +44,7 @@ from typing import Any
 from ..core.demand import demand_from_pod, pod_key
 from ..core.errors import GPUShareError
 from ..core.resources import DEFAULT_NAMES
+from ..demo.fakegpu import site_dir
 from .devicemanager import DeviceManager, DeviceUnavailable
 from .podprocess import Exit, KnownImage, NotRunnable, exit_status, parse_image, process_spec
 from .processes import Component, tail
@@ -247,6 +248,8 @@ class NodeAgent:
                     f"--hook-host-path={self.state_dir / 'nodes' / name / 'pyhook'}",
                     # What the node's notebooks hold through the fake torch (the demo's usage).
                     f"--usage-claims-dir={self.claims_dir(name)}",
+                    # The isolation self-test tries the fake torch: the node's tier is checked.
+                    f"--selftest-path={site_dir()}",
                 ],
                 self.log_dir / f"device-plugin-{name}.log",
             ).start()

@@ -155,6 +155,13 @@ class GPUShareDevicePlugin(Application):
         anything; the plugin's image has none). Empty: this plugin's own Python.""",
     ).tag(config=True)
 
+    selftest_path = Unicode(
+        "",
+        help="""Folders (':'-separated) put on the self-test's PYTHONPATH after the start-up hook,
+        where its frameworks are installed apart from the plugin's Python (the simulated nodes
+        of the demo and the tests put a fake torch there).""",
+    ).tag(config=True)
+
     usage_interval = Float(
         15.0,
         help="""Seconds between readings of each card's processes (NVML; the plugin needs hostPID
@@ -206,6 +213,7 @@ class GPUShareDevicePlugin(Application):
         "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
         "isolation-tier": "GPUShareDevicePlugin.isolation_tier",
         "selftest-python": "GPUShareDevicePlugin.selftest_python",
+        "selftest-path": "GPUShareDevicePlugin.selftest_path",
         "usage-interval": "GPUShareDevicePlugin.usage_interval",
         "usage-file": "GPUShareDevicePlugin.usage_file",
         "usage-claims-dir": "GPUShareDevicePlugin.usage_claims_dir",
@@ -325,6 +333,7 @@ class GPUShareDevicePlugin(Application):
             state.settings.isolation,
             self.selftest_python or sys.executable,
             sink,
+            self.selftest_path,
         )
         threading.Thread(target=self._selftest, args=args, name="selftest", daemon=True).start()
 

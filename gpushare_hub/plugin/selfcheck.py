@@ -103,12 +103,20 @@ def run_selftest(python: str, env: Mapping[str, str], timeout: float = TIMEOUT) 
 
 
 def check_node(
-    node: str, card: Card, mib_per_unit: int, iso: Isolation, python: str, sink: CheckSink
+    node: str,
+    card: Card,
+    mib_per_unit: int,
+    iso: Isolation,
+    python: str,
+    sink: CheckSink,
+    extra_path: str = "",
 ) -> Check | None:
     """Run the test, publish its result beside the tier, warn on the Node when it failed."""
     from gpushare_hub.core.names import ISOLATION_CHECK_ANNOTATION, ISOLATION_CHECK_REASON
 
     env = probe_env(card, mib_per_unit, iso, os.environ)
+    if extra_path:
+        env["PYTHONPATH"] = ":".join(p for p in (env.get("PYTHONPATH", ""), extra_path) if p)
     checked = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         _status, out, err = run_selftest(python, env)

@@ -182,3 +182,66 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
         plugin.kill()
         plugin.start()
         assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
+
+
+def inspect_node(url: str) -> dict:
+    with urllib.request.urlopen(f"{url}/inspect/{NODE}", timeout=5) as r:
+        return json.loads(r.read())["nodes"][0]  # type: ignore[no-any-return]
+
+
+def node_annotations(api) -> dict[str, str]:
+    return dict(api.read_node(NODE).metadata.annotations or {})
+
+
+def node_warnings(api, reason: str) -> list[str]:
+    events = api.list_event_for_all_namespaces(field_selector=f"involvedObject.name={NODE},reason={reason}")
+    return [e.message for e in events.items if e.involved_object.kind == "Node"]
+
+
+def test_the_claimed_tier_is_checked_by_the_self_test_and_a_failed_check_is_published_and_warned(
+    local_cluster, device_manager, plugin, gpushare, tmp_path
+):
+    """The plugin runs gpushare-selftest after start with a one-unit slice of its first card; the
+    fake torch stands in for PyTorch and holds an MPS limit only where a control daemon's pipe is."""
+    from gpushare_hub.core.names import ISOLATION_CHECK_REASON
+    from gpushare_hub.demo.fakegpu import site_dir
+
+    api = local_cluster.core_api()
+    mps_root = tmp_path / "mps"
+    plugin.kill()
+    # Claims mps, but no MPS control daemon runs: nothing holds the fake torch (the start-up hook
+    # leaves PyTorch to MPS on an MPS node).
+    plugin.start("--mps=true", f"--mps-root={mps_root}", f"--selftest-path={site_dir()}")
+    try:
+        check = wait_for(lambda: node_annotations(api).get("gpushare-hub.io/isolation-check"), timeout=90)
+        assert check, "no self-test result was published"
+        doc = json.loads(check)
+        assert wait_for(lambda: node_annotations(api)["gpushare-hub.io/isolation"] == "mps", timeout=30)
+        assert (doc["claimed"], doc["observed"], doc["ok"]) == ("mps", "none", False), doc
+        warned = wait_for(lambda: node_warnings(api, ISOLATION_CHECK_REASON), timeout=30)
+        assert warned and warned[0].startswith(
+            f"node {NODE} claims mps isolation, but its self-test observed"
+        )
+        # The extender now counts the node as cooperative for slices that require mps.
+        placed = wait_for(lambda: inspect_node(gpushare.url).get("isolation", {}).get("claimed") == "mps")
+        assert placed
+        placed = inspect_node(gpushare.url)
+        assert placed["isolation"]["tier"] == "cooperative" and placed["isolation"]["claimed"] == "mps"
+
+        # With the card's control daemon running (its pipe holds `control`), the claim is confirmed.
+        plugin.kill()
+        for uuid in (c["uuid"] for c in json.loads(node_annotations(api)["gpushare-hub.io/cards"])):
+            (mps_root / uuid / "pipe").mkdir(parents=True, exist_ok=True)
+            (mps_root / uuid / "pipe" / "control").write_text("")
+        api.patch_node(NODE, {"metadata": {"annotations": {"gpushare-hub.io/isolation-check": None}}})
+        plugin.start("--mps=true", f"--mps-root={mps_root}", f"--selftest-path={site_dir()}")
+        check = wait_for(lambda: node_annotations(api).get("gpushare-hub.io/isolation-check"), timeout=90)
+        assert check and json.loads(check)["ok"] is True and json.loads(check)["observed"] == "mps", check
+    finally:
+        plugin.kill()
+        api.patch_node(NODE, {"metadata": {"annotations": {"gpushare-hub.io/isolation-check": None}}})
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
+    assert wait_for(
+        lambda: node_annotations(api).get("gpushare-hub.io/isolation") == "cooperative", timeout=20
+    )
