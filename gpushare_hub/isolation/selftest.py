@@ -48,6 +48,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpushare_hub.core.isolation import COOPERATIVE, DRIVER, MPS, TIERS
+
 SLICE_VAR = "GPUSHARE_MEMORY_LIMIT_MIB"
 TIER_VAR = "GPUSHARE_ISOLATION_TIER"
 MPS_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -56,8 +58,6 @@ CARD_VAR = "NVIDIA_VISIBLE_DEVICES"
 
 FRAMEWORKS = ("torch", "cupy", "jax")
 NAMES = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX"}
-COOPERATIVE, MPS, DRIVER = "cooperative", "mps", "driver"
-TIERS = (COOPERATIVE, MPS, DRIVER)
 NONE, UNKNOWN = "none", "unknown"
 RANK = {NONE: 0, COOPERATIVE: 1, MPS: 2, DRIVER: 2}
 BEYOND_SLICE_MIB = 1024  # the most any child takes past the slice

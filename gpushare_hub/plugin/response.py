@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.isolation import COOPERATIVE
+from gpushare_hub.isolation.selftest import DRIVER_VAR, TIER_VAR
 
 from .matching import Waiting, container_env
 
@@ -40,10 +41,10 @@ HOOK_CONTAINER_PATH = "/opt/gpushare-hub/pyhook"
 MPS_ROOT = "/run/gpushare-hub/mps"
 MPS_PIPE_CONTAINER_PATH = "/run/gpushare-hub/mps/pipe"
 CDI_KIND = "nvidia.com/gpu"
-# Read by the NVIDIA container toolkit's memory-limit hook (MiB), where the node has it.
-DRIVER_LIMITS_VAR = "NVIDIA_GPU_MEMORY_LIMITS"
+# Read by the NVIDIA container toolkit's memory-limit hook (MiB), where the node has it; the
+# limit's name and the tier's are the self-test's (it reads them in the container).
+DRIVER_LIMITS_VAR = DRIVER_VAR
 DRIVER_REQUESTS_VAR = "NVIDIA_GPU_MEMORY_REQUESTS"
-TIER_VAR = "GPUSHARE_ISOLATION_TIER"
 # Under MPS the total that JAX sees is the slice; leave XLA a little for cuDNN/cuBLAS
 # workspaces that it does not allocate through its own pool.
 MPS_XLA_FRACTION = "0.950"
