@@ -32,7 +32,9 @@ interface Slice {
 interface SelfTest {
   ok?: boolean;
   observed?: string;
+  claimed?: string;
   checked?: string;
+  detail?: string;
 }
 
 interface Allocation {
@@ -42,7 +44,14 @@ interface Allocation {
   units?: number;
   used_mib?: number | null;
   usage_note?: string;
-  isolation?: { tier?: string | null; words?: string; selftest?: SelfTest | null } | null;
+  // The node's last self-test: `check` (the hub service's name), `selftest` in older drafts.
+  isolation?: {
+    tier?: string | null;
+    words?: string;
+    problem?: string;
+    check?: SelfTest | null;
+    selftest?: SelfTest | null;
+  } | null;
   neighbours?: { count?: number; units?: number; used_mib?: number | null } | null;
 }
 
@@ -152,19 +161,22 @@ function renderPanel(body: HTMLElement, status: Status | null, error: string): v
   row(table, 'caps in force', capsInForce(slice).join('; ') || 'none', 'gpushare-caps');
   const iso = alloc.isolation;
   if (iso) {
-    row(table, 'isolation', iso.words || iso.tier || '', 'gpushare-tier');
-    const t = iso.selftest;
-    row(
-      table,
-      'last self-test',
-      t ? `${t.ok ? 'passed' : 'FAILED'}${t.observed ? ': ' + t.observed : ''}${t.checked ? ` (${t.checked})` : ''}` : 'none recorded',
-      'gpushare-selftest'
-    );
+    row(table, 'isolation', (iso.words || iso.tier || '') + (iso.problem ? ` (${iso.problem})` : ''), 'gpushare-tier');
+    const t = iso.check ?? iso.selftest;
+    const test = t
+      ? `${t.ok ? 'passed' : 'FAILED'}` +
+        (t.observed ? `: observed ${t.observed}` : '') +
+        (t.detail ? ` (${t.detail})` : '') +
+        (t.checked ? `, ${t.checked}` : '')
+      : 'none recorded';
+    row(table, 'last self-test', test, 'gpushare-selftest');
   }
   const n = alloc.neighbours;
   if (n) {
+    const count = n.count ?? 0;
     const used = n.used_mib !== null && n.used_mib !== undefined ? `, using ${gib(n.used_mib)}` : '';
-    row(table, 'others on this card', `${n.count ?? 0} server(s) holding ${n.units ?? 0} GiB${used}`, 'gpushare-neighbours');
+    const servers = count === 1 ? '1 server' : `${count} servers`;
+    row(table, 'others on this card', count ? `${servers} holding ${n.units ?? 0} GiB${used}` : 'none', 'gpushare-neighbours');
   }
   body.append(table);
 
