@@ -41,6 +41,7 @@ class SliceInfo:
     mps_limit: str | None
     hook_on_path: bool
     framework_caps: tuple[tuple[str, str, str], ...]  # (framework, variable, value)
+    simulated: bool = False  # a simulated card (the demo, the tests): the fake torch's usage counts
 
     @property
     def has_gpu(self) -> bool:
@@ -89,6 +90,7 @@ def read_slice(env: Mapping[str, str], hook_loaded: bool | None = None) -> Slice
         mps_limit=env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") or None,
         hook_on_path=hook_loaded,
         framework_caps=caps,
+        simulated=bool(env.get("GPUSHARE_SIM_USAGE_DIR")),
     )
 
 
@@ -130,6 +132,7 @@ def render_html(info: SliceInfo, lab_url: str, api_url: str) -> str:
             )
         )
     rows += [(f"{fw} ({var})", value, "gpushare-env") for fw, var, value in info.framework_caps]
+    hint = DEMO_HINT if info.simulated else ""
     body = "\n".join(f'<tr class="{cls}"><th>{e(k)}</th><td>{e(v)}</td></tr>' for k, v, cls in rows if v)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>Your GPU slice</title>
@@ -150,6 +153,16 @@ td {{ font-family: monospace; }}
 kubelet started the container; every kernel, terminal and subprocess inherits them. The
 PyTorch cap is applied by the start-up hook when <code>torch</code> is imported.
 Other users' servers may share this card: the hub's "GPU slices" page shows who.</p>
-<p><a href="{e(lab_url)}">Open JupyterLab</a> · <a href="{e(api_url)}">as JSON</a></p>
+{hint}<p><a href="{e(lab_url)}">Open JupyterLab</a> · <a href="{e(api_url)}">as JSON</a></p>
 </body></html>
+"""
+
+
+# On a simulated card nothing real holds memory: the demo's fake PyTorch does, and the plugin
+# counts what it holds as this server's usage (the JupyterLab status bar shows it).
+DEMO_HINT = """<p class="gpushare-demo-hint">This card is simulated. To see the status bar in
+JupyterLab move, open a terminal there and run <code>python -m gpushare_hub.demo.fakealloc 3</code>:
+it holds 3 GiB through a fake PyTorch until Ctrl-C (the device plugin reads it within 15 s).
+Past the slice it fails as PyTorch would, with gpushare-hub's note;
+<code>gpushare-selftest</code> checks the cap.</p>
 """

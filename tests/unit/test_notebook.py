@@ -296,3 +296,10 @@ def test_the_build_is_skipped_while_its_key_matches_and_redone_when_a_source_cha
     assert build.deps_key(source) == build.deps_key()  # the same node_modules serves the new build
     with pytest.raises(NpmRan):
         build.build(source=source, built=built)
+
+
+def test_on_a_simulated_card_the_page_tells_a_newcomer_how_to_make_the_bar_move():
+    plain = render_html(read_slice(ALLOCATE_ENV), "/user/alice/lab", "/api")
+    assert "gpushare-demo-hint" not in plain
+    sim = render_html(read_slice({**ALLOCATE_ENV, "GPUSHARE_SIM_USAGE_DIR": "/tmp/claims"}), "/lab", "/api")
+    assert "python -m gpushare_hub.demo.fakealloc 3" in sim and "gpushare-selftest" in sim
