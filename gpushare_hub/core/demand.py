@@ -169,13 +169,27 @@ def _isolation(ann: Mapping[str, Any], key: str) -> str | None:
     return check_tier(raw, f"pod {key}: annotation {ISOLATION_ANNOTATION}")
 
 
+def _lenient_isolation(ann: Mapping[str, Any], key: str) -> str | None:
+    try:
+        return _isolation(ann, key)
+    except InvalidObject:
+        return None
+
+
 def pod_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
 
 
-def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> Demand | None:
-    """The pod's GPU demand, or ``None`` if it asks for neither resource."""
+def demand_from_pod(
+    obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES, *, placing: bool = True
+) -> Demand | None:
+    """The pod's GPU demand, or ``None`` if it asks for neither resource.
+
+    ``placing=False`` (reading the record of a pod already placed): the tier the pod requires
+    matters only to placement, so a value that names no tier, which the pod's owner may write at
+    any time, is read as none instead of making the record unreadable (and its card free).
+    """
     meta = obj.get("metadata") or {}
     key = pod_key(obj)
     spec = obj.get("spec") or {}
@@ -205,6 +219,6 @@ def demand_from_pod(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES
         models=_models(ann, (MODELS_ANNOTATION, TKESTACK_USE), key),
         exclude_models=_models(ann, (EXCLUDE_MODELS_ANNOTATION, TKESTACK_NOUSE), key),
         policy=ann.get(POLICY_ANNOTATION) or None,
-        isolation=_isolation(ann, key),
+        isolation=_isolation(ann, key) if placing else _lenient_isolation(ann, key),
         labels=dict(meta.get("labels") or {}),
     )

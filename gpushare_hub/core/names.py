@@ -56,6 +56,11 @@ ISOLATION_CHECK_ANNOTATION = f"{PREFIX}/isolation-check"
 # Written by the device plugin on an MPS node: the MPS servers running and their users.
 MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
 
+# --- In notebook containers -----------------------------------------------------------------
+# Set by GPUShareSpawner: where the server reaches the hub service (its api/v1/me). The start-up
+# hook, which may import nothing of ours, spells it again (a unit test keeps them equal).
+SERVICE_URL_ENV = "GPUSHARE_SERVICE_URL"
+
 # --- On events -----------------------------------------------------------------------------
 # The card an event is about (the device plugin's Warnings).
 EVENT_CARD_ANNOTATION = f"{PREFIX}/card"

@@ -311,12 +311,11 @@ class Placer:
         node = st.node
         view = self._view(st, demand)
         block = _largest_block(view)
-        refused = _host_short(node, view, demand, block)
+        refused = _wrong_tier(node, demand) or _host_short(node, view, demand, block)
         if refused is None and not demand.wants_gpu:
             return Verdict(node.name, Kind.FEASIBLE, rank=self.policy.node_key(view, (), demand, 0))
         refused = (
             refused
-            or _wrong_tier(node, demand)
             or _no_usable_card(node, view, demand, block)
             or self._handing_cards(st, view, demand, block)
             or _too_few_cards(view, demand)
@@ -590,6 +589,7 @@ class Placer:
             sizes = [
                 (c.units, c.model)
                 for st in self.ledger.states().values()
+                if satisfies(st.node.isolation.effective, demand.isolation)
                 for c in st.node.cards
                 if demand.model_allowed(c.model)
             ]

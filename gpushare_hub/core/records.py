@@ -187,7 +187,7 @@ def read_allocation(
 def _demand(obj: Mapping[str, Any], pod: _Pod, names: ResourceNames) -> Demand | IgnoredRecord:
     """What the pod asks; a record on a pod that asks nothing, or that is not bound, is ignored."""
     try:
-        demand = demand_from_pod(obj, names)
+        demand = demand_from_pod(obj, names, placing=False)
     except InvalidObject as err:
         return pod.ignored(
             Ignored.NO_DEMAND, f"{pod.what} is set but the pod's request is unreadable ({err})"

@@ -11,6 +11,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# What a user reads where a node publishes no usage (api/v1/me, the status bar).
+NOT_MEASURED = "usage not measured on this node"
 MAX_CHARS = 1_000_000
 MAX_ROWS = 10_000
 

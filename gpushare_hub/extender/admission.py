@@ -42,6 +42,8 @@ from gpushare_hub.core.names import (
     GPU_MEM_ASSIGNED,
     GPU_MEM_ASSUME_TIME,
     GPU_MEM_PREFIX,
+    ISOLATION_ANNOTATION,
+    ISOLATION_CHECK_ANNOTATION,
     MPS_SERVERS_ANNOTATION,
     POLICY_ANNOTATION,
     USAGE_ANNOTATION,
@@ -49,8 +51,16 @@ from gpushare_hub.core.names import (
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 PLUGIN_POD_KEYS = (GPU_MEM_ASSIGNED, GPU_MEM_ASSUME_TIME)
-# The plugin's reports on its Node: its cards, its allocator mark, what runs on the cards.
-NODE_KEYS = (CARDS_ANNOTATION, ALLOCATOR_ANNOTATION, MPS_SERVERS_ANNOTATION, USAGE_ANNOTATION)
+# The plugin's reports on its Node: its cards, its allocator mark, what runs on the cards, the
+# isolation tier it enforces and its self-test of that tier (slices that require a tier trust it).
+NODE_KEYS = (
+    CARDS_ANNOTATION,
+    ALLOCATOR_ANNOTATION,
+    MPS_SERVERS_ANNOTATION,
+    USAGE_ANNOTATION,
+    ISOLATION_ANNOTATION,
+    ISOLATION_CHECK_ANNOTATION,
+)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpushare_hub.core.names import SERVICE_URL_ENV
+from gpushare_hub.core.usage import NOT_MEASURED
+
 from .sliceinfo import SliceInfo, as_json
 
-SERVICE_URL_ENV = "GPUSHARE_SERVICE_URL"
 NOT_CONFIGURED = "hub service not configured for this server"
 UNREACHABLE = "hub service unreachable"
 NOT_LISTED = "hub service lists no slice of this server"
-NOT_MEASURED = "usage not measured on this node"
 
 
 def me_url(env: Mapping[str, str]) -> tuple[str, str]:

@@ -322,9 +322,30 @@ class GPUShareDevicePlugin(Application):
         """The isolation self-test, once, in a daemon thread (it may take a minute)."""
         import threading
 
-        from .kube import KubeUsageSink
+        from gpushare_hub.core.cards import Node
+        from gpushare_hub.isolation.usage import slices_on_node
 
-        card = min(state.cards, key=lambda c: c.index)
+        from .kube import KubeUsageSink
+        from .selfcheck import probe_card
+
+        names = state.settings.names
+        used: dict[str, int] = {}
+        try:
+            pods = state.pods.pods_on_node(self.node_name)
+        except Exception as err:
+            logging.getLogger("gpushare.plugin").warning("no isolation self-test: cannot list pods (%s)", err)
+            return
+        for _key, cards in slices_on_node(
+            pods, Node(self.node_name, tuple(state.inventory())), names
+        ).values():
+            for uuid, mib in cards.items():
+                used[uuid] = used.get(uuid, 0) + mib // names.mib_per_unit
+        card = probe_card(state.inventory(), used, names.mib_per_unit)
+        if card is None:
+            logging.getLogger("gpushare.plugin").info(
+                "no isolation self-test now: no card has room for it beside the slices held"
+            )
+            return
         sink = KubeUsageSink(api, self.node_name)
         args = (
             self.node_name,

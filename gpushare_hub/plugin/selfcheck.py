@@ -14,17 +14,20 @@ log says so.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
+import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpushare_hub.core.cards import Card
-from gpushare_hub.core.isolation import COOPERATIVE, HARD_TIERS, TIERS, Check
+from gpushare_hub.core.isolation import TIERS, Check
+from gpushare_hub.isolation.selftest import meets
 
 from .matching import Waiting
 from .response import Isolation, container_response
@@ -78,8 +81,7 @@ def read_result(claimed: str, stdout: str, checked: str) -> Outcome:
     if not tried or observed not in (*TIERS, "none"):
         names = ", ".join(str(f.get("name")) for f in frameworks) or "none installed"
         return Outcome(None, f"no framework could be tried ({names}); the claim {claimed!r} is not checked")
-    # A claim holds when the test saw that tier; a cooperative claim also when it saw a harder one.
-    ok = observed == claimed or (claimed == COOPERATIVE and observed in HARD_TIERS)
+    ok = meets(str(observed), claimed)
     detail = "; ".join(
         f"{f.get('name')}: {'held' if f.get('held') else 'not held'}"
         + (f" at {f['stopped_at_mib']} MiB" if f.get("stopped_at_mib") is not None else "")
@@ -91,15 +93,33 @@ def read_result(claimed: str, stdout: str, checked: str) -> Outcome:
 
 
 def run_selftest(python: str, env: Mapping[str, str], timeout: float = TIMEOUT) -> tuple[int, str, str]:
-    proc = subprocess.run(
+    """The self-test in a session of its own: on timeout its whole process group goes, so no
+    probe is left holding GPU memory."""
+    proc = subprocess.Popen(
         [python, "-m", "gpushare_hub.isolation.selftest", "--json"],
         env=dict(env),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        check=False,
+        start_new_session=True,
     )
-    return proc.returncode, proc.stdout, proc.stderr
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc.returncode, out, err
+
+
+def probe_card(cards: Sequence[Card], used_units: Mapping[str, int], mib_per_unit: int) -> Card | None:
+    """The healthy card with the most free units, if the test (a one-unit slice, and up to 1 GiB
+    past it) fits in what no pod holds there; None: every card is too full to test now."""
+    need = -(-(PROBE_UNITS * mib_per_unit + 1024) // mib_per_unit)
+    free = [(c.units - used_units.get(c.uuid, 0), -c.index, c) for c in cards if c.healthy]
+    best = max(free, default=None, key=lambda f: (f[0], f[1]))
+    return best[2] if best is not None and best[0] >= need else None
 
 
 def check_node(

@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
 from datetime import UTC, datetime
 from functools import partial
 from html import escape
@@ -77,6 +77,8 @@ from .view import (
 )
 
 log = logging.getLogger("gpushare.service")
+# How long one api/v1/me computation serves every caller, unless the cluster changed before.
+ME_CACHE_SECONDS = 2.0
 
 
 def service_informer(api: Any, names: ResourceNames) -> Any:
@@ -106,6 +108,7 @@ class Cluster:
         self.shared = SharedLedger(self._subscribed, max_stale)
         self._version = 0  # bumped on every event: the report is rebuilt only after a change
         self._report: tuple[int, Report] | None = None
+        self._recent: dict[Hashable, tuple[int, float, Any]] = {}
 
     def _subscribed(self) -> Informer:
         informer = self._make()
@@ -145,6 +148,20 @@ class Cluster:
             report = report_from_ledger(self._ledger, self.nodes.values(), self.pods.values())
             self._report = (self._version, report)
         return self._report[1]
+
+    def recent(self, key: Hashable, make: Callable[[], Any], ttl: float = ME_CACHE_SECONDS) -> Any:
+        """What ``make`` returned for ``key`` less than ``ttl`` seconds ago and before no cluster
+        event since; else ``make()`` now. Every notebook server asks ``api/v1/me`` every few
+        seconds (the status bar): one document serves them all."""
+        now = time.monotonic()
+        hit = self._recent.get(key)
+        if hit is not None and hit[0] == self._version and now - hit[1] < ttl:
+            return hit[2]
+        value = make()
+        if len(self._recent) > 1000:
+            self._recent.clear()
+        self._recent[key] = (self._version, now, value)
+        return value
 
     def stale_for(self) -> float:
         informer = self.shared.informer
@@ -563,10 +580,16 @@ class MeHandler(BaseHandler):
         svc = self.service
         name = str(user.get("name"))
         groups = self.hub.groups.get(name, [])
-        catalogue = Catalogue(tuple(s for s in svc.catalogue.slices if s.allows(groups)), {})
-        free = availability_document(self.cluster.ledger(), catalogue, svc.node_selector, datetime.now(UTC))
+        allowed = tuple(s for s in svc.catalogue.slices if s.allows(groups))
+        free = self.cluster.recent(
+            ("availability", tuple(s.slug for s in allowed)),
+            lambda: availability_document(
+                self.cluster.ledger(), Catalogue(allowed, {}), svc.node_selector, datetime.now(UTC)
+            ),
+        )
+        ledger = self.cluster.recent("ledger", self.ledger_doc)
         spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
-        self.send(me_document(self.ledger_doc(), name, free, spawn))
+        self.send(me_document(ledger, name, free, spawn))
 
 
 class MetricsHandler(BaseHandler):

@@ -192,16 +192,10 @@ def _service_url(url: str | None, port: int | None, service_config: dict[str, An
 
 
 def _tell_servers(c: Any, name: str, url: str) -> None:
-    """Notebook servers learn where the service is (``GPUShareSpawner.service_url``) and their
-    tokens may call it: JupyterHub's server scopes plus ``access:services!service=<name>``,
-    unless the admin chose the servers' token scopes already."""
+    """Notebook servers learn where the service is (``GPUShareSpawner.service_url``); their
+    tokens may call it through JupyterHub's ``server`` role (see :func:`_grant_every_server`)."""
     if not _section(c, "GPUShareSpawner").get("service_url"):
         c.GPUShareSpawner.service_url = f"{url.rstrip('/')}/services/{name}/"
-    chosen = any(
-        "server_token_scopes" in _section(c, cls) for cls in ("Spawner", "KubeSpawner", "GPUShareSpawner")
-    )
-    if not chosen:
-        c.Spawner.server_token_scopes = [*SERVER_SCOPES, f"access:services!service={name}"]
 
 
 def _add_service(c: Any, name: str, url: str, env: dict[str, str]) -> None:
@@ -261,6 +255,7 @@ def _add_roles(
         }
     )
     _grant_every_user(roles, access)
+    _grant_every_server(roles, access)
     if metrics_services:
         roles.append(
             {
@@ -271,6 +266,17 @@ def _add_roles(
             }
         )
     c.JupyterHub.load_roles = roles
+
+
+def _grant_every_server(roles: list[dict[str, Any]], access: str) -> None:
+    """Every notebook server's own token may call the service (the JupyterLab status bar, the
+    out-of-memory note): JupyterHub's "server" role, which such tokens get unless an admin sets
+    ``server_token_scopes``, extended (an admin's own "server" role keeps its scopes)."""
+    server_role = next((r for r in roles if r.get("name") == "server"), None)
+    if server_role is None:
+        server_role = {"name": "server", "scopes": list(SERVER_SCOPES)}
+        roles.append(server_role)
+    server_role["scopes"] = [*[s for s in server_role.get("scopes", SERVER_SCOPES) if s != access], access]
 
 
 def _grant_every_user(roles: list[dict[str, Any]], access: str) -> None:

@@ -23,6 +23,7 @@ from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.isolation import NodeIsolation
 from gpushare_hub.core.report import CardRow, PodRow, Report
+from gpushare_hub.core.usage import NOT_MEASURED
 from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
 from gpushare_hub.core.waste import card_fragment
 
@@ -278,9 +279,6 @@ def isolation_document(iso: NodeIsolation) -> dict[str, Any]:
         "check": iso.check.as_json() if iso.check is not None else None,
         "problem": iso.problem,
     }
-
-
-NOT_MEASURED = "usage not measured on this node"
 
 
 def me_document(

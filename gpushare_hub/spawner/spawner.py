@@ -23,6 +23,7 @@ from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
+from gpushare_hub.core.names import SERVICE_URL_ENV
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
 from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
@@ -37,7 +38,6 @@ FORM_STYLE = (
     ".gpushare-unknown,.gpushare-isolation{color:#777}</style>\n"
 )
 STATE_SLICE = "gpushare_slice"
-SERVICE_URL_ENV = "GPUSHARE_SERVICE_URL"
 STATE_GIB = "gpushare_gib"
 
 _STATUS = {

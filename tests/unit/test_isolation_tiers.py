@@ -168,3 +168,19 @@ def test_the_form_counts_only_nodes_with_the_tier_and_says_when_there_is_none():
     assert (
         a.permanent and render(a) == "unavailable: no GPU card here is on a node with a hard limit (driver)"
     )
+
+
+def test_a_running_pods_owner_rewriting_its_tier_to_nonsense_does_not_free_its_card():
+    """The tier matters only when placing: a record stays counted whatever the owner writes later."""
+    ledger = ledger_of(tiered("gpu-mps", "mps"))
+    placed = Placer(ledger, "binpack").place_and_commit(
+        Demand(key="jhub/a", uid="uid-a", per_card=5, count=1, isolation="mps")
+    )
+    assert isinstance(placed, Placement)
+    ann = placed.record().pod_annotations({c.uuid: 15 for c in placed.cards}, assume_time_ns=1)
+    ann[ISOLATION_ANNOTATION] = "MPS!"  # not a tier
+    pod = pod_obj("a", 5, annotations=ann, node="gpu-mps", uid="uid-a", phase="Running")
+    fresh = ledger_of(tiered("gpu-mps", "mps"))
+    fresh.observe_pod(pod)
+    assert fresh.used("gpu-mps", placed.cards[0].uuid) == 5
+    assert fresh.ignored() == []

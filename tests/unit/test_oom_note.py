@@ -150,6 +150,19 @@ def test_the_cap_named_follows_the_tier_allocate_gave_the_container(env, cap):
     assert f"; {cap}" in text and "stopped it" in text
 
 
+def test_the_services_tier_wins_over_the_nodes_claim_when_its_check_failed():
+    # The node claims mps (Allocate says so), but its self-test failed: the service says cooperative.
+    text = explain(env={**ENV, "GPUSHARE_ISOLATION_TIER": "mps"})
+    assert "PyTorch's per-process fraction" in text and "MPS pinned-memory limit" not in text
+
+
+def test_under_a_hard_tier_fitting_the_slice_is_not_blamed_on_the_card():
+    hard = me()
+    hard["allocations"][0]["isolation"] = {"tier": "mps", "words": "hard limit (MPS)"}
+    text = explain(me=hard, held=(1 * GIB, 1 * GIB))
+    assert "the card itself is full" not in text and "the MPS pinned-memory limit" in text
+
+
 def test_an_allocation_that_fits_the_slice_is_blamed_on_the_full_card_not_the_cap():
     text = explain(held=(1 * GIB, 1 * GIB))
     assert "This allocation fits in the slice, so no cap stopped it: the card itself is full" in text
@@ -436,3 +449,14 @@ def test_a_broken_note_never_hides_the_users_error(tmp_path):
     assert proc.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr and "gpushare-hub:" not in proc.stderr
     assert "ZeroDivisionError" not in proc.stderr
+
+
+def test_the_hooks_own_spellings_are_the_packages():
+    """The hook imports nothing of ours, so it spells a few names again: they must not drift."""
+    from gpushare_hub.core import isolation
+    from gpushare_hub.core.names import SERVICE_URL_ENV
+    from gpushare_hub.isolation import selftest
+
+    assert hook.SERVICE_URL_VAR == SERVICE_URL_ENV
+    assert hook.TIERS == isolation.TIERS and hook.TIER_WORDS == isolation.WORDS
+    assert hook.TIER_VAR == selftest.TIER_VAR

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from pathlib import Path
 
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.names import ISOLATION_CHECK_ANNOTATION, ISOLATION_CHECK_REASON
@@ -92,3 +93,32 @@ def test_a_passed_check_is_published_without_a_warning_and_an_untried_one_not_at
     )
     assert quiet.annotations == [] and quiet.warnings == []
     assert check_node("gpu-1", CARD, 1024, iso, os.devnull + "/missing", quiet) is None
+
+
+def test_the_probe_takes_the_freest_card_and_none_where_it_would_crowd_the_slices_held():
+    from gpushare_hub.plugin.selfcheck import probe_card
+
+    a, b = Card(0, "GPU-a", "Tesla-T4", 15, 15360), Card(1, "GPU-b", "Tesla-T4", 15, 15360)
+    assert probe_card([a, b], {}, 1024) == a  # equal room: the first card
+    assert probe_card([a, b], {"GPU-a": 10}, 1024) == b
+    assert probe_card([a, b], {"GPU-a": 14, "GPU-b": 14}, 1024) is None  # 1 GiB free: too little
+
+
+def test_a_self_test_that_outlives_its_time_is_killed_with_its_children(tmp_path):
+    import subprocess
+    import time
+
+    import pytest
+
+    from gpushare_hub.plugin.selfcheck import run_selftest
+
+    script = tmp_path / "python"
+    pidfile = tmp_path / "child.pid"
+    script.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pidfile}\nwait\n")
+    script.chmod(0o755)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_selftest(str(script), {"PATH": os.environ["PATH"]}, timeout=1)
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    stat_file = Path(f"/proc/{child}/stat")
+    assert not stat_file.exists() or stat_file.read_text().split()[2] == "Z"  # gone, or a zombie

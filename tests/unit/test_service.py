@@ -745,13 +745,32 @@ def test_configure_hub_tells_servers_where_the_service_is_and_lets_their_tokens_
     c = Config()
     configure_hub(c, slices=SLICES, port=10101, url="http://hub:10101")
     assert c.GPUShareSpawner.service_url == "http://hub:10101/services/gpushare/"
-    assert c.Spawner.server_token_scopes == [
+    server = next(r for r in c.JupyterHub.load_roles if r["name"] == "server")
+    assert server["scopes"] == [
         "users:activity!user",
         "access:servers!server",
         "access:services!service=gpushare",
     ]
+    assert "server_token_scopes" not in c.Spawner
     own = Config()
-    own.KubeSpawner.server_token_scopes = ["users:activity!user"]
+    own.JupyterHub.load_roles = [{"name": "server", "scopes": ["users:activity!user", "read:users!user"]}]
     configure_hub(own, slices=SLICES, port=10101)
-    assert "server_token_scopes" not in own.Spawner  # the admin's choice stands
+    server = next(r for r in own.JupyterHub.load_roles if r["name"] == "server")
+    assert server["scopes"] == ["users:activity!user", "read:users!user", "access:services!service=gpushare"]
     assert own.GPUShareSpawner.service_url == "http://127.0.0.1:10101/services/gpushare/"
+
+
+def test_one_me_computation_serves_every_caller_until_the_cluster_changes_or_it_ages():
+    from gpushare_hub.service.app import Cluster
+
+    cluster = Cluster(lambda: None, DEFAULT_NAMES, 30.0)
+    made: list[int] = []
+
+    def make() -> int:
+        made.append(1)
+        return len(made)
+
+    assert cluster.recent("k", make) == 1 and cluster.recent("k", make) == 1
+    cluster._on_node("ADDED", node_obj("gpu-z"))  # an event: the next caller gets a fresh one
+    assert cluster.recent("k", make) == 2
+    assert cluster.recent("k", make, ttl=0.0) == 3  # too old

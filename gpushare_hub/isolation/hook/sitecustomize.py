@@ -406,7 +406,10 @@ def ask_service(env: Mapping[str, str] | None = None) -> dict[str, Any] | str:
         url, headers={"Authorization": "token " + token, "Accept": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=SERVICE_TIMEOUT) as resp:
+        # No proxy from the environment: the hub's service is inside the cluster, and the
+        # server's token must not go anywhere else.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=SERVICE_TIMEOUT) as resp:
             body = resp.read(MAX_ME_BYTES + 1)
     except urllib.error.HTTPError as err:
         return f"{url} answered {err.code} {err.reason}"
@@ -439,10 +442,11 @@ def _my_allocation(doc: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, 
 
 
 def _tier(env: Mapping[str, str], allocation: Mapping[str, Any] | None) -> str:
-    """The node's isolation tier: Allocate's word for it, else the service's, else what the
-    environment shows (an MPS limit, or the cooperative cap every slice has)."""
+    """The node's isolation tier: the service's (which counts a failed self-test), else
+    Allocate's word for it (the node's claim), else what the environment shows (an MPS limit,
+    or the cooperative cap every slice has)."""
     isolation = (allocation or {}).get("isolation")
-    for claimed in (env.get(TIER_VAR, ""), isolation.get("tier") if isinstance(isolation, dict) else ""):
+    for claimed in (isolation.get("tier") if isinstance(isolation, dict) else "", env.get(TIER_VAR, "")):
         if isinstance(claimed, str) and claimed.strip().lower() in TIERS:
             return claimed.strip().lower()
     return "mps" if env.get(MPS_VAR) else "cooperative"
@@ -485,7 +489,14 @@ def explain_oom(
         f" ({slice_name})" if slice_name else ""
     )
     first += f" of a {_size(card_mib * MIB)} card" if card_mib else ""
-    if in_use is not None and asked is not None and in_use + asked <= slice_mib * MIB:
+    # Only the framework's own cap counts what this process asked alone; MPS and the driver also
+    # count its CUDA context and the server's other processes, so "it fits" proves nothing there.
+    if (
+        tier == "cooperative"
+        and in_use is not None
+        and asked is not None
+        and in_use + asked <= slice_mib * MIB
+    ):
         first += (
             f". This allocation fits in the slice, so no cap stopped it: the card itself is full "
             f"(its other holders use more than their slices, or memory outside {name} is in use)."
@@ -572,7 +583,7 @@ def add_note(exc: BaseException) -> bool:
 def _add_note_safely(exc: BaseException) -> None:
     try:
         add_note(exc)
-    except Exception as err:  # the user's traceback must be shown whatever happens here
+    except (Exception, KeyboardInterrupt) as err:  # the user's traceback is shown whatever happens
         _debug(f"could not explain {type(exc).__name__}: {err!r}")
 
 
