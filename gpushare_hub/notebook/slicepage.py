@@ -3,14 +3,18 @@
 The card's UUID, the slice, and the caps in force, read from the server's own environment (see
 ``sliceinfo.py``); ``.../gpushare/api`` gives the same as JSON; ``.../gpushare/api/status`` adds
 the hub service's view (what the slice uses, the isolation tier, the neighbours on the card: see
-``status.py``) for the JupyterLab status bar. Loaded where it is enabled
+``status.py``) for the JupyterLab status bar; ``POST .../gpushare/api/selftest`` runs
+``gpushare-selftest --json`` in this server (the panel's button). Loaded where it is enabled
 (``jupyter_server_config.d``, see ``install.py``; the demo also names it on the command line).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import signal
 import sys
 from typing import Any
 
@@ -68,6 +72,58 @@ class StatusApiHandler(JupyterHandler):
         self.finish(json.dumps(doc))
 
 
+class SelfTestHandler(JupyterHandler):
+    """``POST .../gpushare/api/selftest``: run ``gpushare-selftest --json`` here (the panel's
+    button), one at a time per server, and answer its document."""
+
+    running = False
+
+    @web.authenticated
+    async def post(self) -> None:
+        cls = type(self)
+        if cls.running:
+            raise web.HTTPError(409, "a self-test is already running in this server; wait for it")
+        if not current().has_gpu:
+            raise web.HTTPError(409, "this server holds no GPU slice: there is nothing to test")
+        cls.running = True
+        try:
+            doc = await run_selftest()
+        finally:
+            cls.running = False
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(doc))
+
+
+SELFTEST_TIMEOUT = 600.0
+
+
+async def run_selftest(timeout: float = SELFTEST_TIMEOUT) -> dict[str, Any]:
+    """The self-test's JSON, or ``{"error": ...}`` in words; its processes go on timeout."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpushare_hub.isolation.selftest",
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        return {"error": f"the self-test took longer than {timeout:.0f} s and was stopped"}
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"the self-test failed (exit {proc.returncode}): {tail[0][:300]}"}
+    return doc if isinstance(doc, dict) else {"error": "the self-test's answer is not a JSON object"}
+
+
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "gpushare_hub.notebook.slicepage"}]
 
@@ -81,6 +137,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, PATH), SliceHandler),
             (url_path_join(base, PATH, "api"), SliceApiHandler),
             (url_path_join(base, PATH, "api", "status"), StatusApiHandler),
+            (url_path_join(base, PATH, "api", "selftest"), SelfTestHandler),
         ],
     )
     serverapp.log.info("gpushare: %s at %s", current().summary(), url_path_join(base, PATH))

@@ -13,6 +13,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
 const POLL_MS = 10_000;
+const SELFTEST_ROUTE = 'gpushare/api/selftest';
 const ROUTE = 'gpushare/api/status';
 
 interface Slice {
@@ -86,6 +87,71 @@ async function readStatus(settings: ServerConnection.ISettings): Promise<Status>
   return (await response.json()) as Status;
 }
 
+interface FrameworkRun {
+  name?: string;
+  held?: boolean;
+  stopped_at_mib?: number | null;
+  cap?: string | null;
+  hard_cap_held?: boolean | null;
+  error?: string | null;
+}
+
+interface SelfTestRun {
+  error?: string;
+  ok?: boolean;
+  observed_tier?: string;
+  claimed_tier?: string | null;
+  slice_mib?: number;
+  frameworks?: FrameworkRun[];
+  checked?: string;
+}
+
+/** Run gpushare-selftest in this server (POST; it may take a minute). */
+async function runSelfTest(settings: ServerConnection.ISettings): Promise<SelfTestRun> {
+  const url = URLExt.join(settings.baseUrl, SELFTEST_ROUTE);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
+  } catch (err) {
+    return { error: 'notebook server unreachable' };
+  }
+  let body: unknown = null;
+  try {
+    body = await response.json();
+  } catch (err) {
+    body = null;
+  }
+  if (!response.ok) {
+    const message = (body as { message?: string } | null)?.message;
+    return { error: message || `the notebook server answered HTTP ${response.status}` };
+  }
+  return (body ?? { error: 'no answer' }) as SelfTestRun;
+}
+
+function describeRun(run: SelfTestRun): string[] {
+  if (run.error) {
+    return [`self-test not run: ${run.error}`];
+  }
+  const lines = [
+    `${run.ok ? 'OK' : 'NOT OK'}: observed ${run.observed_tier ?? 'unknown'}` +
+      (run.claimed_tier ? `, the node claims ${run.claimed_tier}` : '') +
+      (run.checked ? ` (${run.checked})` : '')
+  ];
+  for (const f of run.frameworks ?? []) {
+    if (f.error) {
+      lines.push(`${f.name}: ${f.error}`);
+      continue;
+    }
+    const at = f.stopped_at_mib !== null && f.stopped_at_mib !== undefined ? ` at ${f.stopped_at_mib} MiB` : '';
+    const hard = f.hard_cap_held ? '; held with its own cap lifted' : '; its own cap lifted, it got past';
+    lines.push(`${f.name}: ${f.held ? 'held' : 'not held'}${at}${f.cap ? ` by the ${f.cap} cap` : ''}${hard}`);
+  }
+  if ((run.frameworks ?? []).length === 0) {
+    lines.push('no GPU framework (PyTorch, CuPy, JAX) is installed here to try');
+  }
+  return lines;
+}
+
 /** A hub path such as /hub/spawn/alice; anything else (another scheme, another host) is refused. */
 function hubPath(value: unknown): string | null {
   return typeof value === 'string' && value.startsWith('/') && !value.startsWith('//') ? value : null;
@@ -126,7 +192,33 @@ function capsInForce(slice: Slice): string[] {
   return caps;
 }
 
-function renderPanel(body: HTMLElement, status: Status | null, error: string): void {
+interface SelfTestState {
+  running: boolean;
+  run: SelfTestRun | null;
+  start: () => void;
+}
+
+function renderSelfTest(body: HTMLElement, state: SelfTestState): void {
+  const box = document.createElement('div');
+  box.id = 'gpushare-selftest-box';
+  const button = document.createElement('button');
+  button.id = 'gpushare-run-selftest';
+  button.className = 'jp-Button jp-mod-styled jp-mod-accept';
+  button.textContent = state.running ? 'Self-test running …' : 'Run the self-test';
+  button.disabled = state.running;
+  button.title = 'Allocate past the slice with each framework installed here (never more than the slice + 1 GiB)';
+  button.addEventListener('click', () => state.start());
+  box.append(button);
+  if (state.run) {
+    const out = document.createElement('pre');
+    out.id = 'gpushare-selftest-result';
+    out.textContent = describeRun(state.run).join('\n');
+    box.append(out);
+  }
+  body.append(box);
+}
+
+function renderPanel(body: HTMLElement, status: Status | null, error: string, selftest: SelfTestState): void {
   body.replaceChildren();
   const h = document.createElement('h2');
   h.textContent = 'Your GPU slice';
@@ -198,6 +290,9 @@ function renderPanel(body: HTMLElement, status: Status | null, error: string): v
     p.append(a, document.createTextNode(' (stop this server first, or start a named one).'));
     body.append(p);
   }
+  if (slice.card_uuids && slice.card_uuids.length) {
+    renderSelfTest(body, selftest);
+  }
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
@@ -219,6 +314,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     let last: Status | null = null;
     let error = '';
     let panel: MainAreaWidget<Widget> | null = null;
+    const selftest: SelfTestState = {
+      running: false,
+      run: null,
+      start: () => {
+        if (selftest.running) {
+          return;
+        }
+        selftest.running = true;
+        show();
+        void runSelfTest(settings).then(run => {
+          selftest.running = false;
+          selftest.run = run;
+          show();
+        });
+      }
+    };
 
     const show = () => {
       const degraded = last === null || !!last.problem;
@@ -226,7 +337,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       item.node.title = (last ? last.problem || last.slice.summary || '' : error) + ' (click for details)';
       item.toggleClass('gpushare-degraded', degraded);
       if (panel && !panel.isDisposed) {
-        renderPanel(panel.content.node.firstElementChild as HTMLElement, last, error);
+        renderPanel(panel.content.node.firstElementChild as HTMLElement, last, error, selftest);
       }
     };
     const poll = async () => {

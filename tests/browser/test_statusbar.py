@@ -14,8 +14,10 @@ import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+from gpushare_hub.demo.fakegpu import write_site
 from tests.conftest import wait_for
 from tests.hub.conftest import pod_of, run_in_kernel, stop_server
+from tests.hub.test_isolation_hub import upload
 
 from .conftest import OUT, login
 from .test_demo import docs_picture
@@ -31,7 +33,7 @@ HOLD = (
 
 
 def test_the_status_bar_shows_the_slice_its_use_and_the_panel_its_details(
-    local_cluster, hub, notebook_nodes, browser_page
+    local_cluster, hub, notebook_nodes, browser_page, tmp_path
 ):
     page = browser_page
     login(page, hub.url, USER)  # before the server starts: after it, the login goes on to the server
@@ -86,6 +88,15 @@ def test_the_status_bar_shows_the_slice_its_use_and_the_panel_its_details(
         assert re.match(r"(passed|FAILED): observed \w+", selftest), selftest
         neighbours = panel.locator("tr.gpushare-neighbours td").inner_text()
         assert re.match(r"(1 server|\d+ servers) holding \d+ GiB", neighbours), neighbours
+        # The panel's button runs gpushare-selftest in the server; the fake torch in its working
+        # folder stands in for PyTorch (uploaded as a person would upload files).
+        upload(hub, USER, hub.user_token(USER), write_site(tmp_path / "site"))
+        panel.locator("#gpushare-run-selftest").click()
+        result = panel.locator("#gpushare-selftest-result")
+        result.wait_for(timeout=180_000)
+        lines = result.inner_text().splitlines()
+        assert lines[0].startswith("OK: observed cooperative, the node claims cooperative"), lines
+        assert lines[1] == "torch: held at 5120 MiB by the framework cap; its own cap lifted, it got past"
         # JupyterLab's question about its news would cover part of the picture.
         page.add_style_tag(content=".jp-toastContainer, .Toastify { display: none !important; }")
         page.screenshot(path=str(OUT / "statusbar-panel.png"))

@@ -303,3 +303,21 @@ def test_on_a_simulated_card_the_page_tells_a_newcomer_how_to_make_the_bar_move(
     assert "gpushare-demo-hint" not in plain
     sim = render_html(read_slice({**ALLOCATE_ENV, "GPUSHARE_SIM_USAGE_DIR": "/tmp/claims"}), "/lab", "/api")
     assert "python -m gpushare_hub.demo.fakealloc 3" in sim and "gpushare-selftest" in sim
+
+
+def test_the_panels_self_test_runs_the_console_test_and_answers_its_json_or_words(tmp_path, monkeypatch):
+    import asyncio
+    import sys
+
+    from gpushare_hub.notebook import slicepage
+
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/sh\necho \'{"ok": true, "observed_tier": "cooperative", "frameworks": []}\'\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    assert asyncio.run(slicepage.run_selftest())["observed_tier"] == "cooperative"
+    fake.write_text("#!/bin/sh\necho 'Traceback: boom' >&2\nexit 3\n")
+    assert asyncio.run(slicepage.run_selftest()) == {"error": "the self-test failed (exit 3): Traceback: boom"}
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    said = asyncio.run(slicepage.run_selftest(timeout=0.5))
+    assert said == {"error": "the self-test took longer than 0 s and was stopped"}
