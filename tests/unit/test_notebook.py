@@ -317,7 +317,8 @@ def test_the_panels_self_test_runs_the_console_test_and_answers_its_json_or_word
     monkeypatch.setattr(sys, "executable", str(fake))
     assert asyncio.run(slicepage.run_selftest())["observed_tier"] == "cooperative"
     fake.write_text("#!/bin/sh\necho 'Traceback: boom' >&2\nexit 3\n")
-    assert asyncio.run(slicepage.run_selftest()) == {"error": "the self-test failed (exit 3): Traceback: boom"}
+    failed = asyncio.run(slicepage.run_selftest())
+    assert failed == {"error": "the self-test failed (exit 3): Traceback: boom"}
     fake.write_text("#!/bin/sh\nsleep 30\n")
     said = asyncio.run(slicepage.run_selftest(timeout=0.5))
     assert said == {"error": "the self-test took longer than 0 s and was stopped"}
