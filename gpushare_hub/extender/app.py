@@ -90,12 +90,52 @@ class _Base(tornado.web.RequestHandler):
         return False
 
 
-class FilterHandler(_Base):
+# A verb's body: a Pod (the API server stores at most 1.5 MiB of one) and the candidate node
+# names (kube-scheduler sends names: nodeCacheCapable) of a 5,000-node cluster, about 1.3 MiB at
+# the longest names. Larger bodies are refused with 413 before they are read or parsed.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+@tornado.web.stream_request_body
+class _Verb(_Base):
+    """A verb's handler: its body is read in chunks and refused with 413 past the limit."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        if self._finished:
+            return
+        raw = self.request.headers.get("Content-Length", "0") or "0"
+        if raw.isdigit() and int(raw) > self.settings["max_body_bytes"]:
+            self._too_large(int(raw))
+
+    def data_received(self, chunk: bytes) -> None:
+        if self._finished:
+            return
+        self._size += len(chunk)
+        if self._size > self.settings["max_body_bytes"]:
+            self._chunks = []
+            self._too_large(self._size)
+            return
+        self._chunks.append(chunk)
+
+    def _too_large(self, size: int) -> None:
+        limit = self.settings["max_body_bytes"]
+        said = f"{self.verb}: the body has {size} bytes, more than {limit}; no valid request is this big"
+        self.send_json({"Error": said}, 413)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+class FilterHandler(_Verb):
     verb = "filter"
 
     def post(self) -> None:
         try:
-            args = ExtenderArgs.parse(self.request.body)
+            args = ExtenderArgs.parse(self.body)
         except BadRequest as err:
             self.send_json({"Error": f"filter: {err}"}, 400)
             return
@@ -107,12 +147,12 @@ class FilterHandler(_Base):
         self.send_json(filter_result(args, out.passed, out.failed, out.unresolvable, out.error))
 
 
-class PrioritizeHandler(_Base):
+class PrioritizeHandler(_Verb):
     verb = "prioritize"
 
     def post(self) -> None:
         try:
-            args = ExtenderArgs.parse(self.request.body)
+            args = ExtenderArgs.parse(self.body)
         except BadRequest as err:
             self.send_json({"Error": f"prioritize: {err}"}, 400)
             return
@@ -121,12 +161,12 @@ class PrioritizeHandler(_Base):
         self.send_json(priority_list(self.service.decisions.prioritize(args), args.node_names))
 
 
-class BindHandler(_Base):
+class BindHandler(_Verb):
     verb = "bind"
 
     async def post(self) -> None:
         try:
-            args = BindingArgs.parse(self.request.body)
+            args = BindingArgs.parse(self.body)
         except BadRequest as err:
             self.send_json({"Error": f"bind: {err}"}, 400)
             return
@@ -200,7 +240,10 @@ class OpsNotFound(NotFoundHandler):
 
 
 def make_app(
-    service: ExtenderService, prefix: str = "", callers: CallerPolicy | None = None
+    service: ExtenderService,
+    prefix: str = "",
+    callers: CallerPolicy | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
 ) -> tornado.web.Application:
     """The verbs and /inspect. ``callers``: who may call them (``None``: anyone)."""
     p = prefix.rstrip("/")
@@ -215,6 +258,7 @@ def make_app(
         ],
         default_handler_class=VerbsNotFound,
         default_handler_args=kw,
+        max_body_bytes=max_body_bytes,
     )
 
 
@@ -256,7 +300,13 @@ def make_server(
     elif client_ca:
         raise ValueError("a client CA needs HTTPS: give the serving certificate and key too")
     callers = CallerPolicy(token=token, client_certs=bool(client_ca))
-    return HTTPServer(make_app(service, prefix, None if callers.open else callers), ssl_options=ssl_ctx)
+    # The verbs refuse a body past MAX_BODY_BYTES with 413 as it streams in; tornado's own limit,
+    # which would drop the connection without an answer, is set far above it.
+    return HTTPServer(
+        make_app(service, prefix, None if callers.open else callers),
+        ssl_options=ssl_ctx,
+        max_body_size=1 << 40,
+    )
 
 
 def make_ops_server(service: ExtenderService) -> HTTPServer:

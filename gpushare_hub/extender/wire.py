@@ -13,6 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpushare_hub.core.errors import InvalidObject
+from gpushare_hub.core.shapes import MAX_NAME, check_depth, check_node, check_pod, shown
+
+# The largest candidate list a 5,000-node cluster sends (kube-scheduler sends every feasible node).
+MAX_NODES = 10_000
+
 
 class BadRequest(ValueError):
     """The request body is not what the verb takes; answered with HTTP 400."""
@@ -34,8 +40,14 @@ def load(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BadRequest(f"body is not JSON: {err}") from err
+    except RecursionError:
+        raise BadRequest("body nests too deeply to be a request") from None
     if not isinstance(body, dict):
         raise BadRequest(f"body must be a JSON object, got {type(body).__name__}")
+    try:
+        check_depth(body)
+    except InvalidObject as err:
+        raise BadRequest(str(err)) from None
     return body
 
 
@@ -56,20 +68,35 @@ class ExtenderArgs:
         names = _field(body, "NodeNames")
         nodes = _field(body, "Nodes")
         node_objs: list[dict[str, Any]] | None = None
-        if names is not None:
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise BadRequest("field NodeNames must be a list of node names")
-        elif nodes is not None:
-            items = nodes.get("items") if isinstance(nodes, dict) else None
-            if not isinstance(items, list) or not all(
-                isinstance(n, dict) and isinstance((n.get("metadata") or {}).get("name"), str) for n in items
-            ):
-                raise BadRequest("field Nodes must be a NodeList whose items have metadata.name")
-            node_objs = items
-            names = [n["metadata"]["name"] for n in items]
-        else:
-            raise BadRequest("neither NodeNames nor Nodes is set; send the candidate nodes")
+        try:
+            check_pod(pod, "Pod")
+            if names is not None:
+                _node_names(names)
+            elif nodes is not None:
+                items = nodes.get("items") if isinstance(nodes, dict) else None
+                if not isinstance(items, list):
+                    raise BadRequest("field Nodes must be a NodeList: an object with a list of items")
+                if len(items) > MAX_NODES:
+                    raise BadRequest(f"field Nodes has {len(items)} items, more than {MAX_NODES}")
+                for i, n in enumerate(items):
+                    check_node(n, f"Nodes.items[{i}]")
+                node_objs = items
+                names = [n["metadata"]["name"] for n in items]
+            else:
+                raise BadRequest("neither NodeNames nor Nodes is set; send the candidate nodes")
+        except InvalidObject as err:
+            raise BadRequest(str(err)) from None
         return cls(pod=pod, node_names=list(names), nodes=node_objs)
+
+
+def _node_names(names: object) -> None:
+    if not isinstance(names, list):
+        raise BadRequest(f"field NodeNames must be a list of node names, got {shown(names)}")
+    if len(names) > MAX_NODES:
+        raise BadRequest(f"field NodeNames has {len(names)} names, more than {MAX_NODES}")
+    for i, n in enumerate(names):
+        if not isinstance(n, str) or not n or len(n) > MAX_NAME:
+            raise BadRequest(f"field NodeNames[{i}] is {shown(n)}, not a node name")
 
 
 @dataclass(frozen=True)
@@ -88,7 +115,9 @@ class BindingArgs:
             if name == "PodUID" and v is None:
                 v = ""
             if not isinstance(v, str) or (name != "PodUID" and not v):
-                raise BadRequest(f"field {name} is missing or not a non-empty string")
+                raise BadRequest(f"field {name} is missing or not a non-empty string: {shown(v)}")
+            if len(v) > MAX_NAME:
+                raise BadRequest(f"field {name} has {len(v)} characters, more than {MAX_NAME}")
             values[name] = v
         return cls(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
 

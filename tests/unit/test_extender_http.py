@@ -284,3 +284,82 @@ def test_bearer_token_is_the_alternative_and_a_wrong_one_is_refused_with_the_way
         conn = https(port, pki, scheduler)  # with a token configured, a client certificate still works
         conn.request("GET", "/inspect")
         assert conn.getresponse().status == 200
+
+
+def _valid_pod() -> dict:
+    return pod_obj("nb", 5)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            lambda p: p["spec"].update(containers="notebook"),
+            "Pod.spec.containers: expected a list, got a string",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0].update(resources=[1]),
+            "Pod.spec.containers[0].resources: expected an object, got a list [1]",
+        ),
+        (
+            lambda p: p["metadata"].update(annotations=7),
+            "Pod.metadata.annotations: expected an object, got a number 7",
+        ),
+        (
+            lambda p: p["metadata"].update(annotations={"gpushare-hub.io/policy": ["binpack"]}),
+            "Pod.metadata.annotations['gpushare-hub.io/policy']: expected a string, got a list",
+        ),
+        (
+            lambda p: p["spec"]["containers"][0]["resources"]["limits"].update({"aliyun.com/gpu-mem": [5]}),
+            "Pod.spec.containers[0].resources.limits['aliyun.com/gpu-mem']: expected a quantity",
+        ),
+        (lambda p: p["metadata"].update(uid={"a": 1}), "Pod.metadata.uid: expected a string, got an object"),
+        (lambda p: p["metadata"].update(name="x" * 300), "Pod.metadata.name: 300 characters, more than 253"),
+    ],
+)
+def test_a_pod_of_the_wrong_shape_gets_400_naming_the_field(server, change, message):
+    port, service = server
+    before = service.ledger.snapshot()
+    pod = _valid_pod()
+    change(pod)
+    for verb in ("filter", "prioritize"):
+        body = json.dumps({"Pod": pod, "NodeNames": ["gpu-1"]}).encode()
+        status, out = call(port, "POST", f"{PREFIX}/{verb}", body)
+        assert status == 400, (status, out)
+        assert out["Error"].startswith(f"{verb}: {message}"), out
+    assert service.ledger.snapshot() == before
+
+
+def test_deep_nesting_long_lists_and_odd_bind_fields_get_400(server):
+    port, _ = server
+    deep = b'{"Pod": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    status, out = call(port, "POST", f"{PREFIX}/filter", deep)
+    assert status == 400 and "nests too deeply" in out["Error"], out
+    value: object = 1
+    for _ in range(40):
+        value = [value]
+    nested = {"Pod": _valid_pod(), "NodeNames": ["gpu-1"], "x": value}
+    status, out = call(port, "POST", f"{PREFIX}/filter", json.dumps(nested).encode())
+    assert status == 400 and "nests deeper than 32 levels" in out["Error"], out
+    many = json.dumps({"Pod": _valid_pod(), "NodeNames": ["n"] * 10_001}).encode()
+    status, out = call(port, "POST", f"{PREFIX}/filter", many)
+    assert status == 400 and "NodeNames has 10001 names, more than 10000" in out["Error"]
+    bind = {"PodName": ["p"], "PodNamespace": "ns", "PodUID": "u", "Node": "gpu-1"}
+    status, out = call(port, "POST", f"{PREFIX}/bind", json.dumps(bind).encode())
+    assert status == 400 and "field PodName is missing or not a non-empty string: ['p']" in out["Error"]
+
+
+def test_a_body_past_the_limit_is_refused_with_413_before_it_is_parsed():
+    from gpushare_hub.extender.app import make_app
+
+    service = ExtenderService(kube=None)
+    service.informer.synced = True
+    make = lambda: HTTPServer(make_app(service, PREFIX, max_body_bytes=1000), max_body_size=1 << 40)  # noqa: E731
+    with serving_any(make) as port:
+        status, out = call(port, "POST", f"{PREFIX}/filter", b" " * 5000)
+        assert status == 413 and out["Error"] == (
+            "filter: the body has 5000 bytes, more than 1000; no valid request is this big"
+        )
+        body = json.dumps({"Pod": _valid_pod(), "NodeNames": ["gpu-1"]}).encode()
+        assert len(body) < 1000
+        assert call(port, "POST", f"{PREFIX}/filter", body)[0] == 200

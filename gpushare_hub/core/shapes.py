@@ -1,0 +1,169 @@
+"""The shape of Pod and Node objects that reach us from outside the API server. Pure.
+
+The API server validates what it stores; a body sent to the extender's verbs (or any other door)
+is whatever its sender wrote. Before the core reads such an object, :func:`check_pod` and
+:func:`check_node` check exactly the fields the core reads (their types, and bounds on lists and
+strings) and raise :class:`~gpushare_hub.core.errors.InvalidObject` naming the first field that is
+wrong, what was expected, and at most a short prefix of what came. :func:`check_depth` bounds how
+deeply a decoded JSON document nests. Extra fields are left alone: they are never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidObject
+
+# Bounds a real object stays far inside (the API server stores at most 1.5 MiB per object).
+MAX_CONTAINERS = 256  # per list (containers, initContainers)
+MAX_MAP_ENTRIES = 1024  # labels, annotations, nodeSelector, limits, requests
+MAX_NAME = 253  # a DNS subdomain; also a resource name, a label key's length
+MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's own limit on all of an object's annotations
+MAX_CONDITIONS = 64
+MAX_DEPTH = 32  # a Pod nests about 10 deep
+SHOWN = 40  # characters of an offending value echoed back
+
+
+def shown(value: object) -> str:
+    """A short, safe rendering of an offending value for a message."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else text[:SHOWN] + "…"
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+def _fail(path: str, expected: str, value: object) -> InvalidObject:
+    return InvalidObject(f"{path}: expected {expected}, got {_kind(value)} {shown(value)}")
+
+
+def _object(value: object, path: str) -> Mapping[str, Any] | None:
+    """An optional object: None where absent."""
+    return None if value is None else _required(value, path)
+
+
+def _required(value: object, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(path, "an object", value)
+    return value
+
+
+def _string(value: object, path: str, limit: int = MAX_NAME) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise _fail(path, "a string", value)
+    if len(value) > limit:
+        raise InvalidObject(f"{path}: {len(value)} characters, more than {limit}")
+
+
+def _string_map(value: object, path: str, value_limit: int = MAX_ANNOTATIONS_BYTES) -> None:
+    m = _object(value, path)
+    if m is None:
+        return
+    if len(m) > MAX_MAP_ENTRIES:
+        raise InvalidObject(f"{path}: {len(m)} entries, more than {MAX_MAP_ENTRIES}")
+    total = 0
+    for key, item in m.items():
+        _string(key, f"{path} key", 2 * MAX_NAME)
+        if not isinstance(item, str):
+            raise _fail(f"{path}[{shown(key)}]", "a string", item)
+        total += len(key) + len(item)
+    if total > value_limit:
+        raise InvalidObject(f"{path}: {total} bytes in all, more than {value_limit}")
+
+
+def _quantities(value: object, path: str) -> None:
+    m = _object(value, path)
+    if m is None:
+        return
+    if len(m) > MAX_MAP_ENTRIES:
+        raise InvalidObject(f"{path}: {len(m)} entries, more than {MAX_MAP_ENTRIES}")
+    for key, item in m.items():
+        _string(key, f"{path} key")
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise _fail(f"{path}[{shown(key)}]", "a quantity (a string such as '5', or a number)", item)
+        if isinstance(item, str) and len(item) > 64:
+            raise InvalidObject(f"{path}[{shown(key)}]: a quantity of {len(item)} characters, more than 64")
+
+
+def _list(value: object, path: str, limit: int) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _fail(path, "a list", value)
+    if len(value) > limit:
+        raise InvalidObject(f"{path}: {len(value)} items, more than {limit}")
+    return value
+
+
+def _metadata(obj: Mapping[str, Any], path: str, name_required: bool) -> None:
+    meta = _required(obj.get("metadata"), f"{path}.metadata")
+    for key in ("name", "namespace", "uid", "generateName", "creationTimestamp", "deletionTimestamp"):
+        _string(meta.get(key), f"{path}.metadata.{key}")
+    if name_required and not meta.get("name"):
+        raise InvalidObject(f"{path}.metadata.name: missing; give the object's name")
+    _string_map(meta.get("labels"), f"{path}.metadata.labels")
+    _string_map(meta.get("annotations"), f"{path}.metadata.annotations")
+
+
+def check_pod(obj: object, path: str = "Pod") -> None:
+    """The Pod fields the core reads, checked; :class:`InvalidObject` names the first wrong one."""
+    pod = _required(obj, path)
+    _metadata(pod, path, name_required=False)
+    spec = _object(pod.get("spec"), f"{path}.spec")
+    if spec is not None:
+        for key in ("nodeName", "schedulerName", "priorityClassName"):
+            _string(spec.get(key), f"{path}.spec.{key}")
+        _string_map(spec.get("nodeSelector"), f"{path}.spec.nodeSelector")
+        for field in ("initContainers", "containers"):
+            for i, c in enumerate(_list(spec.get(field), f"{path}.spec.{field}", MAX_CONTAINERS)):
+                where = f"{path}.spec.{field}[{i}]"
+                container = _required(c, where)
+                _string(container.get("name"), f"{where}.name")
+                _string(container.get("restartPolicy"), f"{where}.restartPolicy")
+                resources = _object(container.get("resources"), f"{where}.resources")
+                if resources is not None:
+                    _quantities(resources.get("limits"), f"{where}.resources.limits")
+                    _quantities(resources.get("requests"), f"{where}.resources.requests")
+    status = _object(pod.get("status"), f"{path}.status")
+    if status is not None:
+        for key in ("phase", "startTime"):
+            _string(status.get(key), f"{path}.status.{key}")
+        for i, cond in enumerate(
+            _list(status.get("conditions"), f"{path}.status.conditions", MAX_CONDITIONS)
+        ):
+            c = _required(cond, f"{path}.status.conditions[{i}]")
+            for key in ("type", "status", "reason"):
+                _string(c.get(key), f"{path}.status.conditions[{i}].{key}")
+            _string(c.get("message"), f"{path}.status.conditions[{i}].message", 32 * 1024)
+
+
+def check_node(obj: object, path: str = "Node") -> None:
+    """The Node fields the core reads, checked (name required)."""
+    node = _required(obj, path)
+    _metadata(node, path, name_required=True)
+    status = _object(node.get("status"), f"{path}.status")
+    if status is not None:
+        _quantities(status.get("capacity"), f"{path}.status.capacity")
+        _quantities(status.get("allocatable"), f"{path}.status.allocatable")
+        for i, a in enumerate(_list(status.get("addresses"), f"{path}.status.addresses", MAX_CONDITIONS)):
+            addr = _required(a, f"{path}.status.addresses[{i}]")
+            for key in ("type", "address"):
+                _string(addr.get(key), f"{path}.status.addresses[{i}].{key}")
+
+
+def check_depth(value: object, limit: int = MAX_DEPTH) -> None:
+    """:class:`InvalidObject` if ``value`` (decoded JSON) nests more than ``limit`` levels."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                raise InvalidObject(f"the body nests deeper than {limit} levels; no valid request does")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
