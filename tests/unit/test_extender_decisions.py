@@ -53,7 +53,14 @@ def test_full_node_list_is_read_and_answered_in_kind():
         (b'{"NodeNames": ["a"]}', "field Pod is missing"),
         (b'{"Pod": {"metadata": {}}}', "neither NodeNames nor Nodes"),
         (b'{"Pod": {"metadata": {}}, "NodeNames": "gpu-1"}', "NodeNames must be a list"),
-        (b'{"Pod": {"metadata": {}}, "Nodes": {"items": [{}]}}', "items have metadata.name"),
+        (
+            b'{"Pod": {"metadata": {}}, "Nodes": {"items": [{}]}}',
+            r"Nodes.items\[0\].metadata: expected an object, got null",
+        ),
+        (
+            b'{"Pod": {"metadata": {}}, "Nodes": {"items": [{"metadata": {}}]}}',
+            "Nodes.items.0..metadata.name: missing",
+        ),
     ],
 )
 def test_malformed_filter_bodies_name_the_problem(raw, message):

@@ -17,6 +17,7 @@ from gpushare_hub.core.names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
 from gpushare_hub.core.records import IgnoredRecord, read_allocation
 from gpushare_hub.core.report import build_report
 from gpushare_hub.extender.decisions import Decisions
+from gpushare_hub.extender.wire import BadRequest
 from gpushare_hub.kube import LedgerInformer
 from gpushare_hub.plugin.matching import waiting_containers
 
@@ -98,9 +99,13 @@ def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():
         demand_from_pod(long_name)
     many = pod_obj("many", 1, annotations={"gpushare-hub.io/card-models": ",".join(["Tesla-T4"] * 40)})
     assert demand_from_pod(many).models == ("Tesla-T4",)  # repeats count once  # type: ignore[union-attr]
-    # The extender's filter answers with that reason instead of weighing every card.
+    # The extender's door refuses so large an annotation before anything reads it (400) ...
+    with pytest.raises(BadRequest, match=r"Pod.metadata.annotations: \d+ bytes in all, more than 262144"):
+        args(pod, [f"gpu-{i}" for i in range(10)])
+    # ... and a list small enough to pass the door gets the core's reason, not a weighing of every card.
+    fewer = pod_obj("greedy", 1, annotations={"gpushare-hub.io/exclude-card-models": models[:20_000]})
     d = Decisions(Ledger.from_objects([node_obj(f"gpu-{i}") for i in range(10)], []))
-    out = d.filter(args(pod, [f"gpu-{i}" for i in range(10)]))
+    out = d.filter(args(fewer, [f"gpu-{i}" for i in range(10)]))
     assert f"at most {MAX_MODELS} card models" in out.error
 
 
