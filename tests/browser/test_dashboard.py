@@ -5,6 +5,7 @@ gets the 403 page naming the missing scope. Screenshots: out/browser/ (see conft
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpushare_hub.core.cards import declared_cards
@@ -85,6 +86,10 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         problem = page.locator(f"[data-problem='{BROKEN}']")
         problem.wait_for()
         assert "card inventory unreadable" in problem.inner_text() and "not JSON" in problem.inner_text()
+        # Each card's bar is an image to assistive technology, named by its text (an attribute:
+        # set as a property, aria-label named nothing).
+        bar = page.get_by_role("img", name=re.compile(r"^Tesla-T4 10 of 15 GiB used$"))
+        assert bar.count() >= 1, page.locator(".bar").first.evaluate("e => e.outerHTML.slice(0, 200)")
         assert page.locator("#fragmentation").count() == 1
         assert "Tesla-T4" in page.locator(".summary").inner_text()
         page.screenshot(path=str(OUT / "dashboard.png"), full_page=True)

@@ -1,0 +1,79 @@
+"""The hub service's doors behind the session's real JupyterHub and proxy: every route with random
+query strings and path suffixes, as a user, an admin and the metrics scraper; never a 5xx, every
+refusal in JSON (or a short page for the dashboard) naming what was wrong, nothing in the hub's
+log (where the service writes) that is a traceback."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import urllib.parse
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from tests.hub.conftest import SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
+
+from .conftest import CASES, LogWatch, Tally
+
+pytestmark = pytest.mark.fuzz
+N = int(os.environ.get("FUZZ_CASES", CASES))
+ROUTES = ["api/v1/ledger", "api/v1/availability", "api/v1/me", "metrics", "", "api/v1/nothing"]
+KEYS = st.sampled_from(["node", "model", "user", "refresh", "x", "node[]", ""]) | st.text(max_size=20)
+VALUES = st.sampled_from(["nb-1", "Tesla-T4", "alice", "5", "0", "99999", "-1", "\x00", "a" * 300]) | st.text(
+    max_size=40
+)
+queries = st.lists(st.tuples(KEYS, VALUES), max_size=3).map(
+    lambda pairs: urllib.parse.urlencode(pairs, quote_via=urllib.parse.quote)
+)
+
+
+@pytest.mark.parametrize("who", ["user", "admin", "scraper"])
+def test_the_hub_service_answers_every_query_without_a_5xx(hub, who):
+    token = {
+        "user": hub.user_token("fuzzy"),
+        "admin": hub.user_token(SERVICE_ADMIN),
+        "scraper": SCRAPER_TOKEN,
+    }[who]
+    u = urllib.parse.urlparse(hub.url)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    watch = LogWatch(hub.hub_log)
+    tally = Tally(f"hub service as {who}")
+
+    @seed(22025)
+    @settings(
+        max_examples=N,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        route=st.sampled_from(ROUTES),
+        query=queries,
+        suffix=st.sampled_from(["", "", "", "", "", "", "/", "/x", "//..", "%00"]),
+    )
+    def case(route: str, query: str, suffix: str) -> None:
+        nonlocal conn
+        path = f"/services/{SERVICE}/{route}{suffix if route else ''}" + (f"?{query}" if query else "")
+        try:
+            conn.request("GET", path, headers={"Authorization": f"token {token}"})
+            resp = conn.getresponse()
+        except (http.client.HTTPException, ConnectionError):
+            conn.close()
+            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+            conn.request("GET", path, headers={"Authorization": f"token {token}"})
+            resp = conn.getresponse()
+        raw = resp.read()
+        tally.add(resp.status)
+        assert resp.status < 500, (resp.status, path, raw[:300])
+        if resp.status >= 400 and "json" in resp.getheader("Content-Type", ""):
+            assert json.loads(raw)["message"], raw
+
+    case()
+    text = watch.added()
+    tracebacks = text.count("Traceback")
+    print("\n" + tally.line(tracebacks))
+    assert tracebacks == 0, text[text.find("Traceback") :][:3000]
