@@ -109,24 +109,27 @@ class KubeUsageSink:
     def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None:
         self.api.patch_merge(node_path(node), {"metadata": {"annotations": annotations}})
 
+    def _warning(self, involved: dict[str, str], namespace: str, reason: str, message: str) -> dict[str, Any]:
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", **involved},
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": "gpushare-device-plugin", "host": self.node},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+
     def warn_node(self, reason: str, message: str) -> None:
         """A Warning event on this plugin's Node (``kubectl describe node`` shows it)."""
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        involved = {"kind": "Node", "name": self.node, "uid": self.node}
         self.api.post(
-            "/api/v1/namespaces/default/events",
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{self.node}.", "namespace": "default"},
-                "involvedObject": {"kind": "Node", "apiVersion": "v1", "name": self.node, "uid": self.node},
-                "type": "Warning",
-                "reason": reason,
-                "message": message,
-                "source": {"component": "gpushare-device-plugin", "host": self.node},
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
-            },
+            "/api/v1/namespaces/default/events", self._warning(involved, "default", reason, message)
         )
 
     def warn_pod(self, namespace: str, name: str, uid: str, card: str, reason: str, message: str) -> None:
@@ -136,28 +139,7 @@ class KubeUsageSink:
         for e in earlier:
             if ((e.get("metadata") or {}).get("annotations") or {}).get(EVENT_CARD_ANNOTATION) == card:
                 return
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "generateName": f"{name}.",
-                "namespace": namespace,
-                "annotations": {EVENT_CARD_ANNOTATION: card},
-            },
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": name,
-                "namespace": namespace,
-                "uid": uid,
-            },
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": "gpushare-device-plugin", "host": self.node},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        involved = {"kind": "Pod", "name": name, "namespace": namespace, "uid": uid}
+        event = self._warning(involved, namespace, reason, message)
+        event["metadata"]["annotations"] = {EVENT_CARD_ANNOTATION: card}
         self.api.post(events, event)

@@ -7,11 +7,28 @@ state unchanged by what it refused. It prints the counts per door (run with ``-s
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+from hypothesis import HealthCheck, seed, settings
+
 # Cases per door in CI (the issue's floor); FUZZ_CASES overrides it for a quick local run.
-CASES = 10_000
+CASES = int(os.environ.get("FUZZ_CASES", 10_000))
+
+
+def seeded(test: Callable[..., None]) -> Callable[..., None]:
+    """A door's cases: the same ones on every run (seeded, no example database), no deadline."""
+    return seed(22025)(
+        settings(
+            max_examples=CASES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )(test)
+    )
 
 
 class LogWatch:

@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import urllib.parse
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.conftest import gpu_pod
 from tests.mutate import paths, replaced
 
-from .conftest import CASES, LogWatch, Tally
+from .conftest import LogWatch, Tally, seeded
 
 pytestmark = pytest.mark.fuzz
 PREFIX = "/gpushare-scheduler"
-N = int(os.environ.get("FUZZ_CASES", CASES))
 
 json_values = st.recursive(
     st.none()
@@ -100,14 +98,7 @@ def test_an_extender_door_answers_every_mutated_body_without_a_5xx(local_cluster
     before = mine(snapshot(ext), node)
     tally = Tally(door)
 
-    @seed(22025)
-    @settings(
-        max_examples=N,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-    )
+    @seeded
     @given(body=mutations(valid))
     def case(body: bytes) -> None:
         status, raw = ext.call("POST", f"{PREFIX}/{door}", body)
@@ -129,14 +120,7 @@ def test_the_inspect_door_answers_every_node_name_without_a_5xx(local_cluster, g
     watch = LogWatch(gpushare.extender.log)
     tally = Tally("inspect")
 
-    @seed(22025)
-    @settings(
-        max_examples=N,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-    )
+    @seeded
     @given(name=st.text(min_size=1, max_size=300))
     def case(name: str) -> None:
         status, raw = ext.call("GET", "/inspect/" + urllib.parse.quote(name, safe=""))

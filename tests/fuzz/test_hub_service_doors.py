@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import urllib.parse
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.hub.conftest import SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
 
-from .conftest import CASES, LogWatch, Tally
+from .conftest import LogWatch, Tally, seeded
 
 pytestmark = pytest.mark.fuzz
-N = int(os.environ.get("FUZZ_CASES", CASES))
 ROUTES = ["api/v1/ledger", "api/v1/availability", "api/v1/me", "metrics", "", "api/v1/nothing"]
 KEYS = st.sampled_from(["node", "model", "user", "refresh", "x", "node[]", ""]) | st.text(max_size=20)
 VALUES = st.sampled_from(["nb-1", "Tesla-T4", "alice", "5", "0", "99999", "-1", "\x00", "a" * 300]) | st.text(
@@ -42,14 +40,7 @@ def test_the_hub_service_answers_every_query_without_a_5xx(hub, who):
     watch = LogWatch(hub.hub_log)
     tally = Tally(f"hub service as {who}")
 
-    @seed(22025)
-    @settings(
-        max_examples=N,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=list(HealthCheck),
-    )
+    @seeded
     @given(
         route=st.sampled_from(ROUTES),
         query=queries,
