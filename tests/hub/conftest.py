@@ -148,37 +148,57 @@ def stop_server(hub: LocalHub, cluster: LocalCluster, user: str) -> None:
     assert wait_for(lambda: pod_of(cluster, user) is None, timeout=120), "the pod was not deleted"
 
 
-async def _run_code(hub: LocalHub, user: str, token: str, code: str) -> str:
-    from tornado.httpclient import HTTPRequest
-    from tornado.websocket import websocket_connect
+class Kernel:
+    """One kernel of the user's server, kept across cells (what the notebook's tab holds)."""
 
-    status, kernel = hub.request("POST", f"{hub.url}/user/{user}/api/kernels", token, {"name": "python3"})
-    assert status == 201, (status, kernel)
-    ws_url = hub.url.replace("http://", "ws://") + f"/user/{user}/api/kernels/{kernel['id']}/channels"
-    conn = await websocket_connect(HTTPRequest(ws_url, headers={"Authorization": f"token {token}"}))
-    msg_id = uuid.uuid4().hex
-    conn.write_message(
-        json.dumps(
-            {
-                "header": {
-                    "msg_id": msg_id,
-                    "msg_type": "execute_request",
-                    "username": user,
-                    "session": uuid.uuid4().hex,
-                    "version": "5.3",
-                },
-                "parent_header": {},
-                "metadata": {},
-                "content": {"code": code, "silent": False, "store_history": False, "allow_stdin": False},
-                "channel": "shell",
-                "buffers": [],
-            }
+    def __init__(self, hub: LocalHub, user: str, token: str) -> None:
+        self.hub, self.user, self.token = hub, user, token
+        self.kernel_id = ""
+        self.conn: Any = None
+
+    async def __aenter__(self) -> Kernel:
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        base = f"{self.hub.url}/user/{self.user}/api/kernels"
+        status, kernel = self.hub.request("POST", base, self.token, {"name": "python3"})
+        assert status == 201, (status, kernel)
+        self.kernel_id = kernel["id"]
+        ws_url = (
+            self.hub.url.replace("http://", "ws://")
+            + f"/user/{self.user}/api/kernels/{self.kernel_id}/channels"
         )
-    )
-    out: list[str] = []
-    try:
+        self.conn = await websocket_connect(
+            HTTPRequest(ws_url, headers={"Authorization": f"token {self.token}"})
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.conn.close()
+        self.hub.request(
+            "DELETE", f"{self.hub.url}/user/{self.user}/api/kernels/{self.kernel_id}", self.token
+        )
+
+    async def run(self, code: str, timeout: float = 180) -> tuple[str, dict[str, Any] | None]:
+        """Execute ``code``; its stdout and stderr, and the error it raised (ename, evalue, traceback)."""
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": self.user, "version": "5.3"}
+        self.conn.write_message(
+            json.dumps(
+                {
+                    "header": {**header, "session": uuid.uuid4().hex},
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": {"code": code, "silent": False, "store_history": False, "allow_stdin": False},
+                    "channel": "shell",
+                    "buffers": [],
+                }
+            )
+        )
+        out: list[str] = []
+        error: dict[str, Any] | None = None
         while True:
-            raw = await asyncio.wait_for(conn.read_message(), timeout=120)
+            raw = await asyncio.wait_for(self.conn.read_message(), timeout=timeout)
             assert raw is not None, "the kernel's websocket closed"
             msg = json.loads(raw)
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
@@ -186,13 +206,17 @@ async def _run_code(hub: LocalHub, user: str, token: str, code: str) -> str:
             if msg["msg_type"] == "stream":
                 out.append(msg["content"]["text"])
             elif msg["msg_type"] == "error":
-                raise AssertionError("\n".join(msg["content"]["traceback"]))
+                error = msg["content"]
             elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                break
-    finally:
-        conn.close()
-        hub.request("DELETE", f"{hub.url}/user/{user}/api/kernels/{kernel['id']}", token)
-    return "".join(out)
+                return "".join(out), error
+
+
+async def _run_code(hub: LocalHub, user: str, token: str, code: str) -> str:
+    async with Kernel(hub, user, token) as kernel:
+        out, error = await kernel.run(code, timeout=120)
+    if error is not None:
+        raise AssertionError("\n".join(error["traceback"]))
+    return out
 
 
 def run_in_kernel(hub: LocalHub, user: str, token: str, code: str) -> str:

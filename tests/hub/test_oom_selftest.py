@@ -17,82 +17,18 @@ import asyncio
 import json
 import re
 import time
-import uuid
 from typing import Any
 
 from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.localcluster.hub import LocalHub
 
-from .conftest import SERVICE, start_server, stop_server
+from .conftest import SERVICE, Kernel, start_server, stop_server
 from .test_isolation_hub import upload
 
 SLICE_GIB = 5
 HOLD_GIB = 3
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 NOTE = "gpushare-hub: this server's GPU slice is"
-
-
-class Kernel:
-    """One kernel of the user's server, kept across cells (what the notebook's tab holds)."""
-
-    def __init__(self, hub: LocalHub, user: str, token: str) -> None:
-        self.hub, self.user, self.token = hub, user, token
-        self.kernel_id = ""
-        self.conn: Any = None
-
-    async def __aenter__(self) -> Kernel:
-        from tornado.httpclient import HTTPRequest
-        from tornado.websocket import websocket_connect
-
-        base = f"{self.hub.url}/user/{self.user}/api/kernels"
-        status, kernel = self.hub.request("POST", base, self.token, {"name": "python3"})
-        assert status == 201, (status, kernel)
-        self.kernel_id = kernel["id"]
-        ws_url = (
-            self.hub.url.replace("http://", "ws://")
-            + f"/user/{self.user}/api/kernels/{self.kernel_id}/channels"
-        )
-        self.conn = await websocket_connect(
-            HTTPRequest(ws_url, headers={"Authorization": f"token {self.token}"})
-        )
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.conn.close()
-        self.hub.request(
-            "DELETE", f"{self.hub.url}/user/{self.user}/api/kernels/{self.kernel_id}", self.token
-        )
-
-    async def run(self, code: str, timeout: float = 180) -> tuple[str, dict[str, Any] | None]:
-        """Execute ``code``; its stdout and stderr, and the error it raised (ename, evalue, traceback)."""
-        msg_id = uuid.uuid4().hex
-        header = {"msg_id": msg_id, "msg_type": "execute_request", "username": self.user, "version": "5.3"}
-        self.conn.write_message(
-            json.dumps(
-                {
-                    "header": {**header, "session": uuid.uuid4().hex},
-                    "parent_header": {},
-                    "metadata": {},
-                    "content": {"code": code, "silent": False, "store_history": False, "allow_stdin": False},
-                    "channel": "shell",
-                    "buffers": [],
-                }
-            )
-        )
-        out: list[str] = []
-        error: dict[str, Any] | None = None
-        while True:
-            raw = await asyncio.wait_for(self.conn.read_message(), timeout=timeout)
-            assert raw is not None, "the kernel's websocket closed"
-            msg = json.loads(raw)
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream":
-                out.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                error = msg["content"]
-            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return "".join(out), error
 
 
 def my_allocation(hub: LocalHub, token: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
