@@ -55,7 +55,7 @@ class Slice:
 
     @property
     def limit_words(self) -> str:
-        """What holds the slice, in a user's words: ``"hard limit (MPS)"`` or ``"cooperative limit"``."""
+        """What holds the slice, in a user's words: ``"hard limit by MPS"`` or ``"cooperative limit"``."""
         return WORDS[self.isolation or COOPERATIVE]
 
     @property

@@ -58,7 +58,7 @@ def test_no_node_with_the_tier_or_a_failed_check_refuses_for_good_and_an_unknown
     api.create_namespaced_pod(namespace, requiring("steel", 5, "steel", sel))
     msgs = wait_for(lambda: failed_scheduling(local_cluster, namespace, "driver-only"))
     assert msgs and f"node {claims_mps} enforces cooperative isolation" in msgs[0], msgs
-    assert "the pod requires driver (hard limit (driver))" in msgs[0]
+    assert "the pod requires driver (hard limit by the driver)" in msgs[0]
     # It claims mps, but its check observed cooperative: it counts as cooperative.
     msgs = wait_for(lambda: failed_scheduling(local_cluster, namespace, "mps-unchecked"))
     assert msgs and f"node {claims_mps} enforces cooperative isolation" in msgs[0], msgs

@@ -86,7 +86,7 @@ def test_the_catalogue_takes_a_tier_and_refuses_an_unknown_one_naming_it():
     )
     soft, hard = catalogue.slices
     assert soft.isolation is None and soft.limit_words == "cooperative limit"
-    assert hard.isolation == "mps" and hard.limit_words == "hard limit (MPS)"
+    assert hard.isolation == "mps" and hard.limit_words == "hard limit by MPS"
     assert hard.demand().isolation == "mps"
     with pytest.raises(CatalogueError, match=r"slug 'x'.*'isolation' is 'hardest'.*cooperative, mps, driver"):
         read_catalogue([{"slug": "x", "display_name": "X", "gib": 5, "isolation": "hardest"}])
@@ -110,7 +110,7 @@ def test_a_slice_requiring_mps_goes_only_to_the_mps_node():
     text = explain(v, Demand(key="jhub/b", per_card=5, count=1, isolation="mps"), ledger.names)
     assert text == (
         "node gpu-coop enforces cooperative isolation (cooperative limit), "
-        "the pod requires mps (hard limit (MPS))"
+        "the pod requires mps (hard limit by MPS)"
     )
     # Without the requirement, binpack still fills the card it started on.
     plain = placer.place_and_commit(Demand(key="jhub/c", per_card=5, count=1))
@@ -135,7 +135,7 @@ def test_with_no_mps_node_at_all_the_refusal_is_permanent_and_says_what_to_chang
     refused = Placer(ledger, "binpack").decide(Demand(key="jhub/x", per_card=5, count=1, isolation="mps"))
     assert isinstance(refused, Refusal) and refused.permanent
     assert refused.reason == (
-        "pod jhub/x asks 5 GiB on one card with a hard limit (MPS), but no node enforces mps isolation "
+        "pod jhub/x asks 5 GiB on one card with a hard limit by MPS, but no node enforces mps isolation "
         "(the nodes enforce cooperative, driver); choose a slice without this requirement, or enable "
         "mps on a GPU node"
     )
@@ -165,9 +165,8 @@ def test_the_form_counts_only_nodes_with_the_tier_and_says_when_there_is_none():
     assert render(availability(ledger, Demand(key="slice/soft", per_card=5, count=1))) == "9 free"
     driver = Demand(key="slice/driver", per_card=5, count=1, isolation="driver")
     a = availability(ledger, driver)
-    assert (
-        a.permanent and render(a) == "unavailable: no GPU card here is on a node with a hard limit (driver)"
-    )
+    assert a.permanent
+    assert render(a) == "unavailable: no GPU card here is on a node with a hard limit by the driver"
 
 
 def test_a_running_pods_owner_rewriting_its_tier_to_nonsense_does_not_free_its_card():

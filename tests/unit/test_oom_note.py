@@ -77,7 +77,7 @@ def me(**changes: Any) -> dict[str, Any]:
                 "card_uuid": "GPU-other",
                 "used_mib": None,
                 "neighbours": {"count": 0, "units": 0, "used_mib": None},
-                "isolation": {"tier": "mps", "words": "hard limit (MPS)"},
+                "isolation": {"tier": "mps", "words": "hard limit by MPS"},
             },
         ],
         "larger_free": [
@@ -127,7 +127,7 @@ def test_the_note_names_the_slice_the_cap_the_process_the_neighbours_and_the_nex
 
 def test_the_note_reads_the_allocation_of_this_named_server():
     text = explain(env={**ENV, "JUPYTERHUB_SERVER_NAME": "big"})
-    assert "(t4-7g)" in text and "the MPS pinned-memory limit (hard limit (MPS)) stopped it" in text
+    assert "(t4-7g)" in text and "the MPS pinned-memory limit (hard limit by MPS) stopped it" in text
     assert "No other server holds a slice of this card." in text
 
 
@@ -139,8 +139,8 @@ def test_when_no_larger_slice_is_free_the_note_says_so():
 @pytest.mark.parametrize(
     ("env", "cap"),
     [
-        ({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M"}, "the MPS pinned-memory limit (hard limit (MPS))"),
-        ({"GPUSHARE_ISOLATION_TIER": "driver"}, "the driver's memory limit (hard limit (driver))"),
+        ({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M"}, "the MPS pinned-memory limit (hard limit by MPS)"),
+        ({"GPUSHARE_ISOLATION_TIER": "driver"}, "the driver's memory limit (hard limit by the driver)"),
         ({"GPUSHARE_ISOLATION_TIER": "cooperative"}, "PyTorch's per-process fraction"),
         ({"GPUSHARE_ISOLATION_TIER": "bogus"}, "PyTorch's per-process fraction"),
     ],
@@ -158,7 +158,7 @@ def test_the_services_tier_wins_over_the_nodes_claim_when_its_check_failed():
 
 def test_under_a_hard_tier_fitting_the_slice_is_not_blamed_on_the_card():
     hard = me()
-    hard["allocations"][0]["isolation"] = {"tier": "mps", "words": "hard limit (MPS)"}
+    hard["allocations"][0]["isolation"] = {"tier": "mps", "words": "hard limit by MPS"}
     text = explain(me=hard, held=(1 * GIB, 1 * GIB))
     assert "the card itself is full" not in text and "the MPS pinned-memory limit" in text
 
@@ -393,7 +393,7 @@ def test_under_mps_the_note_names_the_mps_limit(tmp_path):
     env = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M", "CUDA_MPS_PIPE_DIRECTORY": str(pipe)}
     proc = python(tmp_path, f"import torch\n{ALLOCATE_6_GIB}", env)
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB" in proc.stderr
-    assert "the MPS pinned-memory limit (hard limit (MPS)) stopped it" in proc.stderr
+    assert "the MPS pinned-memory limit (hard limit by MPS) stopped it" in proc.stderr
 
 
 IPYTHON = """

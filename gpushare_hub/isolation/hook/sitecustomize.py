@@ -299,7 +299,11 @@ FRAMEWORK_CAPS = {
     "jax": "JAX's memory fraction (XLA_PYTHON_CLIENT_MEM_FRACTION) set by gpushare-hub's device plugin",
 }
 HARD_CAPS = {"mps": "the MPS pinned-memory limit", "driver": "the driver's memory limit"}
-TIER_WORDS = {"cooperative": "cooperative limit", "mps": "hard limit (MPS)", "driver": "hard limit (driver)"}
+TIER_WORDS = {
+    "cooperative": "cooperative limit",
+    "mps": "hard limit by MPS",
+    "driver": "hard limit by the driver",
+}
 NAMES = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX"}
 FREE_HINTS = {
     "torch": "del the tensors you no longer need, then torch.cuda.empty_cache()",
