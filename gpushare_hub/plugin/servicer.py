@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
@@ -14,6 +14,7 @@ from gpushare_hub.core.errors import GPUShareError
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .api import deviceplugin_v1beta1_pb2_grpc as pbg
 from .matching import MEMORY
+from .requests import BadRequest, read_allocate, read_preferred
 from .response import ContainerResponse
 from .state import PluginState
 
@@ -57,23 +58,47 @@ class Servicer(pbg.DevicePluginServicer):
                 seen = st.generation
             yield pb.ListAndWatchResponse(devices=self._devices())
 
+    def _refuse(self, context: Any, call: str, err: BadRequest) -> NoReturn:
+        log.warning("%s refused: %s", call, err)
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{call}: {err}")
+        raise AssertionError("grpc's abort always raises")
+
     def GetPreferredAllocation(
         self, request: pb.PreferredAllocationRequest, context: Any
     ) -> pb.PreferredAllocationResponse:
-        out = []
-        for req in request.container_requests:
-            pick = self.state.preferred if self.resource == MEMORY else self.state.preferred_count
-            ids = pick(list(req.available_deviceIDs), list(req.must_include_deviceIDs), req.allocation_size)
-            out.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
+        known = self.state.served_ids(self.resource)
+        try:
+            asks = read_preferred(
+                [
+                    (r.available_deviceIDs, r.must_include_deviceIDs, r.allocation_size)
+                    for r in request.container_requests
+                ],
+                known,
+            )
+        except BadRequest as err:
+            self._refuse(context, "GetPreferredAllocation", err)
+        pick = self.state.preferred if self.resource == MEMORY else self.state.preferred_count
+        out = [
+            pb.ContainerPreferredAllocationResponse(
+                deviceIDs=pick(list(a.available), list(a.must_include), a.size)
+            )
+            for a in asks
+        ]
         return pb.PreferredAllocationResponse(container_responses=out)
 
     def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:
+        try:
+            containers = read_allocate(
+                [r.devices_ids for r in request.container_requests], self.state.served_ids(self.resource)
+            )
+        except BadRequest as err:
+            self._refuse(context, "Allocate", err)
         responses = []
-        for req in request.container_requests:
+        for ids in containers:
             try:
-                r = self.state.allocate(list(req.devices_ids), self.resource)
-            except (GPUShareError, ValueError) as err:
-                log.error("Allocate of %d device(s) failed: %s", len(req.devices_ids), err)
+                r = self.state.allocate(list(ids), self.resource)
+            except GPUShareError as err:
+                log.error("Allocate of %d device(s) failed: %s", len(ids), err)
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(err))
             responses.append(allocate_response(r))
         return pb.AllocateResponse(container_responses=responses)

@@ -17,7 +17,7 @@ from gpushare_hub.core.records import Ignored, IgnoredRecord
 
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .backends import Backend
-from .devices import card_of, device_ids, preferred, units_of
+from .devices import device_ids, preferred, units_of
 from .matching import COUNT, MEMORY, NoMatch, Waiting, match, waiting_containers
 from .response import ContainerResponse, container_response, whole_card_response
 from .served import ServedContainers
@@ -61,6 +61,10 @@ class PluginState:
         self._lock = threading.Lock()
         self._warned: set[tuple[str, Ignored]] = set()  # ignored records already logged
         self.served = ServedContainers(settings.served_file)
+        self._ids = {
+            MEMORY: frozenset(i for c in self.cards for i in device_ids(c)),
+            COUNT: frozenset(c.uuid for c in self.cards),
+        }
 
     def _mark_served_pods(self) -> None:
         """Write ASSIGNED=true on fully served pods; then the API server remembers for us.
@@ -145,14 +149,10 @@ class PluginState:
         rest = [u for u in available if u not in chosen and u not in want]
         return (chosen + want + rest)[:size]
 
-    def _check_ids(self, ids: list[str], resource: str) -> None:
-        """Refuse device IDs that are not ours, with the ID named."""
-        ours = {c.uuid for c in self.cards}
-        for i in ids:
-            if resource == MEMORY:
-                card_of(i)
-            elif i not in ours:
-                raise ValueError(f"{i!r} is not a card of node {self.settings.node}")
+    def served_ids(self, resource: str = MEMORY) -> frozenset[str]:
+        """Every device ID this plugin announces for ``resource`` (healthy or not): the IDs
+        :mod:`.requests` accepts in a request."""
+        return self._ids[resource]
 
     def _claim(self, ids: list[str], resource: str) -> Waiting:
         """The waiting container these IDs serve, recorded as served (on disk before the answer)."""
@@ -195,8 +195,8 @@ class PluginState:
 
     def allocate(self, ids: list[str], resource: str = MEMORY) -> ContainerResponse:
         """One container's Allocate answer for ``resource`` (MEMORY: gpu-mem units; COUNT:
-        gpu-count whole cards); marks the pod assigned when all its containers are served."""
-        self._check_ids(ids, resource)
+        gpu-count whole cards); marks the pod assigned when all its containers are served.
+        ``ids``: read by :func:`.requests.read_allocate` (IDs this plugin serves)."""
         w = self._claim(ids, resource)
         response = self._response(w, resource)
         self._mark_served_pods()

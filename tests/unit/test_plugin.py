@@ -239,9 +239,9 @@ def test_grpc_list_and_watch_allocate_and_errors(grpc_plugin):
         stub.Allocate(
             pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=["bogus"])])
         )
-    assert (
-        err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-        and "not a gpushare device ID" in err.value.details()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == (
+        "Allocate: container_requests[0].devices_ids: 'bogus' is not a device this plugin serves"
     )
 
 

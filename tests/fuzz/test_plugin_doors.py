@@ -1,0 +1,193 @@
+"""The device plugin's gRPC doors, driven with the kubelet's own DevicePlugin client (dpclient, built
+from the pinned k8s.io/kubelet API): Allocate and GetPreferredAllocation on both of the plugin's
+sockets (gpu-mem units and whole cards), with device IDs the plugin serves mixed with any text,
+repeated IDs, empty and overlong lists, and any int32 size. Never ``Unknown`` or ``Internal`` (the
+gRPC 5xx), never a traceback in the plugin's log, the plugin still answering, and nothing claimed:
+its device list, its served-containers file and its Node unchanged."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpushare_hub.localcluster import build
+from gpushare_hub.localcluster.cluster import LocalCluster
+from gpushare_hub.plugin.kube import RBAC_RULES
+from tests.conftest import wait_for
+
+from .conftest import LogWatch, seeded
+
+pytestmark = pytest.mark.fuzz
+NODE = "fuzz-dp-node"
+SERVER_ERRORS = {"Unknown", "Internal", "DataLoss", "Unimplemented"}
+
+
+class KubeletClient:
+    """The dpclient process: the kubelet's Registration server and DevicePlugin client."""
+
+    def __init__(self, binary: Path, folder: Path, log: Path) -> None:
+        self.proc = subprocess.Popen(
+            [str(binary), str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log.open("ab"),
+            text=True,
+            bufsize=1,
+        )
+        assert self._read(30).get("ready")
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            raise TimeoutError(f"dpclient did not answer in {timeout}s")
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"dpclient exited ({self.proc.poll()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def call(self, op: str, **kw: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.proc.stdin.flush()
+        answer = self._read(60)
+        assert "error" not in answer, answer  # the shim's own trouble, not the plugin's answer
+        return answer
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.call("quit")
+        self.proc.kill()
+        self.proc.wait()
+
+
+class FuzzedPlugin:
+    def __init__(self, cluster: LocalCluster, folder: Path) -> None:
+        cluster.grant("gpushare-device-plugin", RBAC_RULES)
+        kubeconfig = cluster.credential("user-device-plugin-fuzz", "gpushare-device-plugin")
+        self.folder = folder
+        self.served_file = folder / "served.json"
+        self.comp = cluster._run(
+            "gpushare-device-plugin-fuzz",
+            [
+                sys.executable,
+                "-m",
+                "gpushare_hub.plugin.app",
+                "--backend=simulated",
+                "--simulate=2x Tesla T4:15360",
+                f"--node-name={NODE}",
+                f"--kubeconfig={kubeconfig}",
+                f"--plugin-dir={folder}",
+                f"--served-file={self.served_file}",
+                f"--health-file={folder / 'health.json'}",
+                f"--hook-host-path={folder / 'pyhook'}",
+            ],
+        )
+        self.log = self.comp.log
+
+
+@pytest.fixture(scope="module")
+def plugin_door(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The plugin on a node of its own (tainted, so that nothing else is placed there), registered
+    with dpclient; removed afterwards."""
+    binary = build.build_go_shim(Path(__file__).parent / "dpclient" / "main.go", "dpclient")
+    folder = tmp_path_factory.mktemp("plugin-door")
+    node = local_cluster.node_object(NODE, [], labels={"test-group": NODE})
+    node["metadata"]["annotations"].pop("gpushare-hub.io/cards")  # the plugin publishes the inventory
+    node.setdefault("spec", {})["taints"] = [{"key": "fuzz", "value": "plugin", "effect": "NoSchedule"}]
+    api = local_cluster.core_api()
+    api.create_node(node)
+    client = KubeletClient(binary, folder, local_cluster.logs / "dpclient.log")
+    plugin = FuzzedPlugin(local_cluster, folder)
+    try:
+        assert wait_for(lambda: len(client.call("registered")["registered"]) == 2, timeout=60), plugin.log
+        published = ("gpushare-hub.io/cards", "gpushare-hub.io/isolation", "gpushare-hub.io/usage")
+        assert wait_for(
+            lambda: set(published) <= set(api.read_node(NODE).metadata.annotations or {}), timeout=60
+        ), plugin.log
+        yield client, plugin
+    finally:
+        client.close()
+        plugin.comp.stop()
+        api.delete_node(NODE)
+
+
+def _snapshot(client: KubeletClient, plugin: FuzzedPlugin, cluster: LocalCluster) -> Any:
+    devices = {
+        r["endpoint"]: client.call("devices", endpoint=r["endpoint"])["response"]
+        for r in client.call("registered")["registered"]
+    }
+    node = cluster.get_json(f"/api/v1/nodes/{NODE}")
+    served = plugin.served_file.read_text() if plugin.served_file.exists() else ""
+    return devices, node["metadata"].get("annotations"), served
+
+
+def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(plugin_door, local_cluster):
+    client, plugin = plugin_door
+    registered = {r["resource"]: r["endpoint"] for r in client.call("registered")["registered"]}
+    before = _snapshot(client, plugin, local_cluster)
+    known = {
+        endpoint: sorted(d["ID"] for d in before[0][endpoint]["devices"]) for endpoint in registered.values()
+    }
+    watch = LogWatch(plugin.log)
+    codes: Counter[tuple[str, str]] = Counter()
+    junk = st.text(max_size=80) | st.sampled_from(["", "\x00", "x" * 5000, "GPU-0-_-99", "GPU-0-_--1"])
+
+    @st.composite
+    def ids(draw: Any, endpoint: str) -> list[str]:
+        some = st.lists(st.sampled_from(known[endpoint]) | junk, max_size=12)
+        return draw(
+            st.one_of(
+                some,
+                st.lists(st.sampled_from(known[endpoint]), min_size=1, max_size=31, unique=True),
+                st.lists(st.sampled_from(known[endpoint]), max_size=40),  # repeats
+            )
+        )
+
+    @st.composite
+    def calls(draw: Any) -> tuple[str, str, Any]:
+        endpoint = draw(st.sampled_from(sorted(known)))
+        op = draw(st.sampled_from(["allocate", "preferred"]))
+        n = draw(st.integers(0, 3) | st.just(300))
+        if op == "allocate":
+            return op, endpoint, [draw(ids(endpoint)) for _ in range(min(n, 3))] * (100 if n == 300 else 1)
+        size = draw(st.integers(-(2**31), 2**31 - 1) | st.integers(0, 20))
+        asks = [
+            {"available": draw(ids(endpoint)), "must": draw(ids(endpoint)), "size": size}
+            for _ in range(min(n, 3))
+        ]
+        return op, endpoint, asks * (100 if n == 300 else 1)
+
+    @seeded
+    @given(calls())
+    def case(call: tuple[str, str, Any]) -> None:
+        op, endpoint, containers = call
+        answer = client.call(op, endpoint=endpoint, containers=containers)
+        codes[(op, answer["code"])] += 1
+        assert answer["code"] not in SERVER_ERRORS, (call, answer)
+        if answer["code"] != "OK":
+            assert answer["message"], answer
+        if answer["code"] == "InvalidArgument":
+            assert "container_requests" in answer["message"] and len(answer["message"]) < 400, answer
+
+    case()
+    tracebacks, first = watch.first_traceback()
+    shown = ", ".join(f"{op} {code}: {n}" for (op, code), n in sorted(codes.items()))
+    print(f"\nfuzz device plugin gRPC: {sum(codes.values())} cases, 0 x Unknown/Internal, "
+          f"{tracebacks} tracebacks ({shown})")  # fmt: skip
+    assert tracebacks == 0, first
+    assert plugin.comp.alive(), "the plugin died"
+    assert _snapshot(client, plugin, local_cluster) == before, "a refused request changed the plugin's state"
+    # Requests that were well formed but for no waiting pod were answered FailedPrecondition.
+    assert codes[("allocate", "InvalidArgument")] and codes[("preferred", "InvalidArgument")], codes
