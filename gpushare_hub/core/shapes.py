@@ -37,8 +37,13 @@ def _kind(value: object) -> str:
     )
 
 
+def described(value: object) -> str:
+    """What kind of value came, and its short rendering: ``a list [1, 2]``."""
+    return f"{_kind(value)} {shown(value)}"
+
+
 def _fail(path: str, expected: str, value: object) -> InvalidObject:
-    return InvalidObject(f"{path}: expected {expected}, got {_kind(value)} {shown(value)}")
+    return InvalidObject(f"{path}: expected {expected}, got {described(value)}")
 
 
 def _object(value: object, path: str) -> Mapping[str, Any] | None:

@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any
 
 from gpushare_hub.core.catalogue import Catalogue, Slice
+from gpushare_hub.core.shapes import described, shown
 
 UNLISTED = "--unlisted-choice"
 
@@ -70,7 +71,7 @@ def check_options(
     if not isinstance(options, Mapping):
         return Refused(
             Reason.MALFORMED,
-            f"user options must be a JSON object, got {type(options).__name__}",
+            f"user options must be a JSON object, got {described(options)}",
             'send {"profile": "<slug>"}',
         )
     groups = set(groups)
@@ -86,7 +87,7 @@ def check_options(
     elif not isinstance(profile_slug, str) or profile_slug not in slugs:
         return Refused(
             Reason.UNKNOWN_PROFILE,
-            f"there is no profile {profile_slug!r}",
+            f"there is no profile {shown(profile_slug)}",
             f"choose one of {', '.join(allowed) or '(none)'}",
         )
     else:
@@ -108,14 +109,14 @@ def check_options(
             known = ", ".join(sorted(["profile", *offered])) or "profile"
             return Refused(
                 Reason.UNKNOWN_KEY,
-                f"option {key!r} is not offered by profile {profile_slug!r} (resources come from the "
+                f"option {shown(key)} is not offered by profile {shown(profile_slug)} (resources come from the "
                 "profile, not from the request)",
                 f"send only {known}",
             )
         if not isinstance(value, str):
             return Refused(
                 Reason.BAD_CHOICE,
-                f"option {key!r} must be a string, got {value!r}",
+                f"option {shown(key)} must be a string, got {described(value)}",
                 "send one of the listed choices",
             )
         option = offered[name]
@@ -131,13 +132,13 @@ def check_options(
             if regex and not re.fullmatch(regex, value):
                 return Refused(
                     Reason.BAD_CHOICE,
-                    f"{value!r} is not a valid {name!r}",
+                    f"{shown(value)} is not a valid {shown(name)}",
                     unlisted.get("validation_message") or f"it must match {regex}",
                 )
         elif value not in (option.get("choices") or {}):
             return Refused(
                 Reason.BAD_CHOICE,
-                f"{value!r} is not a choice of option {name!r}",
+                f"{shown(value)} is not a choice of option {shown(name)}",
                 f"choose one of {', '.join(option.get('choices') or {})}",
             )
     return Choice(profile=profile_slug if isinstance(profile_slug, str) else None, slice=chosen)

@@ -47,6 +47,22 @@ class LogWatch:
         text = self.added()
         return text.count("Traceback"), text[text.find("Traceback") :][:3000]
 
+    def tracebacks(self, upstream: tuple[str, ...]) -> tuple[int, int, str]:
+        """(ours, upstream's, the first of ours): a traceback whose log line (the line before it)
+        holds one of ``upstream`` is a third party's own logging of input it refused, outside our
+        code (JupyterHub logs every body that is not JSON with its traceback)."""
+        lines = self.added().splitlines()
+        ours, theirs, first = 0, 0, ""
+        for i, line in enumerate(lines):
+            if not line.lstrip().startswith("Traceback"):
+                continue
+            if i and any(words in lines[i - 1] for words in upstream):
+                theirs += 1
+                continue
+            ours += 1
+            first = first or "\n".join(lines[max(0, i - 1) : i + 40])
+        return ours, theirs, first
+
 
 class Tally:
     """Statuses seen at one door, printed at the end."""

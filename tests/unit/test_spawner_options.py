@@ -119,3 +119,19 @@ def test_quota_refusal_names_the_servers_that_use_it():
     assert "choose a slice of at most 2 GiB" in out.text()
     alone = check_quota(t4, 5, 4, [])
     assert alone is not None and "more than your GPU quota of 4 GiB" in alone.text()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"profile": "p" * 1_000_000}, f"there is no profile '{'p' * 39}…;"),
+        ({"profile": "t4-5g", "k" * 5000: "v"}, f"option '{'k' * 39}… is not offered"),
+        ({"profile": "t4-5g", "image": ["x"] * 9999}, "option 'image' must be a string, got a list ['x', 'x',"),
+        ({"profile": "t4-5g", "image": "t" * 99999}, f"'{'t' * 39}… is not a choice"),
+        ([1] * 100_000, "user options must be a JSON object, got a list [1, 1, 1,"),
+    ],
+)
+def test_refusals_echo_only_a_short_prefix_of_what_came(options, message):
+    refused = check(options)
+    assert isinstance(refused, Refused)
+    assert refused.text().startswith(message) and len(refused.text()) < 250, refused.text()

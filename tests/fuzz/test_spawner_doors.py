@@ -1,0 +1,117 @@
+"""GPUShareSpawner's door: ``user_options`` sent by a user to JupyterHub's REST API (``POST
+/hub/api/users/<name>/server``), against the session's real hub, proxy and cluster. Bodies are
+valid requests mutated one field at a time, fields added (resources, images, overrides), other JSON
+documents and bytes that are not JSON. Each is refused with a 4xx whose message says what was wrong,
+never a 5xx or a traceback in the hub's log; no pod is created and no server is left pending."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from typing import Any
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from tests.hub.conftest import NAMESPACE, SLICES, hub_spawner_config
+from tests.mutate import paths, replaced
+
+from .conftest import LogWatch, Tally, seeded
+
+pytestmark = pytest.mark.fuzz
+USER = "fuzz-options"
+# JupyterHub's API handler logs each body that is not JSON with a traceback, before our code runs.
+JUPYTERHUB_BAD_JSON = "Couldn't parse JSON"
+SLUGS = [s["slug"] for s in SLICES] + [p["slug"] for p in hub_spawner_config()["profile_list"]]
+# What a hostile user adds to ask for more than the form offers.
+ADDED_KEYS = st.sampled_from(
+    ["kubespawner_override", "image", "extra_resource_limits", "cpu_limit", "node_selector", "gpushare_slice"]
+) | st.text(max_size=30)
+junk = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(max_size=60)
+    | st.sampled_from(["t4-5g ", "T4-5G", "../t4-5g", "a" * 100_000, "t4-5g\x00", "{{7*7}}", "<b>x</b>"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _valid(body: bytes) -> bool:
+    """A request the hub should accept (these start servers; the hub tier proves them)."""
+    try:
+        options = json.loads(body) if body.strip() else None
+    except (ValueError, RecursionError):
+        return False
+    if options is None:
+        return True
+    return isinstance(options, dict) and set(options) <= {"profile"} and options.get("profile") in (None, "", *SLUGS)
+
+
+@st.composite
+def bodies(draw: Any) -> bytes:
+    base: dict[str, Any] = {"profile": draw(st.sampled_from(SLUGS))}
+    how = draw(st.sampled_from(["replace", "replace", "add", "whole", "bytes", "deep"]))
+    if how == "replace":
+        path = draw(st.sampled_from(list(paths(base))))
+        value = replaced(base, path, draw(junk))
+    elif how == "add":
+        value = {**base, draw(ADDED_KEYS): draw(junk)}
+    elif how == "whole":
+        value = draw(junk)
+    elif how == "deep":  # nested past any parser's recursion limit
+        n = draw(st.integers(1, 100_000))
+        return b'{"profile": ' + b"[" * n + b"]" * n + b"}"
+    else:
+        return draw(st.binary(max_size=200))
+    return json.dumps(value).encode()
+
+
+def test_the_spawn_api_refuses_malformed_user_options_with_a_4xx(hub, local_cluster):
+    token = hub.user_token(USER)
+    u = urllib.parse.urlparse(hub.url)
+    path = f"/hub/api/users/{USER}/server"
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=60)
+    watch = LogWatch(hub.hub_log)
+    tally = Tally("spawner user_options")
+
+    def post(body: bytes) -> tuple[int, bytes]:
+        nonlocal conn
+        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except (http.client.HTTPException, ConnectionError):
+            conn.close()
+            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=60)
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        return resp.status, resp.read()
+
+    @seeded
+    @given(bodies())
+    def case(body: bytes) -> None:
+        assume(not _valid(body))
+        status, raw = post(body)
+        tally.add(status)
+        assert 400 <= status < 500, (status, body[:200], raw[:300])
+        message = json.loads(raw)["message"]
+        assert message and len(message) < 600, message
+
+    try:
+        case()
+    finally:
+        conn.close()
+        model = hub.api("GET", f"/users/{USER}")[1]
+        if model.get("servers"):  # an accepted body: stop what it started before failing
+            hub.api("DELETE", f"/users/{USER}/server")
+    tracebacks, upstream, first = watch.tracebacks(upstream=(JUPYTERHUB_BAD_JSON,))
+    print(f"\n{tally.line(tracebacks)}; JupyterHub's own parser logged {upstream} bodies that are not JSON")
+    assert tracebacks == 0, first
+    assert not model.get("servers") and not model.get("pending"), model
+    pods = local_cluster.get_json(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+    assert not [p["metadata"]["name"] for p in pods if USER in p["metadata"]["name"]], "a refused spawn made a pod"
