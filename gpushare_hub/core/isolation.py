@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidObject
+from .shapes import shown
 
 COOPERATIVE = "cooperative"
 MPS = "mps"
@@ -51,8 +52,9 @@ def check_tier(value: object, where: str) -> str:
     """``value`` if it names a tier; :class:`InvalidObject` naming ``where`` and the tiers otherwise."""
     if isinstance(value, str) and value in TIERS:
         return value
-    shown = repr(value)[:40] if not isinstance(value, str) else repr(value[:40])
-    raise InvalidObject(f"{where} is {shown}, which is not an isolation tier; use one of {', '.join(TIERS)}")
+    raise InvalidObject(
+        f"{where} is {shown(value)}, which is not an isolation tier; use one of {', '.join(TIERS)}"
+    )
 
 
 def satisfies(node_tier: str, required: str | None) -> bool:

@@ -30,6 +30,7 @@ from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.kube.rest import RestClient
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
+from .nodeconfig import NODE_CONFIG_REASON, NodeConfigError
 from .registration import Runner
 from .response import HOOK_HOST_PATH, MPS_ROOT, Isolation
 from .settings import DEFAULT_DIR, Settings
@@ -237,7 +238,7 @@ class GPUShareDevicePlugin(Application):
     def apply_node_config(self, api: RestClient) -> None:
         from gpushare_hub.kube.rest import ApiStatusError, Unreachable
 
-        from .nodeconfig import NodeConfigError, options_for
+        from .nodeconfig import options_for
 
         namespace, _, name = self.node_config.partition("/")
         if not name:
@@ -384,9 +385,23 @@ class GPUShareDevicePlugin(Application):
                 self.apply_node_config(api)
         except (KubeconfigError, CredentialError) as err:
             raise CannotStart(f"{where}{err}", 2) from err
+        except NodeConfigError as err:
+            self.warn_node_config(api, err)
+            raise CannotStart(str(err), 2) from err
         except GPUShareError as err:
             raise CannotStart(str(err), 2) from err
         return api
+
+    def warn_node_config(self, api: RestClient, err: NodeConfigError) -> None:
+        """The refused node options as a Warning event on the Node too, where an admin looks
+        (``kubectl describe node``) while the plugin's pod restarts; best effort."""
+        from .kube import KubeUsageSink
+
+        try:
+            sink = KubeUsageSink(api, self.node_name)
+            sink.warn_node(NODE_CONFIG_REASON, f"device plugin not started: {err}")
+        except Exception as failed:  # the plugin stops with the message either way
+            logging.getLogger("gpushare.plugin").warning("could not post the Warning event: %s", failed)
 
     def plugin_settings(self, names: ResourceNames) -> Settings:
         return Settings(

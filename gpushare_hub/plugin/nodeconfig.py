@@ -20,7 +20,8 @@ Known options:
 * ``isolationTier``: the tier of memory isolation this node enforces, ``cooperative``, ``mps``
   or ``driver`` (default: ``mps`` where MPS is on, else ``cooperative``).
 
-An unknown key or a bad value stops the plugin with the ConfigMap, key and fix named.
+An unknown key or a bad value stops the plugin with the ConfigMap, key and fix named, in its log
+and in a Warning event (``GPUShareNodeConfigInvalid``) on its Node.
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ from typing import Any
 
 from gpushare_hub.core.errors import GPUShareError, InvalidObject
 from gpushare_hub.core.isolation import check_tier
+from gpushare_hub.core.shapes import check_depth, shown
 
 BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit")
 KNOWN = {"reserveFraction", "isolationTier", *BOOLEANS}
+# The Warning event on the Node when the plugin refuses its options and stops.
+NODE_CONFIG_REASON = "GPUShareNodeConfigInvalid"
+MAX_DEPTH = 4  # the options are flat; a value is never an object
 
 
 class NodeConfigError(GPUShareError):
@@ -48,8 +53,14 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
             continue
         try:
             value = json.loads(raw)
+            check_depth(value, MAX_DEPTH)
         except json.JSONDecodeError as err:
             raise NodeConfigError(f"{where} key {key!r} is not JSON ({err})") from err
+        except (RecursionError, InvalidObject) as err:
+            raise NodeConfigError(
+                f"{where} key {key!r} nests deeper than {MAX_DEPTH} levels; write a flat JSON object, "
+                "e.g. '{\"reserveFraction\": 0.05}'"
+            ) from err
         if not isinstance(value, dict):
             raise NodeConfigError(
                 f"{where} key {key!r} must be a JSON object, e.g. '{{\"reserveFraction\": 0.05}}'"
@@ -57,13 +68,13 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
         unknown = set(value) - KNOWN
         if unknown:
             raise NodeConfigError(
-                f"{where} key {key!r}: unknown option(s) {sorted(unknown)}; known: {sorted(KNOWN)}"
+                f"{where} key {key!r}: unknown option(s) {shown(sorted(unknown))}; known: {sorted(KNOWN)}"
             )
         merged.update(value)
     if "reserveFraction" in merged:
         r = merged["reserveFraction"]
         if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 0.99:
-            raise NodeConfigError(f"{where}: reserveFraction must be a number from 0 to 0.99, got {r!r}")
+            raise NodeConfigError(f"{where}: reserveFraction must be a number from 0 to 0.99, got {shown(r)}")
         merged["reserveFraction"] = float(r)
     if "isolationTier" in merged:
         try:
@@ -72,5 +83,5 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
             raise NodeConfigError(str(err)) from err
     for key in BOOLEANS:
         if key in merged and not isinstance(merged[key], bool):
-            raise NodeConfigError(f"{where}: {key} must be true or false (JSON), got {merged[key]!r}")
+            raise NodeConfigError(f"{where}: {key} must be true or false (JSON), got {shown(merged[key])}")
     return merged

@@ -109,8 +109,8 @@ def check_options(
             known = ", ".join(sorted(["profile", *offered])) or "profile"
             return Refused(
                 Reason.UNKNOWN_KEY,
-                f"option {shown(key)} is not offered by profile {shown(profile_slug)} (resources come from the "
-                "profile, not from the request)",
+                f"option {shown(key)} is not offered by profile {shown(profile_slug)} (resources come "
+                "from the profile, not from the request)",
                 f"send only {known}",
             )
         if not isinstance(value, str):

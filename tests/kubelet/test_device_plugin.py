@@ -181,3 +181,35 @@ def test_per_node_config_map_keeps_a_reserve_back(local_cluster, device_manager,
         plugin.kill()
         plugin.start()
         assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
+
+
+def test_refused_node_options_stop_the_plugin_with_a_warning_on_its_node(
+    local_cluster, device_manager, plugin
+):
+    """A bad value in the node-options ConfigMap: the plugin stops (exit 2) naming the ConfigMap, the
+    key and the fix, and says the same in a Warning event on its Node, where `kubectl describe node`
+    shows it; nothing it served before is lost (the kubelet keeps the devices it had)."""
+    api = local_cluster.core_api()
+    api.create_namespaced_config_map(
+        "default",
+        {"metadata": {"name": "gpushare-plugin-bad"}, "data": {NODE: '{"reserveFraction": "lots"}'}},
+    )
+    plugin.kill()
+    plugin.start("--node-config=default/gpushare-plugin-bad")
+    try:
+        assert plugin.comp is not None
+        assert wait_for(lambda: not plugin.comp.alive(), timeout=30), "the plugin ran on with bad options"
+        assert plugin.comp.proc.returncode == 2
+        message = (
+            "ConfigMap default/gpushare-plugin-bad: reserveFraction must be a number from 0 to 0.99, "
+            "got 'lots'"
+        )
+        assert message in plugin.comp.log.read_text()
+        events = api.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={NODE},reason=GPUShareNodeConfigInvalid"
+        ).items
+        assert [e.message for e in events] == [f"device plugin not started: {message}"]
+        assert events[0].type == "Warning"
+    finally:
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
