@@ -41,7 +41,7 @@ def _state(spec: str, unit: str, pods: Any) -> Any:
 def measure(requests: int) -> dict[str, Any]:
     import grpc
 
-    from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
+    from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare, PodObject, read_pod
     from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
     from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
     from gpushare_hub.plugin.devices import device_ids
@@ -52,8 +52,8 @@ def measure(requests: int) -> dict[str, Any]:
         def __init__(self) -> None:
             self.items: list[dict[str, Any]] = []
 
-        def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-            return self.items
+        def pods_on_node(self, node: str) -> list[PodObject]:
+            return [read_pod(p) for p in self.items]  # read as KubePods reads its list
 
         def mark_assigned(self, namespace: str, name: str, uid: str) -> None:
             self.items = [p for p in self.items if p["metadata"]["uid"] != uid]

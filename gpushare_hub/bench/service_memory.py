@@ -329,7 +329,7 @@ class RawCopies(InformerAlone):
         self.objects: dict[str, dict[str, dict[str, Any]]] = {"nodes": {}, "pods": {}}
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
-        from gpushare_hub.core.demand import pod_key
+        from gpushare_hub.core.objects import pod_key
 
         super().apply(kind, obj)
         key = str(obj["metadata"]["name"]) if kind == "nodes" else pod_key(obj)
@@ -337,10 +337,11 @@ class RawCopies(InformerAlone):
 
     def report(self) -> Any:
         from gpushare_hub.core.report import build_report
+        from gpushare_hub.core.shapes import read_node, read_pod
 
         return build_report(
-            list(self.objects["nodes"].values()),
-            list(self.objects["pods"].values()),
+            [read_node(n) for n in self.objects["nodes"].values()],
+            [read_pod(p) for p in self.objects["pods"].values()],
             self.names,
             hub_namespaces={HUB_NAMESPACE},
         )

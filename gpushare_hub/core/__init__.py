@@ -1,7 +1,8 @@
 """The placement core: pure code, no I/O. Every component uses this one copy.
 
 Modules import downwards only: ``names`` (every annotation, label and event reason) and
-``resources`` (resource names, quantities) < ``cards`` / ``declarations`` / ``annotations`` <
+``resources`` (resource names, quantities) < ``objects`` (Pods and Nodes, typed) < ``shapes``
+(their readers) < ``cards`` / ``declarations`` / ``annotations`` <
 ``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` <
 ``catalogue`` / ``availability`` / ``report`` / ``waste``. Nothing here imports a Kubernetes
 client, a server, JupyterHub or gRPC (``.importlinter`` checks it).
@@ -10,14 +11,16 @@ client, a server, JupyterHub or gRPC (``.importlinter`` checks it).
 from .annotations import AllocationRecord, CardShare, ContainerShare
 from .bounds import l1, l2
 from .cards import Card, Node, declared_cards, model_matches, node_from_k8s, normalize_model
-from .demand import Demand, demand_from_pod, pod_key
+from .demand import Demand, demand_from_pod
 from .errors import GPUShareError, InvalidObject, InvalidQuantity
 from .fragmentation import FragmentationGradient, Shape, Workload
 from .ledger import Allocation, Ledger, OverCommit, Placement
 from .names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
+from .objects import Container, NodeObject, PodObject, pod_key
 from .policy import POLICIES, Binpack, Placer, Policy, Refusal, Spread, make_policy
 from .records import Ignored, IgnoredRecord, read_allocation
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
+from .shapes import read_node, read_pod
 
 __all__ = [
     "ALLOCATION_ANNOTATION",
@@ -29,6 +32,7 @@ __all__ = [
     "Binpack",
     "Card",
     "CardShare",
+    "Container",
     "ContainerShare",
     "Demand",
     "FragmentationGradient",
@@ -39,9 +43,11 @@ __all__ = [
     "InvalidQuantity",
     "Ledger",
     "Node",
+    "NodeObject",
     "OverCommit",
     "Placement",
     "Placer",
+    "PodObject",
     "Policy",
     "Refusal",
     "ResourceNames",
@@ -59,4 +65,6 @@ __all__ = [
     "parse_units",
     "pod_key",
     "read_allocation",
+    "read_node",
+    "read_pod",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .errors import InvalidObject
 from .isolation import NodeIsolation, read_node_isolation
@@ -24,6 +23,7 @@ from .names import (
     ISOLATION_CHECK_ANNOTATION,
     MODEL_LABEL,
 )
+from .objects import NodeObject
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
 # MiB that NVML reports for common cards (models normalised: spaces become dashes).
@@ -182,16 +182,9 @@ def _cards_from_annotation(node: str, raw: str) -> tuple[Card, ...]:
     return tuple(cards)
 
 
-def node_from_k8s(obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> Node | None:
-    """Read a Node object (API JSON, camelCase). ``None`` if it offers no GPU memory."""
-    meta = obj.get("metadata") or {}
-    name = meta.get("name")
-    if not name:
-        raise InvalidObject("a Node object without metadata.name")
-    labels = dict(meta.get("labels") or {})
-    annotations = meta.get("annotations") or {}
-    status = obj.get("status") or {}
-    capacity = status.get("capacity") or {}
+def node_from_k8s(obj: NodeObject, names: ResourceNames = DEFAULT_NAMES) -> Node | None:
+    """The cards of a Node (read by :func:`~.shapes.read_node`). ``None`` if it offers no GPU memory."""
+    name, labels, annotations, capacity = obj.name, dict(obj.labels), obj.annotations, obj.capacity
     raw = annotations.get(CARDS_ANNOTATION)
     if raw:
         cards = _cards_from_annotation(name, raw)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from .cards import model_matches
 from .errors import InvalidObject
@@ -33,6 +32,7 @@ from .names import (
     TKESTACK_NOUSE,
     TKESTACK_USE,
 )
+from .objects import Container, PodObject
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 
 
@@ -91,11 +91,9 @@ class Demand:
         return f" on a node with {self.isolation} isolation"
 
 
-def container_amount(container: Mapping[str, Any], resource: str, where: str) -> int:
+def container_amount(container: Container, resource: str, where: str) -> int:
     """One container's amount of ``resource``: its limit (or request if only that is set)."""
-    res = container.get("resources") or {}
-    limits = res.get("limits") or {}
-    requests = res.get("requests") or {}
+    limits, requests = container.limits, container.requests
     if resource in limits:
         value = limits[resource]
         if resource in requests and parse_units(requests[resource], what=where) != parse_units(
@@ -111,27 +109,25 @@ def container_amount(container: Mapping[str, Any], resource: str, where: str) ->
     return parse_units(value, what=where)
 
 
-def _pod_amount(spec: Mapping[str, Any], resource: str, pod: str) -> tuple[int, list[tuple[str, int]]]:
+def _pod_amount(pod: PodObject, resource: str) -> tuple[int, list[tuple[str, int]]]:
     """The pod's effective amount under the init-container rule, and each container's amount."""
     per: list[tuple[str, int]] = []
     sidecars_so_far = 0
     init_peak = 0
-    for c in spec.get("initContainers") or []:
-        name = c.get("name", "?")
-        amt = container_amount(c, resource, f"pod {pod} init container {name} {resource}")
+    for c in pod.init_containers:
+        amt = container_amount(c, resource, f"pod {pod.key} init container {c.name} {resource}")
         if amt:
-            per.append((name, amt))
-        if c.get("restartPolicy") == "Always":
+            per.append((c.name, amt))
+        if c.restart_policy == "Always":
             sidecars_so_far += amt
             init_peak = max(init_peak, sidecars_so_far)
         else:
             init_peak = max(init_peak, sidecars_so_far + amt)
     app = 0
-    for c in spec.get("containers") or []:
-        name = c.get("name", "?")
-        amt = container_amount(c, resource, f"pod {pod} container {name} {resource}")
+    for c in pod.containers:
+        amt = container_amount(c, resource, f"pod {pod.key} container {c.name} {resource}")
         if amt:
-            per.append((name, amt))
+            per.append((c.name, amt))
         app += amt
     return max(init_peak, app + sidecars_so_far), per
 
@@ -142,10 +138,10 @@ MAX_MODELS = 16
 MAX_MODEL_CHARS = 64
 
 
-def _models(ann: Mapping[str, Any], names: tuple[str, str], key: str) -> tuple[str, ...]:
+def _models(ann: Mapping[str, str], names: tuple[str, str], key: str) -> tuple[str, ...]:
     """The comma-separated card models of the first of ``names`` set on the pod, checked."""
     annotation = next((n for n in names if ann.get(n)), names[0])
-    raw = str(ann.get(annotation) or "")
+    raw = ann.get(annotation) or ""
     if len(raw) > MAX_MODELS * (MAX_MODEL_CHARS + 1):
         raise InvalidObject(
             f"pod {key}: annotation {annotation} is {len(raw)} characters long; list at most "
@@ -162,27 +158,22 @@ def _models(ann: Mapping[str, Any], names: tuple[str, str], key: str) -> tuple[s
     return models
 
 
-def _isolation(ann: Mapping[str, Any], key: str) -> str | None:
+def _isolation(ann: Mapping[str, str], key: str) -> str | None:
     raw = ann.get(ISOLATION_ANNOTATION)
     if raw is None or raw == "":
         return None
     return check_tier(raw, f"pod {key}: annotation {ISOLATION_ANNOTATION}")
 
 
-def _lenient_isolation(ann: Mapping[str, Any], key: str) -> str | None:
+def _lenient_isolation(ann: Mapping[str, str], key: str) -> str | None:
     try:
         return _isolation(ann, key)
     except InvalidObject:
         return None
 
 
-def pod_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
-
-
 def demand_from_pod(
-    obj: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES, *, placing: bool = True
+    pod: PodObject, names: ResourceNames = DEFAULT_NAMES, *, placing: bool = True
 ) -> Demand | None:
     """The pod's GPU demand, or ``None`` if it asks for neither resource.
 
@@ -190,14 +181,12 @@ def demand_from_pod(
     matters only to placement, so a value that names no tier, which the pod's owner may write at
     any time, is read as none instead of making the record unreadable (and its card free).
     """
-    meta = obj.get("metadata") or {}
-    key = pod_key(obj)
-    spec = obj.get("spec") or {}
-    mem, per_container = _pod_amount(spec, names.memory, key)
-    count, count_containers = _pod_amount(spec, names.count, key)
+    key = pod.key
+    mem, per_container = _pod_amount(pod, names.memory)
+    count, count_containers = _pod_amount(pod, names.count)
     if mem == 0 and count == 0:
         return None
-    ann = meta.get("annotations") or {}
+    ann = pod.annotations
     if count == 0:
         count, per_card = 1, mem
     elif mem == 0:
@@ -211,7 +200,7 @@ def demand_from_pod(
         per_card = mem // count
     return Demand(
         key=key,
-        uid=str(meta.get("uid") or ""),
+        uid=pod.uid,
         per_card=per_card,
         count=count,
         containers=tuple(per_container),
@@ -220,5 +209,5 @@ def demand_from_pod(
         exclude_models=_models(ann, (EXCLUDE_MODELS_ANNOTATION, TKESTACK_NOUSE), key),
         policy=ann.get(POLICY_ANNOTATION) or None,
         isolation=_isolation(ann, key) if placing else _lenient_isolation(ann, key),
-        labels=dict(meta.get("labels") or {}),
+        labels=pod.labels,
     )

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .annotations import ContainerShare
 from .demand import container_amount
+from .objects import PodObject
 
 
 @dataclass(frozen=True, order=True)
@@ -43,9 +43,7 @@ def handouts(containers: Iterable[ContainerShare]) -> list[Handout]:
     return [Handout(name, sizes[name], tuple(cards[name])) for name in sizes]
 
 
-def count_handouts(
-    spec: Mapping[str, Any], cards: Sequence[str], resource: str, pod: str = "?"
-) -> list[Handout]:
+def count_handouts(pod: PodObject, cards: Sequence[str], resource: str) -> list[Handout]:
     """Handouts of whole cards: what the Allocate of each container asking ``resource``
     (``aliyun.com/gpu-count``) will be, ``size`` = its cards, out of the pod's ``cards``.
 
@@ -57,19 +55,17 @@ def count_handouts(
     """
     out: list[Handout] = []
     sidecars = 0
-    for c in spec.get("initContainers") or []:
-        name = str(c.get("name", "?"))
-        n = container_amount(c, resource, f"pod {pod} init container {name} {resource}")
+    for c in pod.init_containers:
+        n = container_amount(c, resource, f"pod {pod.key} init container {c.name} {resource}")
         if n:
-            out.append(Handout(name, n, tuple(cards[sidecars : sidecars + n])))
-            if c.get("restartPolicy") == "Always":
+            out.append(Handout(c.name, n, tuple(cards[sidecars : sidecars + n])))
+            if c.restart_policy == "Always":
                 sidecars += n
     nxt = sidecars
-    for c in spec.get("containers") or []:
-        name = str(c.get("name", "?"))
-        n = container_amount(c, resource, f"pod {pod} container {name} {resource}")
+    for c in pod.containers:
+        n = container_amount(c, resource, f"pod {pod.key} container {c.name} {resource}")
         if n:
-            out.append(Handout(name, n, tuple(cards[nxt : nxt + n])))
+            out.append(Handout(c.name, n, tuple(cards[nxt : nxt + n])))
             nxt += n
     return [h for h in out if len(h.cards) == h.size]  # a record with fewer cards is not ours to serve
 

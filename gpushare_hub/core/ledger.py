@@ -28,8 +28,8 @@ from typing import Any
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
 from .cards import Card, Node, node_from_k8s
-from .demand import pod_key
 from .errors import GPUShareError
+from .objects import NodeObject, PodObject
 from .records import (
     TERMINAL_PHASES,
     Allocation,
@@ -94,7 +94,7 @@ class NodeState:
 
 
 def allocation_from_pod(
-    obj: Mapping[str, Any],
+    obj: PodObject,
     node_cards: Callable[[str], Node | None] | None = None,
     names: ResourceNames = DEFAULT_NAMES,
 ) -> Allocation | None:
@@ -127,11 +127,11 @@ class Ledger:
     @classmethod
     def from_objects(
         cls,
-        nodes: Iterable[Mapping[str, Any]],
-        pods: Iterable[Mapping[str, Any]],
+        nodes: Iterable[NodeObject],
+        pods: Iterable[PodObject],
         names: ResourceNames = DEFAULT_NAMES,
     ) -> Ledger:
-        """Rebuild from Node and Pod objects as the API server returns them."""
+        """Rebuild from Node and Pod objects (read by :mod:`.shapes`)."""
         ledger = cls(names)
         for obj in nodes:
             ledger.observe_node(obj)
@@ -159,11 +159,11 @@ class Ledger:
             self._retry_blocked(node.name)
         return ignored
 
-    def observe_node(self, obj: Mapping[str, Any]) -> list[IgnoredRecord]:
+    def observe_node(self, obj: NodeObject) -> list[IgnoredRecord]:
         """A Node object was added or changed; returns pods' records that cannot count on it."""
         node = node_from_k8s(obj, self.names)
         if node is None:
-            self.remove_node(str((obj.get("metadata") or {}).get("name")))
+            self.remove_node(obj.name)
             return []
         return self.set_node(node)
 
@@ -196,14 +196,14 @@ class Ledger:
                 self._ignored.pop(key, None)
 
     # ---- pods -------------------------------------------------------------------------
-    def observe_pod(self, obj: Mapping[str, Any], deleted: bool = False) -> IgnoredRecord | None:
+    def observe_pod(self, obj: PodObject, deleted: bool = False) -> IgnoredRecord | None:
         """Bring the ledger in line with a Pod object from a list or watch event.
 
         Returns the decision to ignore the pod's allocation record, if it breaks the
         rule of :mod:`.records` (the caller reports it), else ``None``.
         """
-        key = pod_key(obj)
-        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        key = obj.key
+        uid = obj.uid
         current = self._allocs.get(key) or self._pending.get(key)
         if deleted:
             if current is not None and (not uid or not current.uid or current.uid == uid):
@@ -213,7 +213,7 @@ class Ledger:
         got: Reading = read_allocation(obj, self.node, self.names)
         if not isinstance(got, Allocation):
             self._forget_ignored(key, "")
-            terminal = (obj.get("status") or {}).get("phase") in TERMINAL_PHASES
+            terminal = obj.phase in TERMINAL_PHASES
             # A watch event older than our own bind carries no annotation yet: keep
             # what we assumed unless the pod is finished or is another pod of that name.
             if current is not None and (

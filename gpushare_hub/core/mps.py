@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import InvalidObject
 from .jsonfields import load_annotation_json
 from .names import MPS_LABEL, MPS_MULTI_USER_LABEL, MPS_SERVERS_ANNOTATION
+from .objects import NodeObject, PodObject
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,13 @@ class NodeMPS:
         return (self.servers or {}).get(card)
 
 
-def _is_uid(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def node_mps(node: Mapping[str, Any]) -> NodeMPS:
-    """Read a Node object; entries that are not ``UUID: non-negative integer`` are ignored."""
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
+def node_mps(node: NodeObject) -> NodeMPS:
+    """A Node's MPS servers; entries that are not ``UUID: non-negative integer`` are ignored."""
+    labels = node.labels
     if labels.get(MPS_LABEL) != "true":
         return NodeMPS()
     servers: dict[str, int] = {}
-    raw = (meta.get("annotations") or {}).get(MPS_SERVERS_ANNOTATION)
+    raw = node.annotations.get(MPS_SERVERS_ANNOTATION)
     if raw:
         try:
             value = load_annotation_json(raw, f"annotation {MPS_SERVERS_ANNOTATION}", "ignored")
@@ -64,18 +59,16 @@ def node_mps(node: Mapping[str, Any]) -> NodeMPS:
     return NodeMPS(True, labels.get(MPS_MULTI_USER_LABEL) == "true", servers)
 
 
-def pod_run_as_user(pod: Mapping[str, Any], container: str | None = None) -> int | None:
+def pod_run_as_user(pod: PodObject, container: str | None = None) -> int | None:
     """The UID a pod's container runs as, where the pod says (container over pod securityContext)."""
-    spec = pod.get("spec") or {}
-    uid = (spec.get("securityContext") or {}).get("runAsUser")
-    for c in spec.get("containers") or []:
-        if container is None or c.get("name") == container:
-            own = (c.get("securityContext") or {}).get("runAsUser")
-            if own is not None:
-                uid = own
+    uid = pod.run_as_user
+    for c in pod.containers:
+        if container is None or c.name == container:
+            if c.run_as_user is not None:
+                uid = c.run_as_user
             if container is not None:
                 break
-    return uid if _is_uid(uid) else None
+    return uid
 
 
 @dataclass(frozen=True)
@@ -97,17 +90,14 @@ class UIDMismatch:
         )
 
 
-def uid_mismatches(
-    mps: NodeMPS, node: str, pod: Mapping[str, Any], cards: Iterable[str]
-) -> list[UIDMismatch]:
+def uid_mismatches(mps: NodeMPS, node: str, pod: PodObject, cards: Iterable[str]) -> list[UIDMismatch]:
     """The clashes of a pod with the MPS servers of the cards it was given (none when unknown)."""
     if not mps.enabled or mps.multi_user:
         return []
     uid = pod_run_as_user(pod)
     if uid is None:
         return []
-    meta = pod.get("metadata") or {}
-    key = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    key = pod.key
     out = []
     for card in cards:
         server = mps.server_uid(card)

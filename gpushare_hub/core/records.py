@@ -26,13 +26,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
 from .cards import Node
-from .demand import Demand, demand_from_pod, pod_key
+from .demand import Demand, demand_from_pod
 from .errors import InvalidObject
 from .names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
+from .objects import PodObject
 from .resources import DEFAULT_NAMES, ResourceNames
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -136,7 +136,7 @@ _Held = tuple[tuple[CardShare, ...], tuple[ContainerShare, ...]]
 
 
 def read_allocation(
-    obj: Mapping[str, Any],
+    obj: PodObject,
     node_cards: Callable[[str], Node | None] | None = None,
     names: ResourceNames = DEFAULT_NAMES,
 ) -> Reading:
@@ -146,17 +146,16 @@ def read_allocation(
     too (:func:`check_on_node` with nothing used), else that check waits for the
     node. Our UUID record wins over the gpushare indices.
     """
-    meta = obj.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
+    ann = obj.annotations
+    if obj.phase in TERMINAL_PHASES:
         return None
     raw = ann.get(ALLOCATION_ANNOTATION)
     if not raw and GPU_MEM_IDX not in ann and GPU_MEM_POD not in ann:
         return None
     pod = _Pod(
-        key=pod_key(obj),
-        uid=str(meta.get("uid") or ""),
-        bound=str((obj.get("spec") or {}).get("nodeName") or ""),
+        key=obj.key,
+        uid=obj.uid,
+        bound=obj.node_name,
         what=ALLOCATION_ANNOTATION if raw else f"{GPU_MEM_IDX}/{GPU_MEM_POD}",
     )
     demand = _demand(obj, pod, names)
@@ -184,7 +183,7 @@ def read_allocation(
     return _checked_on_node(alloc, node, demand, pod)
 
 
-def _demand(obj: Mapping[str, Any], pod: _Pod, names: ResourceNames) -> Demand | IgnoredRecord:
+def _demand(obj: PodObject, pod: _Pod, names: ResourceNames) -> Demand | IgnoredRecord:
     """What the pod asks; a record on a pod that asks nothing, or that is not bound, is ignored."""
     try:
         demand = demand_from_pod(obj, names, placing=False)
@@ -222,11 +221,11 @@ def _record_shares(raw: str, pod: _Pod) -> _Held | IgnoredRecord:
     return rec.cards, rec.containers
 
 
-def _legacy_shares(ann: Mapping[str, Any], pod: _Pod) -> _Held | IgnoredRecord:
+def _legacy_shares(ann: Mapping[str, str], pod: _Pod) -> _Held | IgnoredRecord:
     """The cards gpushare's index annotations give the pod, equal shares of its total, known by
     index until the node is known (:func:`_legacy_uuid`)."""
     try:
-        indices = [int(i) for i in str(ann.get(GPU_MEM_IDX, "")).split(",") if i.strip()]
+        indices = [int(i) for i in ann.get(GPU_MEM_IDX, "").split(",") if i.strip()]
         total = int(ann.get(GPU_MEM_POD, ""))
     except ValueError:
         return pod.ignored(Ignored.UNREADABLE, f"{GPU_MEM_IDX}/{GPU_MEM_POD} are not whole numbers")

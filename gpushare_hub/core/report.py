@@ -20,10 +20,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from gpushare_hub.core.demand import Demand, demand_from_pod, pod_key
+from gpushare_hub.core.demand import Demand, demand_from_pod
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.isolation import NodeIsolation
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
+from gpushare_hub.core.objects import NodeObject, PodObject
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 from gpushare_hub.core.usage import NodeUsage, read_usage
 
@@ -185,36 +186,34 @@ class PodFacts:
     pending: PendingPod | None = None
 
 
-def _address(node: Mapping[str, Any]) -> str:
-    for addr in (node.get("status") or {}).get("addresses") or []:
-        if addr.get("type") == "InternalIP" and addr.get("address"):
-            return str(addr["address"])
+def _address(node: NodeObject) -> str:
+    for addr in node.addresses:
+        if addr.type == "InternalIP" and addr.address:
+            return addr.address
     return "unknown"
 
 
-def _offers_gpu_memory(node: Mapping[str, Any], names: ResourceNames) -> bool:
-    status = node.get("status") or {}
-    raw = (status.get("allocatable") or status.get("capacity") or {}).get(names.memory)
+def _offers_gpu_memory(node: NodeObject, names: ResourceNames) -> bool:
+    raw = (node.allocatable or node.capacity).get(names.memory)
     return raw not in (None, "0", 0)
 
 
-def node_facts(node: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> NodeFacts:
+def node_facts(node: NodeObject, names: ResourceNames = DEFAULT_NAMES) -> NodeFacts:
     return NodeFacts(
-        name=str((node.get("metadata") or {}).get("name") or ""),
+        name=node.name,
         address=_address(node),
         offers_gpu_memory=_offers_gpu_memory(node, names),
-        usage=read_usage(((node.get("metadata") or {}).get("annotations") or {}).get(USAGE_ANNOTATION)),
+        usage=read_usage(node.annotations.get(USAGE_ANNOTATION)),
     )
 
 
-def _since(pod: Mapping[str, Any]) -> str:
+def _since(pod: PodObject) -> str:
     """When the pod got its card: the extender's assume time, else its start or creation."""
-    meta = pod.get("metadata") or {}
-    raw = (meta.get("annotations") or {}).get(GPU_MEM_ASSUME_TIME)
-    if isinstance(raw, str) and raw.isdigit() and len(raw) <= 20:
+    raw = pod.annotations.get(GPU_MEM_ASSUME_TIME)
+    if raw is not None and raw.isdigit() and len(raw) <= 20:
         when = datetime.fromtimestamp(int(raw) / 1e9, tz=UTC)
         return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return str((pod.get("status") or {}).get("startTime") or meta.get("creationTimestamp") or "")
+    return pod.start_time or pod.creation_timestamp
 
 
 def _unreadable(key: str, err: Exception) -> str:
@@ -222,71 +221,63 @@ def _unreadable(key: str, err: Exception) -> str:
     return str(err) if isinstance(err, GPUShareError) else f"pod {key}: {err}"
 
 
-def _scheduler_message(pod: Mapping[str, Any]) -> str | None:
+def _scheduler_message(pod: PodObject) -> str | None:
     """The message of the pod's PodScheduled=False condition; None while it has none."""
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return str(cond.get("message") or cond.get("reason") or "")
+    for cond in pod.conditions:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return cond.message or cond.reason
     return None
 
 
-def _pending(pod: Mapping[str, Any], demand: Demand, message: str | None) -> PendingPod:
-    selector = (pod.get("spec") or {}).get("nodeSelector")
-    return PendingPod(
-        demand=demand,
-        node_selector={str(k): str(v) for k, v in selector.items()} if isinstance(selector, Mapping) else {},
-        scheduler=message or None,
-    )
+def _pending(pod: PodObject, demand: Demand, message: str | None) -> PendingPod:
+    return PendingPod(demand=demand, node_selector=dict(pod.node_selector), scheduler=message or None)
 
 
 def pod_facts(
-    pod: Mapping[str, Any],
+    pod: PodObject,
     names: ResourceNames = DEFAULT_NAMES,
     hub_namespaces: Collection[str] | None = None,
 ) -> PodFacts | None:
     """The facts of an active pod that asks for a GPU (or whose request cannot be read); None
     for any other pod. ``hub_namespaces``: as :func:`build_report`'s."""
-    if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+    if pod.phase in TERMINAL_PHASES:
         return None
-    key = pod_key(pod)
+    key = pod.key
     try:
         demand = demand_from_pod(pod, names)
-    except Exception as err:  # GPUShareError: says why; anything else must not end the report
+    except GPUShareError as err:
         return PodFacts(key=key, warning=_unreadable(key, err))
     if demand is None or not demand.wants_gpu:
         return None
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace") or "default")
-    ann = meta.get("annotations") or {}
+    namespace = pod.namespace or "default"
+    ann: Mapping[str, str] = pod.annotations
     if hub_namespaces is not None and namespace not in hub_namespaces:
         ann = {}
-    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    node = pod.node_name
     message = None if node else _scheduler_message(pod)
     row = PodRow(
         namespace=namespace,
-        name=str(meta.get("name") or ""),
+        name=pod.name,
         units=demand.per_card * demand.count if demand.per_card is not None else 0,
-        hub_user=str(ann.get(HUB_USER_ANNOTATION) or ""),
-        hub_server=str(ann.get(HUB_SERVER_ANNOTATION) or ""),
+        hub_user=ann.get(HUB_USER_ANNOTATION, ""),
+        hub_server=ann.get(HUB_SERVER_ANNOTATION, ""),
         reason="" if node else "not scheduled yet" if message is None else message,
-        slice=str(ann.get(SLICE_ANNOTATION) or ""),
+        slice=ann.get(SLICE_ANNOTATION, ""),
         since=_since(pod),
     )
     return PodFacts(key=key, node=node, row=row, pending=None if node else _pending(pod, demand, message))
 
 
-def may_hold_slice(pod: Mapping[str, Any], names: ResourceNames = DEFAULT_NAMES) -> bool:
+def may_hold_slice(pod: PodObject, names: ResourceNames = DEFAULT_NAMES) -> bool:
     """Whether a pod can hold or wait for a slice: a container or init container names either
     GPU resource, or the pod carries an allocation record (ours or Aliyun's; the ledger
     decides whether it counts). What the hub keeps of the cluster's pods; no quantity is
     parsed, so it costs little on every pod event."""
-    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    ann = pod.annotations
     if ALLOCATION_ANNOTATION in ann or GPU_MEM_IDX in ann or GPU_MEM_POD in ann:
         return True
-    spec = pod.get("spec") or {}
-    for container in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ())):
-        resources = (container.get("resources") or {}) if isinstance(container, Mapping) else {}
-        for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
+    for container in (*pod.init_containers, *pod.containers):
+        for amounts in (container.limits, container.requests):
             if names.memory in amounts or names.count in amounts:
                 return True
     return False
@@ -409,8 +400,8 @@ def _warnings(ledger: Ledger, pods: Iterable[PodFacts]) -> Iterator[str]:
 
 
 def build_report(
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
+    nodes: Iterable[NodeObject],
+    pods: Iterable[PodObject],
     names: ResourceNames = DEFAULT_NAMES,
     only_node: str | None = None,
     hub_namespaces: Collection[str] | None = None,
@@ -433,22 +424,22 @@ def build_report(
     return report_from_ledger(ledger, read_nodes, read_pods)
 
 
-def _named(node: Mapping[str, Any], only_node: str | None) -> bool:
-    return not only_node or (node.get("metadata") or {}).get("name") == only_node
+def _named(node: NodeObject, only_node: str | None) -> bool:
+    return not only_node or node.name == only_node
 
 
-def _observe_node(ledger: Ledger, obj: Mapping[str, Any], names: ResourceNames) -> NodeFacts:
+def _observe_node(ledger: Ledger, obj: NodeObject, names: ResourceNames) -> NodeFacts:
     facts = node_facts(obj, names)
     try:
         ledger.observe_node(obj)
-    except Exception as err:  # GPUShareError: says why; anything else must not end the report
+    except GPUShareError as err:  # says why: the node is shown, out of placement
         ledger.mark_unreadable(facts.name, str(err))
     return facts
 
 
-def _observe_pod(ledger: Ledger, obj: Mapping[str, Any], facts: PodFacts) -> PodFacts:
+def _observe_pod(ledger: Ledger, obj: PodObject, facts: PodFacts) -> PodFacts:
     try:
         ledger.observe_pod(obj)
-    except Exception as err:  # GPUShareError: says why; anything else must not end the report
+    except GPUShareError as err:  # says why
         return replace(facts, warning=_unreadable(facts.key, err))
     return facts

@@ -1,10 +1,11 @@
-"""The shape of Pod and Node objects that reach us from outside the API server. Pure.
+"""The readers of Pod and Node objects: raw API JSON in, typed :mod:`.objects` out. Pure.
 
 The API server validates what it stores; a body sent to the extender's verbs (or any other door)
-is whatever its sender wrote. Before the core reads such an object, :func:`check_pod` and
-:func:`check_node` check exactly the fields the core reads (their types, and bounds on lists and
-strings) and raise :class:`~gpushare_hub.core.errors.InvalidObject` naming the first field that is
-wrong, what was expected, and at most a short prefix of what came. :func:`check_depth` bounds how
+is whatever its sender wrote. Every door reads objects here before the core sees them:
+:func:`read_pod` and :func:`read_node` check exactly the fields the core reads (their types, and
+bounds on lists and strings), raise :class:`~gpushare_hub.core.errors.InvalidObject` naming the
+first field that is wrong, what was expected and at most a short prefix of what came, and return
+typed values, so that nothing downstream checks a type again. :func:`check_depth` bounds how
 deeply a decoded JSON document nests. Extra fields are left alone: they are never read.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidObject
+from .objects import Address, Condition, Container, NodeObject, PodObject
 
 # Bounds a real object stays far inside (the API server stores at most 1.5 MiB per object).
 MAX_CONTAINERS = 256  # per list (containers, initContainers)
@@ -22,6 +24,7 @@ MAX_NAME = 253  # a DNS subdomain; also a resource name, a label key's length
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's own limit on all of an object's annotations
 MAX_CONDITIONS = 64
 MAX_DEPTH = 32  # a Pod nests about 10 deep
+MAX_UID = 2**31 - 1  # the API server's bound on runAsUser
 SHOWN = 40  # characters of an offending value echoed back
 
 
@@ -106,7 +109,26 @@ def _list(value: object, path: str, limit: int) -> list[Any]:
     return value
 
 
-def _metadata(obj: Mapping[str, Any], path: str, name_required: bool) -> None:
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _uid_value(value: object, path: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UID:
+        raise _fail(path, f"a UID, a whole number from 0 to {MAX_UID}", value)
+    return value
+
+
+def _run_as_user(obj: Mapping[str, Any], path: str) -> int | None:
+    context = _object(obj.get("securityContext"), f"{path}.securityContext")
+    if context is None:
+        return None
+    return _uid_value(context.get("runAsUser"), f"{path}.securityContext.runAsUser")
+
+
+def _metadata(obj: Mapping[str, Any], path: str, name_required: bool) -> Mapping[str, Any]:
     meta = _required(obj.get("metadata"), f"{path}.metadata")
     for key in ("name", "namespace", "uid", "generateName", "creationTimestamp", "deletionTimestamp"):
         _string(meta.get(key), f"{path}.metadata.{key}")
@@ -114,52 +136,93 @@ def _metadata(obj: Mapping[str, Any], path: str, name_required: bool) -> None:
         raise InvalidObject(f"{path}.metadata.name: missing; give the object's name")
     _string_map(meta.get("labels"), f"{path}.metadata.labels")
     _string_map(meta.get("annotations"), f"{path}.metadata.annotations")
+    return meta
 
 
-def check_pod(obj: object, path: str = "Pod") -> None:
-    """The Pod fields the core reads, checked; :class:`InvalidObject` names the first wrong one."""
+def _container(c: object, where: str) -> Container:
+    container = _required(c, where)
+    _string(container.get("name"), f"{where}.name")
+    _string(container.get("restartPolicy"), f"{where}.restartPolicy")
+    resources = _object(container.get("resources"), f"{where}.resources") or {}
+    _quantities(resources.get("limits"), f"{where}.resources.limits")
+    _quantities(resources.get("requests"), f"{where}.resources.requests")
+    return Container(
+        name=container.get("name") or "?",
+        restart_policy=_str(container.get("restartPolicy")),
+        limits=dict(resources.get("limits") or {}),
+        requests=dict(resources.get("requests") or {}),
+        run_as_user=_run_as_user(container, where),
+    )
+
+
+def read_pod(obj: object, path: str = "Pod") -> PodObject:
+    """The Pod fields the core reads, checked and typed; :class:`InvalidObject` names the first
+    wrong one. Objects from the API server always pass; what a door receives may not."""
     pod = _required(obj, path)
-    _metadata(pod, path, name_required=False)
-    spec = _object(pod.get("spec"), f"{path}.spec")
-    if spec is not None:
-        for key in ("nodeName", "schedulerName", "priorityClassName"):
-            _string(spec.get(key), f"{path}.spec.{key}")
-        _string_map(spec.get("nodeSelector"), f"{path}.spec.nodeSelector")
-        for field in ("initContainers", "containers"):
-            for i, c in enumerate(_list(spec.get(field), f"{path}.spec.{field}", MAX_CONTAINERS)):
-                where = f"{path}.spec.{field}[{i}]"
-                container = _required(c, where)
-                _string(container.get("name"), f"{where}.name")
-                _string(container.get("restartPolicy"), f"{where}.restartPolicy")
-                resources = _object(container.get("resources"), f"{where}.resources")
-                if resources is not None:
-                    _quantities(resources.get("limits"), f"{where}.resources.limits")
-                    _quantities(resources.get("requests"), f"{where}.resources.requests")
-    status = _object(pod.get("status"), f"{path}.status")
-    if status is not None:
-        for key in ("phase", "startTime"):
-            _string(status.get(key), f"{path}.status.{key}")
-        for i, cond in enumerate(
-            _list(status.get("conditions"), f"{path}.status.conditions", MAX_CONDITIONS)
-        ):
-            c = _required(cond, f"{path}.status.conditions[{i}]")
-            for key in ("type", "status", "reason"):
-                _string(c.get(key), f"{path}.status.conditions[{i}].{key}")
-            _string(c.get("message"), f"{path}.status.conditions[{i}].message", 32 * 1024)
+    meta = _metadata(pod, path, name_required=False)
+    spec = _object(pod.get("spec"), f"{path}.spec") or {}
+    for key in ("nodeName", "schedulerName", "priorityClassName"):
+        _string(spec.get(key), f"{path}.spec.{key}")
+    _string_map(spec.get("nodeSelector"), f"{path}.spec.nodeSelector")
+    lists = {
+        field: tuple(
+            _container(c, f"{path}.spec.{field}[{i}]")
+            for i, c in enumerate(_list(spec.get(field), f"{path}.spec.{field}", MAX_CONTAINERS))
+        )
+        for field in ("initContainers", "containers")
+    }
+    status = _object(pod.get("status"), f"{path}.status") or {}
+    for key in ("phase", "startTime"):
+        _string(status.get(key), f"{path}.status.{key}")
+    conditions = []
+    for i, cond in enumerate(_list(status.get("conditions"), f"{path}.status.conditions", MAX_CONDITIONS)):
+        c = _required(cond, f"{path}.status.conditions[{i}]")
+        for key in ("type", "status", "reason"):
+            _string(c.get(key), f"{path}.status.conditions[{i}].{key}")
+        _string(c.get("message"), f"{path}.status.conditions[{i}].message", 32 * 1024)
+        conditions.append(Condition(*(_str(c.get(k)) for k in ("type", "status", "reason", "message"))))
+    return PodObject(
+        name=_str(meta.get("name")),
+        namespace=_str(meta.get("namespace")),
+        uid=_str(meta.get("uid")),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        creation_timestamp=_str(meta.get("creationTimestamp")),
+        deletion_timestamp=_str(meta.get("deletionTimestamp")),
+        node_name=_str(spec.get("nodeName")),
+        scheduler_name=_str(spec.get("schedulerName")),
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        init_containers=lists["initContainers"],
+        containers=lists["containers"],
+        run_as_user=_run_as_user(spec, f"{path}.spec"),
+        phase=_str(status.get("phase")),
+        start_time=_str(status.get("startTime")),
+        conditions=tuple(conditions),
+    )
 
 
-def check_node(obj: object, path: str = "Node") -> None:
-    """The Node fields the core reads, checked (name required)."""
+def read_node(obj: object, path: str = "Node") -> NodeObject:
+    """The Node fields the core reads, checked and typed (name required)."""
     node = _required(obj, path)
-    _metadata(node, path, name_required=True)
-    status = _object(node.get("status"), f"{path}.status")
-    if status is not None:
-        _quantities(status.get("capacity"), f"{path}.status.capacity")
-        _quantities(status.get("allocatable"), f"{path}.status.allocatable")
-        for i, a in enumerate(_list(status.get("addresses"), f"{path}.status.addresses", MAX_CONDITIONS)):
-            addr = _required(a, f"{path}.status.addresses[{i}]")
-            for key in ("type", "address"):
-                _string(addr.get(key), f"{path}.status.addresses[{i}].{key}")
+    meta = _metadata(node, path, name_required=True)
+    status = _object(node.get("status"), f"{path}.status") or {}
+    _quantities(status.get("capacity"), f"{path}.status.capacity")
+    _quantities(status.get("allocatable"), f"{path}.status.allocatable")
+    addresses = []
+    for i, a in enumerate(_list(status.get("addresses"), f"{path}.status.addresses", MAX_CONDITIONS)):
+        addr = _required(a, f"{path}.status.addresses[{i}]")
+        for key in ("type", "address"):
+            _string(addr.get(key), f"{path}.status.addresses[{i}].{key}")
+        addresses.append(Address(_str(addr.get("type")), _str(addr.get("address"))))
+    return NodeObject(
+        name=meta["name"],
+        uid=_str(meta.get("uid")),
+        labels=dict(meta.get("labels") or {}),
+        annotations=dict(meta.get("annotations") or {}),
+        capacity=dict(status.get("capacity") or {}),
+        allocatable=dict(status.get("allocatable") or {}),
+        addresses=tuple(addresses),
+    )
 
 
 def check_depth(value: object, limit: int = MAX_DEPTH) -> None:

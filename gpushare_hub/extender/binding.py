@@ -29,9 +29,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from gpushare_hub.core import GPUShareError, Placement, ResourceNames, pod_key
+from gpushare_hub.core import GPUShareError, Placement, PodObject, ResourceNames
 from gpushare_hub.core.annotations import AllocationRecord
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 
@@ -77,7 +76,7 @@ class BindResult:
     node: str
     detail: str = ""
     placement: Placement | None = None
-    pod_object: dict[str, Any] | None = None  # the pod as bound (BOUND only)
+    pod_object: PodObject | None = None  # the pod as bound (BOUND only)
 
     @property
     def ok(self) -> bool:
@@ -138,14 +137,14 @@ class Binder:
         self._resolvers: dict[str, asyncio.Task[None]] = {}
         # Pods as the scheduler sent them to filter, by UID, so that bind (which gets
         # names only) need not read them again. Bounded; a miss just reads the pod.
-        self._recent: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._recent: OrderedDict[str, PodObject] = OrderedDict()
 
     @property
     def decisions(self) -> Decisions:
         return self._decisions()
 
-    def remember(self, pod: dict[str, Any]) -> None:
-        uid = (pod.get("metadata") or {}).get("uid")
+    def remember(self, pod: PodObject) -> None:
+        uid = pod.uid
         if uid:
             self._recent[uid] = pod
             self._recent.move_to_end(uid)
@@ -175,17 +174,16 @@ class Binder:
         if key in self._binds:
             return await self._repeat(key, node)
         pod = self._recent.pop(uid, None) if uid else None
-        if pod is None or pod_key(pod) != key or ledger.allocation(key) is not None:
+        if pod is None or pod.key != key or ledger.allocation(key) is not None:
             try:
                 pod = await self.kube.get_pod(namespace, name)
             except Exception as err:
                 return BindResult(Outcome.UNREADABLE, key, node, _describe(err))
-        have = str((pod.get("metadata") or {}).get("uid", ""))
+        have = pod.uid
         if uid and have != uid:
             return BindResult(Outcome.REPLACED, key, node, f"uid {have}, scheduler asked for {uid}")
-        bound_to = (pod.get("spec") or {}).get("nodeName")
-        if bound_to:
-            return BindResult(Outcome.ALREADY_BOUND, key, str(bound_to))
+        if pod.node_name:
+            return BindResult(Outcome.ALREADY_BOUND, key, pod.node_name)
         try:
             decision = self.decisions.bind(pod, node)
         except GPUShareError as err:
@@ -233,9 +231,8 @@ class Binder:
         except Exception as err:
             return BindResult(Outcome.UNKNOWN, key, b.node, f"still: {_describe(err)}")
         self.observe(pod, from_read=True)
-        bound_to = (pod.get("spec") or {}).get("nodeName")
-        if bound_to:
-            return BindResult(Outcome.ALREADY_BOUND, key, str(bound_to))
+        if pod.node_name:
+            return BindResult(Outcome.ALREADY_BOUND, key, pod.node_name)
         return BindResult(Outcome.UNKNOWN, key, b.node, "the pod is not bound yet")
 
     # ---- settling ----------------------------------------------------------------------
@@ -292,22 +289,21 @@ class Binder:
             if self._resolvers.get(key) is asyncio.current_task():
                 del self._resolvers[key]
 
-    def observe(self, pod: dict[str, Any], from_read: bool = False) -> bool:
+    def observe(self, pod: PodObject, from_read: bool = False) -> bool:
         """A pod as the API server holds it (a watch event or a read): settle its bind if
         that decides it. True when settled."""
-        key = pod_key(pod)
+        key = pod.key
         b = self._binds.get(key)
         if b is None:
             return True
-        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        uid = pod.uid
         if b.uid and uid and uid != b.uid:
             self._release(key)  # another pod of that name: ours is gone
             return True
-        bound_to = (pod.get("spec") or {}).get("nodeName")
+        bound_to = pod.node_name
         if not bound_to:
             return False
-        ann = (pod.get("metadata") or {}).get("annotations") or {}
-        raw = ann.get(ALLOCATION_ANNOTATION)
+        raw = pod.annotations.get(ALLOCATION_ANNOTATION)
         ours = False
         if raw and b.record is not None:
             with contextlib.suppress(GPUShareError):
@@ -325,14 +321,14 @@ class Binder:
             self._release(key)  # bound without our card: our Binding did not land
         return True
 
-    def on_pod(self, etype: str, pod: dict[str, Any]) -> None:
+    def on_pod(self, etype: str, pod: PodObject) -> None:
         """Informer subscription: watch events settle binds too."""
-        key = pod_key(pod)
+        key = pod.key
         b = self._binds.get(key)
         if b is None:
             return
         if etype == "DELETED":
-            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            uid = pod.uid
             if not uid or not b.uid or uid == b.uid:
                 self._release(key)
             return

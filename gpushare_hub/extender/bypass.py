@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
-from gpushare_hub.core import GPUShareError, Ledger, ResourceNames, demand_from_pod
+from gpushare_hub.core import GPUShareError, Ledger, PodObject, ResourceNames, demand_from_pod
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION, BYPASS_REASON
 
 from .kube import Kube
@@ -30,20 +29,18 @@ class BypassWarner:
         self._warned: set[str] = set()
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
 
-    def __call__(self, etype: str, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
+    def __call__(self, etype: str, pod: PodObject) -> None:
+        uid = pod.uid
         if etype == "DELETED":
             self._warned.discard(uid)
             return
         # Cheap questions first: this runs on every pod event of the cluster.
-        spec = pod.get("spec") or {}
-        node = spec.get("nodeName")
+        node = pod.node_name
         if not node or self.ledger.node(node) is None:
             return
-        if ALLOCATION_ANNOTATION in (meta.get("annotations") or {}):
+        if ALLOCATION_ANNOTATION in pod.annotations:
             return
-        if uid in self._warned or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if uid in self._warned or pod.phase in ("Succeeded", "Failed"):
             return
         try:
             demand = demand_from_pod(pod, self.names)
@@ -55,7 +52,7 @@ class BypassWarner:
         if held is not None and held.node == node and (not held.uid or held.uid == uid):
             return  # placed by a gpushare extender (ours or Aliyun's): it has its card
         self._warned.add(uid)
-        scheduler = spec.get("schedulerName") or "default-scheduler"
+        scheduler = pod.scheduler_name or "default-scheduler"
         message = (
             f"pod {demand.key} asks for {self.names.memory} but was placed on {node} by "
             f"{scheduler!r}, not by {self.scheduler_name!r}, so no card was chosen for it and the device "

@@ -7,7 +7,6 @@ comes from here, so that it can be tested without a server and reused.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpushare_hub.core import (
     DEFAULT_NAMES,
@@ -16,6 +15,7 @@ from gpushare_hub.core import (
     Ledger,
     Placement,
     Placer,
+    PodObject,
     Refusal,
     ResourceNames,
     demand_from_pod,
@@ -53,7 +53,7 @@ class Decisions:
             self._placers[name] = Placer(self.ledger, make_policy(name))
         return self._placers[name]
 
-    def demand(self, pod: dict[str, Any]) -> Demand | None:
+    def demand(self, pod: PodObject) -> Demand | None:
         """The pod's demand; raises GPUShareError with a message for a malformed one."""
         d = demand_from_pod(pod, self.names)
         if d is not None and d.policy and d.policy not in POLICIES:
@@ -96,7 +96,7 @@ class Decisions:
             return {}
         return self.placer(demand.policy).scores(demand, args.node_names)
 
-    def bind(self, pod: dict[str, Any], node: str) -> Placement | Refusal | None:
+    def bind(self, pod: PodObject, node: str) -> Placement | Refusal | None:
         """Choose the card(s) on ``node`` and record them as assumed. ``None``: no GPU asked."""
         demand = self.demand(pod)
         if demand is None:

@@ -9,6 +9,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from gpushare_hub.core.objects import PodObject
+from gpushare_hub.core.shapes import read_pod
 from gpushare_hub.kube.api import DEFAULT_TIMEOUTS, ApiError, Timeouts, checked, json_of, make_api_client
 
 log = logging.getLogger("gpushare.extender")
@@ -30,7 +32,7 @@ class Kube:
     async def close(self) -> None:
         await self.api.close()
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_pod(self, namespace: str, name: str) -> PodObject:
         result: dict[str, Any] = await json_of(
             self.core.read_namespaced_pod(
                 name,
@@ -39,7 +41,7 @@ class Kube:
                 _request_timeout=self.timeouts.call(self.bind_timeout),
             )
         )
-        return result
+        return read_pod(result)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         """Bind and write the annotations in one atomic update (the binding subresource merges them)."""
@@ -65,8 +67,8 @@ class Kube:
         )
         resp.release()
 
-    async def warn(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        meta = pod["metadata"]
+    async def warn(self, pod: PodObject, reason: str, message: str) -> None:
+        meta = {"name": pod.name, "namespace": pod.namespace or "default", "uid": pod.uid}
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event: Any = {
             "apiVersion": "v1",

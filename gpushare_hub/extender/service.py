@@ -11,11 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gpushare_hub.core import DEFAULT_NAMES, Ignored, IgnoredRecord, Ledger, Placement, ResourceNames
+from gpushare_hub.core import (
+    DEFAULT_NAMES,
+    Ignored,
+    IgnoredRecord,
+    Ledger,
+    NodeObject,
+    Placement,
+    PodObject,
+    ResourceNames,
+)
 from gpushare_hub.core.mps import NodeMPS, node_mps, uid_mismatches
 from gpushare_hub.core.names import BYPASS_REASON, IGNORED_REASON, MPS_MISMATCH_REASON
 from gpushare_hub.kube import LedgerInformer
@@ -132,7 +140,7 @@ class ExtenderService:
         """Tests and benchmarks without an API server mark the ledger as read."""
         self.informer.synced = value
 
-    def remember(self, pod: dict[str, Any]) -> None:
+    def remember(self, pod: PodObject) -> None:
         if self.binder is not None:
             self.binder.remember(pod)
 
@@ -161,20 +169,19 @@ class ExtenderService:
         if self.kube is None:
             return
         namespace, name = ignored.key.split("/", 1)
-        pod = {"metadata": {"name": name, "namespace": namespace, "uid": ignored.uid}}
+        pod = PodObject(name=name, namespace=namespace, uid=ignored.uid)
         task = asyncio.get_running_loop().create_task(self.kube.warn(pod, IGNORED_REASON, message))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
 
-    def _track_mps(self, etype: str, obj: dict[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name", "?"))
+    def _track_mps(self, etype: str, obj: NodeObject) -> None:
         mps = NodeMPS() if etype == "DELETED" else node_mps(obj)
         if mps.enabled:
-            self._mps[name] = mps
+            self._mps[obj.name] = mps
         else:
-            self._mps.pop(name, None)
+            self._mps.pop(obj.name, None)
 
-    def _warn_mps_users(self, pod: dict[str, Any], placement: Placement) -> None:
+    def _warn_mps_users(self, pod: PodObject, placement: Placement) -> None:
         """A pod of another UID than a card's MPS server would hang silently: say so on the pod."""
         mps = self._mps.get(placement.node)
         if mps is None or self.kube is None:
@@ -187,9 +194,9 @@ class ExtenderService:
             self._events.add(task)
             task.add_done_callback(self._events.discard)
 
-    def _forget_reported(self, etype: str, pod: dict[str, Any]) -> None:
+    def _forget_reported(self, etype: str, pod: PodObject) -> None:
         if etype == "DELETED":
-            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            uid = pod.uid
             self._reported = {r for r in self._reported if r[0] != uid}
 
     def _bind_refusal(self, args: BindingArgs) -> str:

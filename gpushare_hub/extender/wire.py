@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare_hub.core.errors import InvalidObject
-from gpushare_hub.core.shapes import MAX_NAME, check_depth, check_node, check_pod, shown
+from gpushare_hub.core.objects import PodObject
+from gpushare_hub.core.shapes import MAX_NAME, check_depth, read_node, read_pod, shown
 
 # The largest candidate list a 5,000-node cluster sends (kube-scheduler sends every feasible node).
 MAX_NODES = 10_000
@@ -53,11 +54,12 @@ def load(raw: bytes) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ExtenderArgs:
-    """Filter and prioritize input: the pod and the candidate nodes."""
+    """Filter and prioritize input: the pod (read by :func:`~gpushare_hub.core.shapes.read_pod`)
+    and the candidate nodes."""
 
-    pod: dict[str, Any]
+    pod: PodObject
     node_names: list[str]
-    nodes: list[dict[str, Any]] | None  # full Node objects when nodeCacheCapable is false
+    nodes: list[dict[str, Any]] | None  # full Node objects when nodeCacheCapable is false, as sent
 
     @classmethod
     def parse(cls, raw: bytes) -> ExtenderArgs:
@@ -69,7 +71,7 @@ class ExtenderArgs:
         nodes = _field(body, "Nodes")
         node_objs: list[dict[str, Any]] | None = None
         try:
-            check_pod(pod, "Pod")
+            typed = read_pod(pod, "Pod")
             if names is not None:
                 _node_names(names)
             elif nodes is not None:
@@ -78,15 +80,13 @@ class ExtenderArgs:
                     raise BadRequest("field Nodes must be a NodeList: an object with a list of items")
                 if len(items) > MAX_NODES:
                     raise BadRequest(f"field Nodes has {len(items)} items, more than {MAX_NODES}")
-                for i, n in enumerate(items):
-                    check_node(n, f"Nodes.items[{i}]")
+                names = [read_node(n, f"Nodes.items[{i}]").name for i, n in enumerate(items)]
                 node_objs = items
-                names = [n["metadata"]["name"] for n in items]
             else:
                 raise BadRequest("neither NodeNames nor Nodes is set; send the candidate nodes")
         except InvalidObject as err:
             raise BadRequest(str(err)) from None
-        return cls(pod=pod, node_names=list(names), nodes=node_objs)
+        return cls(pod=typed, node_names=list(names), nodes=node_objs)
 
 
 def _node_names(names: object) -> None:

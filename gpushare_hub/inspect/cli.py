@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from gpushare_hub.core.errors import InvalidObject
 from gpushare_hub.core.report import build_report
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
+from gpushare_hub.core.shapes import read_node, read_pod
 from gpushare_hub.kube.kubeconfig import (
     Access,
     KubeconfigError,
@@ -26,6 +29,7 @@ from gpushare_hub.kube.kubeconfig import (
 from .render import details, summary
 
 PROG = "kubectl-inspect-gpushare"
+T = TypeVar("T")
 
 
 def _access(kubeconfig: str | None, context: str | None) -> Access:
@@ -83,6 +87,17 @@ def _load(
     return nodes, pods
 
 
+def _read(objs: list[dict[str, Any]], reader: Callable[[object], T]) -> list[T]:
+    """The objects read into the core's form; one that cannot be read is left out, with a warning."""
+    out = []
+    for obj in objs:
+        try:
+            out.append(reader(obj))
+        except InvalidObject as err:
+            print(f"{PROG}: warning: left out: {err}", file=sys.stderr)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="kubectl-inspect-gpushare",
@@ -103,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         p.error(str(err))
     nodes, pods = _load(args.kubeconfig, args.node, args.context)
-    report = build_report(nodes, pods, names, only_node=args.node)
+    report = build_report(_read(nodes, read_node), _read(pods, read_pod), names, only_node=args.node)
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

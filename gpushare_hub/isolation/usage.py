@@ -24,10 +24,10 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from gpushare_hub.core.cards import Node
 from gpushare_hub.core.ledger import Ledger
+from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 MPS_SERVER_COMMAND = "nvidia-cuda-mps-server"
@@ -136,7 +136,7 @@ class UsageReport:
 
 
 def slices_on_node(
-    pods: Iterable[Mapping[str, Any]], node: Node, names: ResourceNames = DEFAULT_NAMES
+    pods: Iterable[PodObject], node: Node, names: ResourceNames = DEFAULT_NAMES
 ) -> dict[str, tuple[str, dict[str, int]]]:
     """Pod UID -> (namespace/name, {card UUID: slice MiB}) for pods holding cards of ``node``.
 
@@ -161,7 +161,7 @@ def slices_on_node(
 
 def usage_report(
     processes: Iterable[GPUProcess],
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[PodObject],
     node: Node,
     names: ResourceNames = DEFAULT_NAMES,
 ) -> UsageReport:

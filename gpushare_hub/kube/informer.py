@@ -44,17 +44,18 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from ..core.demand import pod_key
-from ..core.errors import GPUShareError
+from ..core.errors import GPUShareError, InvalidObject
 from ..core.ledger import Ledger
+from ..core.objects import NodeObject, PodObject, pod_key
 from ..core.records import IgnoredRecord
 from ..core.resources import DEFAULT_NAMES, ResourceNames
+from ..core.shapes import read_node, read_pod
 from .api import DEFAULT_TIMEOUTS, PAGE, ApiError, Resource, Timeouts, paged
 
 log = logging.getLogger("gpushare.informer")
 
-Handler = Callable[[str, dict[str, Any]], None]
-PodFilter = Callable[[Mapping[str, Any]], bool]
+Handler = Callable[[str, Any], None]  # (event type, the PodObject or NodeObject)
+PodFilter = Callable[[PodObject], bool]
 IgnoredHandler = Callable[[IgnoredRecord], None]
 KINDS = ("nodes", "pods")
 
@@ -107,11 +108,13 @@ class LedgerInformer:
 
     # ---- subscribing ---------------------------------------------------------------------
     def on_pod(self, handler: Handler) -> None:
-        """Call ``handler(event type, pod)`` after the ledger applied each pod event."""
+        """Call ``handler(event type, pod)`` after the ledger applied each pod event (the pod as a
+        :class:`~gpushare_hub.core.objects.PodObject`, read once here)."""
         self._handlers["pods"].append(handler)
 
     def on_node(self, handler: Handler) -> None:
-        """Call ``handler(event type, node)`` after the ledger applied each node event."""
+        """Call ``handler(event type, node)`` after the ledger applied each node event (a
+        :class:`~gpushare_hub.core.objects.NodeObject`)."""
         self._handlers["nodes"].append(handler)
 
     def on_ignored(self, handler: IgnoredHandler) -> None:
@@ -176,54 +179,61 @@ class LedgerInformer:
         self._tasks = []
 
     # ---- applying objects ----------------------------------------------------------------
-    def apply(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
-        """Apply one event to the ledger, then tell the subscribers."""
+    def apply(self, kind: str, etype: str, obj: Mapping[str, Any]) -> None:
+        """Read one event's object (:mod:`gpushare_hub.core.shapes`), apply it to the ledger,
+        then tell the subscribers. An object that cannot be read is left out, with the field
+        named in the log (the API server validates what it stores, so this is a bug elsewhere)."""
         deleted = etype == "DELETED"
-        if kind == "nodes":
-            self._apply_node(obj, deleted)
+        typed: NodeObject | PodObject
+        try:
+            typed = read_node(obj) if kind == "nodes" else read_pod(obj)
+        except InvalidObject as err:
+            name = str((obj.get("metadata") or {}).get("name", "?")) if kind == "nodes" else pod_key(obj)
+            log.warning("cannot read %s %s (%s); it is left out", kind[:-1], name, err)
+            if kind == "nodes":
+                self.ledger.mark_unreadable(name, f"cannot be read ({err})")
+            return
+        if isinstance(typed, NodeObject):
+            self._apply_node(typed, deleted)
+            key = typed.name
         else:
-            self._apply_pod(obj, deleted)
-        meta = obj.get("metadata") or {}
-        key = str(meta.get("name")) if kind == "nodes" else pod_key(obj)
+            self._apply_pod(typed, deleted)
+            key = typed.key
         reported = self._reported[kind]
-        if kind == "pods" and self.keep_pod is not None:
-            if not deleted and not self.keep_pod(obj):
+        if isinstance(typed, PodObject) and self.keep_pod is not None:
+            if not deleted and not self.keep_pod(typed):
                 etype, deleted = "DELETED", True  # it no longer can: subscribers forget it
             if deleted and key not in reported:
                 return  # never told: nothing to take back
         if deleted:
             reported.pop(key, None)
+        elif isinstance(typed, PodObject):
+            reported[key] = {"namespace": typed.namespace, "name": typed.name, "uid": typed.uid}
         else:
-            reported[key] = {k: meta[k] for k in ("namespace", "name", "uid") if k in meta}
+            reported[key] = {"name": typed.name, "uid": typed.uid}
         for handler in self._handlers[kind]:
             try:
-                handler(etype, obj)
+                handler(etype, typed)
             except Exception:
                 log.exception("a %s event handler failed", kind)
 
-    def _apply_node(self, obj: dict[str, Any], deleted: bool) -> None:
-        name = str((obj.get("metadata") or {}).get("name", "?"))
+    def _apply_node(self, obj: NodeObject, deleted: bool) -> None:
         if deleted:
-            self.ledger.remove_node(name)
+            self.ledger.remove_node(obj.name)
             return
         try:
             self._tell_ignored(self.ledger.observe_node(obj))
         except GPUShareError as err:
             # Never keep the old cards of a node whose inventory broke: take it out of
             # placement, keep its pods' holds (they wait in the ledger), and say why.
-            log.warning("node %s: %s", name, err)
-            self.ledger.mark_unreadable(name, str(err))
-        except Exception as err:  # a reader's bug must not stop the list of every other object
-            log.exception("node %s could not be read; it is taken out of placement", name)
-            self.ledger.mark_unreadable(name, f"cannot be read ({type(err).__name__}: {err})")
+            log.warning("node %s: %s", obj.name, err)
+            self.ledger.mark_unreadable(obj.name, str(err))
 
-    def _apply_pod(self, obj: dict[str, Any], deleted: bool) -> None:
+    def _apply_pod(self, obj: PodObject, deleted: bool) -> None:
         try:
             ignored = self.ledger.observe_pod(obj, deleted=deleted)
         except GPUShareError as err:
-            log.warning("ignoring pod %s: %s", pod_key(obj), err)
-        except Exception:  # a reader's bug must not stop the list of every other object
-            log.exception("ignoring pod %s: it could not be read", pod_key(obj))
+            log.warning("ignoring pod %s: %s", obj.key, err)
         else:
             if ignored is not None:
                 self._tell_ignored([ignored])

@@ -41,9 +41,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.demand import demand_from_pod, pod_key
+from ..core.demand import demand_from_pod
 from ..core.errors import GPUShareError
+from ..core.objects import pod_key
 from ..core.resources import DEFAULT_NAMES
+from ..core.shapes import read_pod
 from ..demo.fakegpu import site_dir
 from .devicemanager import DeviceManager, DeviceUnavailable
 from .podprocess import Exit, KnownImage, NotRunnable, exit_status, parse_image, process_spec
@@ -409,7 +411,7 @@ class NodeAgent:
     ) -> None:
         uid, key = pod["metadata"]["uid"], pod_key(pod)
         try:
-            demand = demand_from_pod(pod, self.names)
+            demand = demand_from_pod(read_pod(pod), self.names)
         except GPUShareError as err:
             self._say_once(uid, logging.WARNING, "pod %s: %s; not started", key, err)
             return

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,6 +23,7 @@ from traitlets.config import Application
 
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.isolation import COOPERATIVE, MPS
+from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
@@ -527,11 +527,10 @@ class GPUShareDevicePlugin(Application):
         log.info("start-up hook removed from %s: nothing on this node uses it", folder)
 
 
-def holds_a_slice(pod: Mapping[str, Any], names: ResourceNames) -> bool:
+def holds_a_slice(pod: PodObject, names: ResourceNames) -> bool:
     """A pod, not finished, that may hold or wait for a slice (the core's test: it names a GPU
     resource or carries an allocation record)."""
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in ("Succeeded", "Failed") and may_hold_slice(pod, names)
+    return pod.phase not in ("Succeeded", "Failed") and may_hold_slice(pod, names)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from typing import Any
 
@@ -19,11 +20,15 @@ from gpushare_hub.core.names import (
     MPS_LABEL,
     MPS_MULTI_USER_LABEL,
 )
+from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import in_cluster_access, read_kubeconfig
+from gpushare_hub.kube.reading import readable_pods
 from gpushare_hub.kube.rest import RestClient
 
 from .state import PodSource
+
+log = logging.getLogger("gpushare.plugin")
 
 # Seconds per API call (to connect, and for each wait on the answer). Allocate makes up to two
 # (list the node's pods, mark one assigned) and the kubelet calls it without a deadline: a slow
@@ -55,8 +60,10 @@ class KubePods(PodSource):
     def __init__(self, api: RestClient) -> None:
         self.api = api
 
-    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        return self.api.list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"})
+    def pods_on_node(self, node: str) -> list[PodObject]:
+        """The node's pods, read (:func:`~gpushare_hub.core.shapes.read_pod`); one that cannot be
+        read is left out with the field named in the log (it gets no card)."""
+        return readable_pods(self.api.list("/api/v1/pods", {"fieldSelector": f"spec.nodeName={node}"}), log)
 
     def mark_assigned(self, namespace: str, name: str, uid: str) -> None:
         """The uid is a precondition: a pod recreated under the same name is not marked."""

@@ -32,16 +32,15 @@ extender wrote, never the device IDs the kubelet picked.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from gpushare_hub.core.cards import Card, Node
-from gpushare_hub.core.demand import pod_key
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.handout import count_handouts, handouts
 from gpushare_hub.core.ledger import Ledger
 from gpushare_hub.core.names import GPU_MEM_ASSUME_TIME
+from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
@@ -84,7 +83,7 @@ class Waiting:
 
 
 def waiting_containers(
-    pods: Iterable[Mapping[str, Any]],
+    pods: Iterable[PodObject],
     node: Node,
     served: set[tuple[str, str]],
     names: ResourceNames = DEFAULT_NAMES,
@@ -103,23 +102,21 @@ def waiting_containers(
     for pod in pods:
         try:
             refused = ledger.observe_pod(pod)
-        except Exception:  # one pod nobody can read must not fail every Allocate on the node
-            log.exception("pod %s on node %s could not be read; it gets no card", pod_key(pod), node.name)
+        except GPUShareError as err:  # one pod nobody can read must not fail every Allocate on the node
+            log.warning("pod %s on node %s gets no card: %s", pod.key, node.name, err)
             continue
         if refused is not None and ignored is not None:
             ignored.append(refused)
     out = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        ann = meta.get("annotations") or {}
-        if meta.get("deletionTimestamp"):
+        if pod.deletion_timestamp:
             continue
-        uid = str(meta.get("uid", ""))
-        alloc = ledger.allocation(pod_key(pod))
+        uid = pod.uid
+        alloc = ledger.allocation(pod.key)
         if alloc is None or alloc.assigned or alloc.uid != uid or alloc.node != node.name:
             continue
         try:
-            assumed = int(ann.get(GPU_MEM_ASSUME_TIME, "0"))
+            assumed = int(pod.annotations.get(GPU_MEM_ASSUME_TIME, "0"))
         except ValueError:
             assumed = 0
         mem = handouts(alloc.containers)
@@ -130,7 +127,7 @@ def waiting_containers(
                 )
         cards = [c.uuid for c in alloc.cards]
         with_mem = {h.container for h in mem}
-        for h in count_handouts(pod.get("spec") or {}, cards, names.count, alloc.key):
+        for h in count_handouts(pod, cards, names.count):
             w = Waiting(
                 alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards,
                 resource=COUNT, alone=h.container not in with_mem,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from gpushare_hub.core.cards import Card, Node
+from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.records import Ignored, IgnoredRecord
 
 from .api import deviceplugin_v1beta1_pb2 as pb
@@ -29,7 +29,7 @@ log = logging.getLogger("gpushare.plugin")
 class PodSource:
     """How the plugin reads the pods of its node and marks them served (the API server)."""
 
-    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+    def pods_on_node(self, node: str) -> list[PodObject]:
         raise NotImplementedError
 
     def mark_assigned(self, namespace: str, name: str, uid: str) -> None:

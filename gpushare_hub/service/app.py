@@ -48,7 +48,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Application, Config
 
-from gpushare_hub.core import Ledger, ResourceNames, pod_key
+from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.core.report import (
     NodeFacts,
@@ -120,7 +120,7 @@ class Cluster:
         informer.on_pod(self._on_pod)
         return informer  # type: ignore[no-any-return]
 
-    def _on_node(self, etype: str, obj: dict[str, Any]) -> None:
+    def _on_node(self, etype: str, obj: NodeObject) -> None:
         self._version += 1
         facts = node_facts(obj, self.names)
         if etype != "DELETED" and (facts.offers_gpu_memory or self._ledger.node(facts.name) is not None):
@@ -128,13 +128,13 @@ class Cluster:
         else:
             self.nodes.pop(facts.name, None)
 
-    def _on_pod(self, etype: str, obj: dict[str, Any]) -> None:
+    def _on_pod(self, etype: str, obj: PodObject) -> None:
         self._version += 1
         facts = None if etype == "DELETED" else pod_facts(obj, self.names, self.hub_namespaces)
         if facts is not None:
             self.pods[facts.key] = facts
         else:
-            self.pods.pop(pod_key(obj), None)
+            self.pods.pop(obj.key, None)
 
     def pending(self) -> dict[str, PendingPod]:
         """The GPU pods on no node yet, by ``namespace/name`` (for the metrics)."""

@@ -8,11 +8,10 @@ chosen), :class:`Waiting` (why, and how many are ahead), or :class:`NeverFits`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from gpushare_hub.core import AllocationRecord, Demand, GPUShareError, Ledger, demand_from_pod, pod_key
+from gpushare_hub.core import AllocationRecord, Demand, GPUShareError, Ledger, PodObject, demand_from_pod
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 
@@ -44,9 +43,8 @@ class NeverFits:
 SpawnStatus = Bound | Waiting | NeverFits
 
 
-def _created(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = pod.get("metadata") or {}
-    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+def _created(pod: PodObject) -> tuple[str, str]:
+    return (pod.creation_timestamp, pod.name)
 
 
 def _models_overlap(a: Demand, b: Demand) -> bool:
@@ -55,17 +53,14 @@ def _models_overlap(a: Demand, b: Demand) -> bool:
     return bool({m.lower() for m in a.models} & {m.lower() for m in b.models})
 
 
-def queue_position(pod: Mapping[str, Any], queue: Iterable[Mapping[str, Any]], demand: Demand) -> int:
+def queue_position(pod: PodObject, queue: Iterable[PodObject], demand: Demand) -> int:
     """Pods created before ``pod``, not yet bound, asking GPU memory of an overlapping model."""
     mine = _created(pod)
-    key = pod_key(pod)
-    scheduler = (pod.get("spec") or {}).get("schedulerName")
     ahead = 0
     for other in queue:
-        spec = other.get("spec") or {}
-        if pod_key(other) == key or spec.get("nodeName") or spec.get("schedulerName") != scheduler:
+        if other.key == pod.key or other.node_name or other.scheduler_name != pod.scheduler_name:
             continue
-        if (other.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if other.phase in ("Succeeded", "Failed"):
             continue
         if _created(other) >= mine:
             continue
@@ -78,14 +73,12 @@ def queue_position(pod: Mapping[str, Any], queue: Iterable[Mapping[str, Any]], d
     return ahead
 
 
-def spawn_status(
-    ledger: Ledger, pod: Mapping[str, Any], queue: Iterable[Mapping[str, Any]] = ()
-) -> SpawnStatus | None:
+def spawn_status(ledger: Ledger, pod: PodObject, queue: Iterable[PodObject] = ()) -> SpawnStatus | None:
     """Where the server's pod stands. ``None``: it asks for no GPU memory."""
     demand = demand_from_pod(pod, ledger.names)
     if demand is None:
         return None
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ALLOCATION_ANNOTATION)
+    raw = pod.annotations.get(ALLOCATION_ANNOTATION)
     if raw:
         rec = AllocationRecord.from_json(raw, where=f"pod {demand.key}")
         first = min(rec.cards, key=lambda c: c.index)
@@ -100,7 +93,7 @@ def spawn_status(
             card_units=card.units if card else 0,
             cards=len(rec.cards),
         )
-    a = availability(ledger, demand, (pod.get("spec") or {}).get("nodeSelector"))
+    a = availability(ledger, demand, pod.node_selector)
     if a.permanent:
         return NeverFits(demand, a)
     return Waiting(demand, a, queue_position(pod, queue, demand))

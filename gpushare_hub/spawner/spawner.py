@@ -19,12 +19,13 @@ from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from tornado import web
 from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
 
-from gpushare_hub.core import ResourceNames
+from gpushare_hub.core import PodObject, ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from gpushare_hub.core.names import SERVICE_URL_ENV
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
+from gpushare_hub.kube.reading import readable_pod, readable_pods
 
 from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
 from .pod import SlicePod, apply_slice
@@ -485,16 +486,18 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         self.gpushare_slice, self.gpushare_gib = None, 0
 
     # ---- start and progress -------------------------------------------------------------
-    def _pod_object(self) -> Mapping[str, Any] | None:
+    def _pod_object(self) -> PodObject | None:
+        """This server's pod from KubeSpawner's reflector, read (None while there is none)."""
         reflector = self.pod_reflector
         if reflector is None:
             return None
         pod: Mapping[str, Any] | None = reflector.pods.get(f"{self.namespace}/{self.pod_name}")
-        return pod
+        return readable_pod(pod, self.log) if pod is not None else None
 
-    def _queue(self) -> Sequence[Mapping[str, Any]]:
+    def _queue(self) -> Sequence[PodObject]:
         reflector = self.pod_reflector
-        return list(reflector.pods.values()) if reflector is not None else []
+        pods = list(reflector.pods.values()) if reflector is not None else []
+        return readable_pods(pods, self.log)
 
     def start(self) -> asyncio.Future[Any]:
         """KubeSpawner's start, raced against a check that the pod can ever fit."""

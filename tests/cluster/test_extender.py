@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from gpushare_hub.core import Ledger
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
+from tests.objects import read_nodes, read_pods
 
 SCHED = "gpushare-scheduler"
 
@@ -46,7 +47,9 @@ def check_no_overcommit_from_the_api_server(cluster, nodes: list[str]) -> Ledger
     """Rebuild a ledger from what the API server holds and check every card."""
     all_nodes = cluster.get_json("/api/v1/nodes")["items"]
     all_pods = cluster.get_json("/api/v1/pods")["items"]
-    ledger = Ledger.from_objects([n for n in all_nodes if n["metadata"]["name"] in nodes], all_pods)
+    ledger = Ledger.from_objects(
+        read_nodes([n for n in all_nodes if n["metadata"]["name"] in nodes]), read_pods(all_pods)
+    )
     assert ledger.overcommitted() == []
     return ledger
 

@@ -24,6 +24,7 @@ from gpushare_hub.core import Ledger
 from gpushare_hub.localcluster.cluster import LocalCluster
 from tests.cluster.test_extender import allocation, bound, check_no_overcommit_from_the_api_server, inspect
 from tests.conftest import gpu_pod, wait_for
+from tests.objects import read_nodes, read_pods
 
 SCHED = "gpushare-faults"
 ROUNDS = int(os.environ.get("GPUSHARE_FAULT_ROUNDS", "1"))
@@ -95,7 +96,9 @@ def _bound_or_none(cluster: LocalCluster, namespace: str, count: int) -> list[di
 def ledger_matches_the_api_server(cluster: LocalCluster, url: str, nodes: list[str]) -> bool:
     all_nodes = cluster.get_json("/api/v1/nodes")["items"]
     all_pods = cluster.get_json("/api/v1/pods")["items"]
-    truth = Ledger.from_objects([n for n in all_nodes if n["metadata"]["name"] in nodes], all_pods)
+    truth = Ledger.from_objects(
+        read_nodes([n for n in all_nodes if n["metadata"]["name"] in nodes]), read_pods(all_pods)
+    )
 
     def shape(snap: dict[str, Any]) -> dict[tuple[str, str], tuple[int, list[str]]]:
         return {

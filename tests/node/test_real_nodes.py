@@ -33,6 +33,7 @@ from gpushare_hub.plugin.response import HOOK_CONTAINER_PATH
 from tests.conftest import wait_for
 from tests.doccommands import ROOT, doc_block, substitute
 from tests.node.conftest import Hub
+from tests.objects import read_pod
 
 USERS = ("alice", "bob")
 SLICE = "t4-5g"
@@ -64,7 +65,7 @@ def exec_in(stack: RealStack, namespace: str, pod: str, *argv: str) -> str:
 
 
 def card_of(pod: dict[str, Any]) -> str:
-    alloc = read_allocation(pod)
+    alloc = read_allocation(read_pod(pod))
     assert isinstance(alloc, Allocation), (pod["metadata"].get("annotations"), alloc)
     (share,) = alloc.cards
     return str(share.uuid)

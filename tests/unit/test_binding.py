@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from gpushare_hub.core import Ledger
+from gpushare_hub.core import Ledger, PodObject
 from gpushare_hub.extender.binding import Binder, Outcome, Phase
 from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.kube import ApiError
+from tests.objects import read_node, read_pod
 
 from .helpers import node_obj, pod_obj
 
@@ -26,13 +27,13 @@ class FakeKube:
         self.reads_fail: BaseException | None = None
         self.gate: asyncio.Event | None = None
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+    async def get_pod(self, namespace: str, name: str) -> PodObject:
         if self.reads_fail:
             raise self.reads_fail
         pod = self.pods.get(f"{namespace}/{name}")
         if pod is None:
             raise ApiError(status=404, reason="not found")
-        return copy.deepcopy(pod)
+        return read_pod(copy.deepcopy(pod))
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         if self.gate is not None:
@@ -49,7 +50,7 @@ class FakeKube:
 
 def make(settle: float = 0.3) -> tuple[Binder, FakeKube, Ledger]:
     ledger = Ledger()
-    ledger.observe_node(node_obj("gpu-1"))
+    ledger.observe_node(read_node(node_obj("gpu-1")))
     kube = FakeKube()
     decisions = Decisions(ledger)
     binder = Binder(kube, lambda: decisions, ledger.names, settle=settle)  # type: ignore[arg-type]
@@ -71,7 +72,7 @@ async def test_a_lost_answer_keeps_the_card_until_the_api_server_shows_the_outco
     kube.pods["jhub/a"] = pod_obj("a", 5)
     kube.bind_fails, kube.apply_despite_failure = TimeoutError(), applied
     kube.reads_fail = ConnectionRefusedError("API server down")
-    binder.remember(pod_obj("a", 5))  # as filter saw it
+    binder.remember(read_pod(pod_obj("a", 5)))  # as filter saw it
     result = await binder.bind("jhub", "a", "uid-a", "gpu-1")
     assert result.outcome is Outcome.UNKNOWN and "stays reserved" in result.error()
     assert ledger.totals()[0] == 5 and binder.phase("jhub/a") is Phase.UNKNOWN
@@ -110,10 +111,10 @@ async def test_a_second_bind_while_the_first_is_in_flight_changes_nothing():
 async def test_a_pod_copy_from_filter_time_is_not_trusted_once_the_ledger_holds_the_pod():
     binder, kube, ledger = make()
     kube.pods["jhub/a"] = pod_obj("a", 5)
-    binder.remember(pod_obj("a", 5))
+    binder.remember(read_pod(pod_obj("a", 5)))
     assert (await binder.bind("jhub", "a", "uid-a", "gpu-1")).outcome is Outcome.BOUND
-    binder.on_pod("MODIFIED", kube.pods["jhub/a"])  # the watch saw it bound: settled
-    ledger.observe_pod(kube.pods["jhub/a"])
-    binder.remember(pod_obj("a", 5))  # a replayed filter, unbound copy
+    binder.on_pod("MODIFIED", read_pod(kube.pods["jhub/a"]))  # the watch saw it bound: settled
+    ledger.observe_pod(read_pod(kube.pods["jhub/a"]))
+    binder.remember(read_pod(pod_obj("a", 5)))  # a replayed filter, unbound copy
     replay = await binder.bind("jhub", "a", "uid-a", "gpu-1")
     assert replay.outcome is Outcome.ALREADY_BOUND and ledger.totals()[0] == 5

@@ -10,6 +10,7 @@ import yaml
 from gpushare_hub.core import demand_from_pod
 from gpushare_hub.extender.admission import Identities, admission_yaml
 from gpushare_hub.extender.schedconfig import scheduler_config
+from tests.objects import read_pod
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -38,7 +39,7 @@ def test_scheduler_config_example_is_what_the_extender_prints():
 
 
 def test_notebook_example_asks_a_5_gib_t4_slice():
-    d = demand_from_pod(yaml.safe_load((EXAMPLES / "notebook-5gib-pod.yaml").read_text()))
+    d = demand_from_pod(read_pod(yaml.safe_load((EXAMPLES / "notebook-5gib-pod.yaml").read_text())))
     assert d is not None and (d.per_card, d.count, d.models) == (5, 1, ("Tesla-T4",))
 
 

@@ -11,6 +11,7 @@ from gpushare_hub.core.names import ALLOCATOR_ANNOTATION, GPU_MEM_ASSIGNED
 from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.extender.schedconfig import scheduler_config
 from gpushare_hub.extender.wire import BadRequest, BindingArgs, ExtenderArgs, filter_result, priority_list
+from tests.objects import read_nodes, read_pod, read_pods
 
 from .helpers import node_obj, pod_obj
 
@@ -25,7 +26,7 @@ def decisions(*names: str, allocator: bool = False) -> Decisions:
     if allocator:
         for n in nodes:
             n["metadata"]["annotations"][ALLOCATOR_ANNOTATION] = "gpushare-device-plugin"
-    return Decisions(Ledger.from_objects(nodes, []))
+    return Decisions(Ledger.from_objects(read_nodes(nodes), read_pods([])))
 
 
 @pytest.mark.parametrize("capital", [True, False])
@@ -77,8 +78,8 @@ def test_binding_args_need_names_and_node():
 
 def test_filter_keeps_fitting_nodes_and_explains_the_rest():
     d = decisions("gpu-1", "gpu-2")
-    d.bind(pod_obj("a", 14), "gpu-1")
-    d.bind(pod_obj("b", 14), "gpu-1")
+    d.bind(read_pod(pod_obj("a", 14)), "gpu-1")
+    d.bind(read_pod(pod_obj("b", 14)), "gpu-1")
     out = d.filter(args(pod_obj("c", 3), ["gpu-1", "gpu-2", "cpu-9"]))
     assert out.passed == ["gpu-2"]
     assert "largest free block is 1 GiB" in out.failed["gpu-1"]
@@ -107,7 +108,7 @@ def test_pods_without_our_resource_pass_untouched():
 
 def test_prioritize_follows_the_pods_policy_annotation():
     d = decisions("gpu-1", "gpu-2")
-    d.bind(pod_obj("a", 5), "gpu-1")
+    d.bind(read_pod(pod_obj("a", 5)), "gpu-1")
     packed = d.prioritize(args(pod_obj("x", 3), ["gpu-1", "gpu-2"]))
     spread = d.prioritize(
         args(pod_obj("y", 3, annotations={"gpushare-hub.io/policy": "spread"}), ["gpu-1", "gpu-2"])
@@ -121,33 +122,33 @@ def test_prioritize_follows_the_pods_policy_annotation():
 
 def test_bind_records_the_card_and_a_stale_pod_copy_never_frees_it():
     d = decisions("gpu-1")
-    p = d.bind(pod_obj("a", 5), "gpu-1")
+    p = d.bind(read_pod(pod_obj("a", 5)), "gpu-1")
     assert isinstance(p, Placement) and d.ledger.allocation("jhub/a").assumed
     # The pod copy has no nodeName, but the first bind may have gone through: the binder,
     # not a second bind, decides when that reservation goes.
-    again = d.bind(pod_obj("a", 5), "gpu-1")
+    again = d.bind(read_pod(pod_obj("a", 5)), "gpu-1")
     assert not isinstance(again, Placement) and "already holds cards on node gpu-1" in again.reason
     assert d.ledger.totals()[0] == 5 and d.ledger.allocation("jhub/a").cards == p.cards
 
 
 def test_same_size_pods_wait_for_allocation_rather_than_spread_over_cards_of_a_plugin_node():
     d = decisions("gpu-1", allocator=True)
-    first = d.bind(pod_obj("a", 10), "gpu-1")
-    second = d.bind(pod_obj("b", 10), "gpu-1")  # card 0 has 5 left: would need card 1
+    first = d.bind(read_pod(pod_obj("a", 10)), "gpu-1")
+    second = d.bind(read_pod(pod_obj("b", 10)), "gpu-1")  # card 0 has 5 left: would need card 1
     assert isinstance(first, Placement)
     assert not isinstance(second, Placement) and "ambiguous for the device plugin" in second.reason
-    assert isinstance(d.bind(pod_obj("c", 5), "gpu-1"), Placement)  # another size is fine
+    assert isinstance(d.bind(read_pod(pod_obj("c", 5)), "gpu-1"), Placement)  # another size is fine
     # the plugin marks the first one allocated: now the second may take card 1
     ann = first.record().pod_annotations({u.uuid: 15 for u in first.cards}, 1) | {GPU_MEM_ASSIGNED: "true"}
-    d.ledger.observe_pod(pod_obj("a", 10, annotations=ann, node="gpu-1", phase="Running"))
-    second = d.bind(pod_obj("b", 10), "gpu-1")
+    d.ledger.observe_pod(read_pod(pod_obj("a", 10, annotations=ann, node="gpu-1", phase="Running")))
+    second = d.bind(read_pod(pod_obj("b", 10)), "gpu-1")
     assert isinstance(second, Placement) and second.cards[0].index == 1
 
 
 def test_same_size_pods_share_a_card_while_unallocated():
     d = decisions("gpu-1", allocator=True)
-    a = d.bind(pod_obj("a", 3), "gpu-1")
-    b = d.bind(pod_obj("b", 3), "gpu-1")
+    a = d.bind(read_pod(pod_obj("a", 3)), "gpu-1")
+    b = d.bind(read_pod(pod_obj("b", 3)), "gpu-1")
     assert isinstance(a, Placement) and isinstance(b, Placement) and a.cards == b.cards
 
 
@@ -164,11 +165,11 @@ def test_generated_scheduler_config_uses_every_verb_on_our_resource():
 
 def test_a_pod_held_only_by_the_short_ambiguity_hold_is_retried_not_parked():
     d = decisions("gpu-1", allocator=True)
-    assert isinstance(d.bind(pod_obj("a", 10), "gpu-1"), Placement)
+    assert isinstance(d.bind(read_pod(pod_obj("a", 10)), "gpu-1"), Placement)
     out = d.filter(args(pod_obj("b", 10), ["gpu-1"]))
     assert out.passed == [] and out.error.startswith("retrying shortly: node gpu-1 is still handing")
     d2 = decisions("gpu-1", "gpu-2", allocator=True)
-    d2.bind(pod_obj("a", 10), "gpu-1")
+    d2.bind(read_pod(pod_obj("a", 10)), "gpu-1")
     out = d2.filter(args(pod_obj("b", 10), ["gpu-1", "gpu-2"]))
     assert out.passed == ["gpu-2"] and out.error == ""  # another node will do: no error
 
@@ -176,7 +177,7 @@ def test_a_pod_held_only_by_the_short_ambiguity_hold_is_retried_not_parked():
 def test_filter_says_each_nodes_verdict_in_the_documented_words_and_retries_only_for_a_handout():
     d = decisions("gpu-1", "gpu-2", allocator=True)
     for name, units, node in [("a", 14, "gpu-1"), ("b", 13, "gpu-1"), ("c", 10, "gpu-2")]:
-        assert isinstance(d.bind(pod_obj(name, units), node), Placement)
+        assert isinstance(d.bind(read_pod(pod_obj(name, units)), node), Placement)
     out = d.filter(args(pod_obj("x", 3), ["gpu-1", "cpu-9"]))
     assert out.failed == {
         "gpu-1": "no card on node gpu-1 has 3 GiB free; the largest free block is 2 GiB (card 1)"

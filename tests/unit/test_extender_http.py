@@ -19,6 +19,7 @@ from gpushare_hub.extender.app import make_ops_server, make_server
 from gpushare_hub.extender.service import ExtenderService
 from gpushare_hub.localcluster.pki import PKI, Credential
 from gpushare_hub.localcluster.processes import free_port
+from tests.objects import read_node
 
 from .helpers import node_obj, pod_obj
 
@@ -60,7 +61,7 @@ def serving_any(make: Callable[[], HTTPServer]) -> Iterator[int]:
 def server() -> Iterator[tuple[int, ExtenderService]]:
     service = ExtenderService(kube=None)
     for name in ("gpu-1", "gpu-2"):
-        service.ledger.observe_node(node_obj(name))
+        service.ledger.observe_node(read_node(node_obj(name)))
     service.informer.synced = True
     with serving(service) as port:
         yield port, service

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpushare_hub.core import Ledger, Placement
+from gpushare_hub.core import Ledger, Placement, PodObject
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED
 from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.plugin.backends import SimulatedBackend
@@ -17,6 +17,7 @@ from gpushare_hub.plugin.devices import device_ids
 from gpushare_hub.plugin.matching import COUNT
 from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState, PodSource
+from tests.objects import read_node, read_pod, read_pods
 
 from .helpers import node_obj, pod_obj
 
@@ -30,13 +31,13 @@ class ApiPods(PodSource):
         self.pods: dict[str, dict[str, Any]] = {}
         self.ledger = ledger
 
-    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        return [p for p in self.pods.values() if p["spec"].get("nodeName") == node]
+    def pods_on_node(self, node: str) -> list[PodObject]:
+        return read_pods(p for p in self.pods.values() if p["spec"].get("nodeName") == node)
 
     def mark_assigned(self, namespace: str, name: str, uid: str) -> None:
         pod = self.pods[f"{namespace}/{name}"]
         pod["metadata"]["annotations"][GPU_MEM_ASSIGNED] = "true"
-        self.ledger.observe_pod(pod)
+        self.ledger.observe_pod(read_pod(pod))
 
 
 def container(name: str, units: int) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def test_every_container_gets_the_card_the_extender_wrote(cards, shapes, script)
     node = node_obj(NODE, cards=cards, mib=6 * 1024)  # small 6 GiB cards: holds and waits happen
     node["metadata"]["annotations"]["gpushare-hub.io/allocator"] = "gpushare-device-plugin"
     ledger = Ledger()
-    ledger.observe_node(node)
+    ledger.observe_node(read_node(node))
     decisions = Decisions(ledger)
     api = ApiPods(ledger)
     backend = SimulatedBackend(f"{cards}x Tesla T4:{6 * 1024}", NODE)
@@ -88,7 +89,7 @@ def test_every_container_gets_the_card_the_extender_wrote(cards, shapes, script)
     node["metadata"]["annotations"]["gpushare-hub.io/cards"] = json.dumps(
         [{"uuid": u, "index": i, "model": "Tesla-T4", "mib": 6144, "units": 6} for i, u in enumerate(uuids)]
     )
-    ledger.observe_node(node)
+    ledger.observe_node(read_node(node))
     plugin = PluginState(backend, api, Settings(node=NODE))
     every_id = [i for c in plugin.cards for i in device_ids(c)]
     unplaced = {f"jhub/p{i}": build(f"p{i}", s) for i, s in enumerate(shapes)}
@@ -96,14 +97,14 @@ def test_every_container_gets_the_card_the_extender_wrote(cards, shapes, script)
     for action, pick in script:
         if action == "place" and unplaced:
             key = sorted(unplaced)[pick % len(unplaced)]
-            decision = decisions.bind(unplaced[key], NODE)
+            decision = decisions.bind(read_pod(unplaced[key]), NODE)
             if isinstance(decision, Placement):
                 pod = unplaced.pop(key)
                 pod["spec"]["nodeName"] = NODE
                 units = decisions.card_units(decision)
                 pod["metadata"]["annotations"].update(decision.record().pod_annotations(units, len(placed)))
                 api.pods[key] = pod
-                ledger.observe_pod(pod)
+                ledger.observe_pod(read_pod(pod))
                 placed.append(key)
         elif action == "admit" and placed:
             key = placed.pop(pick % len(placed))  # the kubelet admits placed pods in any order
@@ -126,5 +127,5 @@ def test_every_container_gets_the_card_the_extender_wrote(cards, shapes, script)
         elif action == "delete" and placed:
             key = placed.pop(pick % len(placed))
             pod = api.pods.pop(key)
-            ledger.observe_pod(pod, deleted=True)
+            ledger.observe_pod(read_pod(pod), deleted=True)
     assert ledger.overcommitted() == []

@@ -20,6 +20,7 @@ from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.extender.wire import BadRequest
 from gpushare_hub.kube import LedgerInformer
 from gpushare_hub.plugin.matching import waiting_containers
+from tests.objects import read_node, read_nodes, read_pod, read_pods
 
 from .helpers import node_obj, pod_obj
 from .test_extender_decisions import args
@@ -45,7 +46,7 @@ def poisoned(name: str, raw: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("raw", POISON, ids=range(len(POISON)))
 def test_a_poisoned_allocation_record_holds_no_card_and_says_why(raw):
-    got = read_allocation(poisoned("evil", raw), None)
+    got = read_allocation(read_pod(poisoned("evil", raw)), None)
     assert isinstance(got, IgnoredRecord), got
     assert "it holds no card" in got.message()
 
@@ -62,12 +63,12 @@ def test_poisoned_pods_stop_no_reader():
         inf.apply("pods", "ADDED", pod)
     assert inf.ledger.used("gpu-1", UUID) == 5 and inf.ledger.allocation("jhub/good") is not None
 
-    report = build_report([node], pods)  # kubectl inspect gpushare and the hub service
+    report = build_report(read_nodes([node]), read_pods(pods))  # kubectl inspect gpushare and the hub service
     held = [p.name for n in report.nodes for c in n.cards for p in c.pods]
     assert held == ["good"] and len(report.warnings) == len(POISON)
 
     ignored: list[IgnoredRecord] = []  # the device plugin's Allocate
-    waiting = waiting_containers(pods, node_from_k8s(node), set(), ignored=ignored)
+    waiting = waiting_containers(read_pods(pods), node_from_k8s(read_node(node)), set(), ignored=ignored)
     assert [w.pod for w in waiting] == ["jhub/good"] and len(ignored) == len(POISON)
 
 
@@ -83,7 +84,7 @@ def test_a_poisoned_card_inventory_is_refused_with_the_reason(raw):
     node = node_obj("gpu-1")
     node["metadata"]["annotations"][CARDS_ANNOTATION] = raw
     with pytest.raises(InvalidObject, match=r"gpushare-hub\.io/cards"):
-        node_from_k8s(node)
+        node_from_k8s(read_node(node))
     inf = LedgerInformer(None)
     inf.apply("nodes", "ADDED", node)
     assert inf.ledger.node("gpu-1") is None and inf.ledger.unreadable("gpu-1")
@@ -92,19 +93,23 @@ def test_a_poisoned_card_inventory_is_refused_with_the_reason(raw):
 def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():
     models = ",".join(f"m{i}" for i in range(120_000))
     pod = pod_obj("greedy", 1, annotations={"gpushare-hub.io/exclude-card-models": models})
+    with pytest.raises(InvalidObject, match=r"Pod.metadata.annotations: \d+ bytes in all, more than 262144"):
+        read_pod(pod)  # past what the API server stores: the reader refuses it
+    some = ",".join(f"m{i}" for i in range(200))  # stored, but more models than anyone lists
+    stored = pod_obj("greedy", 1, annotations={"gpushare-hub.io/exclude-card-models": some})
     with pytest.raises(InvalidObject, match=f"at most {MAX_MODELS} card models"):
-        demand_from_pod(pod)
+        demand_from_pod(read_pod(stored))
     long_name = pod_obj("long", 1, annotations={"gpushare-hub.io/card-models": "T" * 65})
     with pytest.raises(InvalidObject, match="a model of 65 characters"):
-        demand_from_pod(long_name)
+        demand_from_pod(read_pod(long_name))
     many = pod_obj("many", 1, annotations={"gpushare-hub.io/card-models": ",".join(["Tesla-T4"] * 40)})
-    assert demand_from_pod(many).models == ("Tesla-T4",)  # repeats count once  # type: ignore[union-attr]
+    assert demand_from_pod(read_pod(many)).models == ("Tesla-T4",)  # repeats count once  # type: ignore[union-attr]
     # The extender's door refuses so large an annotation before anything reads it (400) ...
     with pytest.raises(BadRequest, match=r"Pod.metadata.annotations: \d+ bytes in all, more than 262144"):
         args(pod, [f"gpu-{i}" for i in range(10)])
     # ... and a list small enough to pass the door gets the core's reason, not a weighing of every card.
     fewer = pod_obj("greedy", 1, annotations={"gpushare-hub.io/exclude-card-models": models[:20_000]})
-    d = Decisions(Ledger.from_objects([node_obj(f"gpu-{i}") for i in range(10)], []))
+    d = Decisions(Ledger.from_objects(read_nodes([node_obj(f"gpu-{i}") for i in range(10)]), read_pods([])))
     out = d.filter(args(fewer, [f"gpu-{i}" for i in range(10)]))
     assert f"at most {MAX_MODELS} card models" in out.error
 
@@ -112,8 +117,8 @@ def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():
 def test_the_whole_card_wait_names_no_other_users_pod():
     node = node_obj("gpu-1")
     node["metadata"]["annotations"]["gpushare-hub.io/allocator"] = "gpushare-device-plugin"
-    d = Decisions(Ledger.from_objects([node], []))
-    assert isinstance(d.bind(pod_obj("jupyter-bob", count=1), "gpu-1"), Placement)
+    d = Decisions(Ledger.from_objects(read_nodes([node]), read_pods([])))
+    assert isinstance(d.bind(read_pod(pod_obj("jupyter-bob", count=1)), "gpu-1"), Placement)
     out = d.filter(args(pod_obj("jupyter-alice", count=1), ["gpu-1"]))
     text = out.error + " ".join((out.failed or {}).values())
     assert "still handing whole cards" in text and "another pod" in text, out
@@ -123,10 +128,10 @@ def test_the_whole_card_wait_names_no_other_users_pod():
 def test_many_distinct_pod_shapes_do_not_grow_the_placers_caches_without_bound():
     from gpushare_hub.core.policy import MAX_SHAPES, Placer
 
-    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1")]), read_pods([]))
     placer = Placer(ledger)
     for i in range(MAX_SHAPES + 50):
         pod = pod_obj(f"p{i}", 1, annotations={"gpushare-hub.io/exclude-card-models": f"model-{i}"})
-        placer.decide(demand_from_pod(pod))  # type: ignore[arg-type]
+        placer.decide(demand_from_pod(read_pod(pod)))  # type: ignore[arg-type]
     assert len(placer._index) <= MAX_SHAPES
     assert all(len(shapes) <= MAX_SHAPES for _, shapes in placer._cache.values())

@@ -84,7 +84,7 @@ async def test_a_pod_deleted_while_the_watch_was_expired_leaves_no_phantom_hold(
     inf._resources = {"nodes": nodes, "pods": pods}  # type: ignore[dict-item]
     ledger = inf.ledger
     seen: list[tuple[str, str]] = []
-    inf.on_pod(lambda t, o: seen.append((t, o["metadata"]["name"])))
+    inf.on_pod(lambda t, o: seen.append((t, o.name)))
     await inf.start()
     await run_until(lambda: inf.relists == 3)
     await inf.stop()
@@ -106,8 +106,8 @@ async def test_a_relist_tells_subscribers_of_every_object_that_vanished_not_only
     inf = LedgerInformer(None)
     inf._resources = {"nodes": nodes, "pods": pods}  # type: ignore[dict-item]
     seen: list[tuple[str, str]] = []
-    inf.on_pod(lambda t, o: seen.append((t, o["metadata"]["name"])))
-    inf.on_node(lambda t, o: seen.append((t, o["metadata"]["name"])))
+    inf.on_pod(lambda t, o: seen.append((t, o.name)))
+    inf.on_node(lambda t, o: seen.append((t, o.name)))
     await inf.start()
     await run_until(lambda: inf.relists == 4)
     await inf.stop()
@@ -238,7 +238,7 @@ async def test_a_pod_gone_when_an_expired_list_starts_again_is_told_deleted_and_
     inf = LedgerInformer(None, page_size=2)
     inf._resources = {"nodes": nodes, "pods": pod_api}  # type: ignore[dict-item]
     seen: list[tuple[str, str]] = []
-    inf.on_pod(lambda t, o: seen.append((t, o["metadata"]["name"])))
+    inf.on_pod(lambda t, o: seen.append((t, o.name)))
     await inf.relist("nodes")
     await inf.relist("pods")
     assert [a.key for a in inf.ledger.allocations()] == ["jhub/kept"]

@@ -17,10 +17,12 @@ from gpushare_hub.core.names import (
     HUB_SERVER_ANNOTATION,
     HUB_USER_ANNOTATION,
 )
+from gpushare_hub.core.objects import NodeObject, PodObject
 from gpushare_hub.core.report import build_report
 from gpushare_hub.inspect import cli
 from gpushare_hub.inspect.render import details, summary
 from gpushare_hub.inspect.tabwriter import tabulate
+from tests.objects import read_nodes, read_pods
 from tests.unit import fakeapi
 from tests.unit.helpers import node_obj, pod_obj
 
@@ -101,6 +103,11 @@ def fixture_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [a, node_obj("gpu-b"), cpu_only], pods
 
 
+def read_cluster() -> tuple[list[NodeObject], list[PodObject]]:
+    nodes, pods = fixture_cluster()
+    return read_nodes(nodes), read_pods(pods)
+
+
 def columns(table: list[str]) -> list[list[str]]:
     """Split tabwriter lines into cells at the header's column starts."""
     header = table[0]
@@ -113,7 +120,7 @@ def columns(table: list[str]) -> list[list[str]]:
 
 
 def test_summary_has_aliyuns_columns_and_the_ledgers_numbers():
-    out = summary(build_report(*fixture_cluster())).splitlines()
+    out = summary(build_report(*read_cluster())).splitlines()
     rows = columns(out[:3])
     assert rows == [
         [
@@ -140,7 +147,7 @@ def test_summary_has_aliyuns_columns_and_the_ledgers_numbers():
 
 
 def test_details_lists_each_nodes_pods_per_card_with_the_hub_user_last():
-    out = details(build_report(*fixture_cluster())).splitlines()
+    out = details(build_report(*read_cluster())).splitlines()
     assert out[:3] == ["", "NAME:       gpu-a", "IPADDRESS:  10.0.0.1"]
     a = columns(out[4:8])
     assert a == [
@@ -162,7 +169,7 @@ def test_details_lists_each_nodes_pods_per_card_with_the_hub_user_last():
 
 
 def test_json_carries_cards_pods_hub_users_and_reasons():
-    data = build_report(*fixture_cluster()).to_json()
+    data = build_report(*read_cluster()).to_json()
     json.dumps(data)
     assert (data["used"], data["total"], data["unit"]) == (22, 60, "GiB")
     a = data["nodes"][0]
@@ -181,7 +188,7 @@ def test_json_carries_cards_pods_hub_users_and_reasons():
 def test_a_node_whose_inventory_is_unreadable_is_named_with_the_reason():
     nodes, pods = fixture_cluster()
     nodes[1]["metadata"]["annotations"][CARDS_ANNOTATION] = "not json"
-    report = build_report(nodes, pods)
+    report = build_report(read_nodes(nodes), read_pods(pods))
     out = summary(report)
     assert "Nodes whose GPU inventory cannot be read (not counted above):" in out
     line = next(x for x in out.splitlines() if x.startswith("gpu-b"))
@@ -190,7 +197,7 @@ def test_a_node_whose_inventory_is_unreadable_is_named_with_the_reason():
 
 
 def test_one_node_only():
-    report = build_report(*fixture_cluster(), only_node="gpu-b")
+    report = build_report(*read_cluster(), only_node="gpu-b")
     assert [n.name for n in report.nodes] == ["gpu-b"]
     assert report.pending == ()
 
@@ -255,10 +262,12 @@ def test_the_cli_reads_nodes_and_pods_from_the_api_server_it_is_given(tmp_path, 
     apiserver.lists["/api/v1/nodes"], apiserver.lists["/api/v1/pods"] = nodes, pods
     kc = api_kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca), "good-token")
     assert cli.main(["--kubeconfig", kc, "--context", "fake", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == build_report(nodes, pods).to_json()
+    assert json.loads(capsys.readouterr().out) == build_report(read_nodes(nodes), read_pods(pods)).to_json()
     assert [path for path, *_ in apiserver.requests] == ["/prefix/api/v1/nodes", "/prefix/api/v1/pods"]
     assert cli.main(["--kubeconfig", kc, "--context", "fake", "gpu-b"]) == 0
-    assert capsys.readouterr().out == summary(build_report(nodes, pods, only_node="gpu-b"))
+    assert capsys.readouterr().out == summary(
+        build_report(read_nodes(nodes), read_pods(pods), only_node="gpu-b")
+    )
     assert apiserver.requests[-1][1]["fieldSelector"] == ["spec.nodeName=gpu-b"]
 
 

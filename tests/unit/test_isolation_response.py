@@ -16,6 +16,7 @@ from gpushare_hub.plugin.response import (
     Mount,
     container_response,
 )
+from tests.objects import read_pods
 
 UUID = "GPU-0f0f0f0f-1111-2222-3333-444455556666"
 CARD = Card(1, UUID, "Tesla-T4", 15, 15360)
@@ -109,7 +110,7 @@ def test_on_the_way_out_the_hook_goes_only_when_no_pod_on_the_node_holds_a_slice
         def pods_on_node(self, node):
             if isinstance(self.found, Exception):
                 raise self.found
-            return self.found
+            return read_pods(self.found)
 
     app = GPUShareDevicePlugin()
     app.parse_command_line(["--node-name=gpu-1", f"--hook-host-path={tmp_path}/pyhook"])

@@ -14,6 +14,7 @@ from gpushare_hub.core.errors import InvalidObject
 from gpushare_hub.core.isolation import Check, NodeIsolation, read_node_isolation, satisfies
 from gpushare_hub.core.names import ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION
 from gpushare_hub.core.verdict import Kind, Reason, explain
+from tests.objects import read_node, read_pod
 
 from .helpers import node_obj, pod_obj
 
@@ -30,14 +31,14 @@ def tiered(name: str, tier: str | None, check: dict | None = None, cards: int = 
 def ledger_of(*objs: dict) -> Ledger:
     ledger = Ledger()
     for obj in objs:
-        node = node_from_k8s(obj)
+        node = node_from_k8s(read_node(obj))
         assert node is not None
         ledger.set_node(node)
     return ledger
 
 
 def test_a_node_without_the_annotation_is_cooperative_and_every_node_satisfies_no_requirement():
-    node = node_from_k8s(node_obj("gpu-1"))
+    node = node_from_k8s(read_node(node_obj("gpu-1")))
     assert node is not None
     assert node.isolation.effective == "cooperative"
     assert satisfies("cooperative", None) and satisfies("cooperative", "cooperative")
@@ -57,7 +58,7 @@ def test_a_failed_check_makes_the_node_count_as_the_tier_it_observed():
     assert failed.effective == "cooperative" and failed.words == "cooperative limit"
     assert NodeIsolation("mps", Check("mps", True)).effective == "mps"
     assert NodeIsolation("driver", Check("none", False)).effective == "cooperative"
-    node = node_from_k8s(tiered("gpu-1", "mps", {"observed": "cooperative", "ok": False}))
+    node = node_from_k8s(read_node(tiered("gpu-1", "mps", {"observed": "cooperative", "ok": False})))
     assert node is not None and node.isolation.claimed == "mps" and node.isolation.effective == "cooperative"
 
 
@@ -94,10 +95,10 @@ def test_the_catalogue_takes_a_tier_and_refuses_an_unknown_one_naming_it():
 
 def test_a_pods_required_tier_is_read_and_a_wrong_one_refused_naming_the_annotation():
     pod = pod_obj("nb", 5, annotations={ISOLATION_ANNOTATION: "mps"})
-    demand = demand_from_pod(pod)
+    demand = demand_from_pod(read_pod(pod))
     assert demand is not None and demand.isolation == "mps"
     with pytest.raises(InvalidObject, match=r"jhub/nb: annotation gpushare-hub.io/isolation is 'steel'"):
-        demand_from_pod(pod_obj("nb", 5, annotations={ISOLATION_ANNOTATION: "steel"}))
+        demand_from_pod(read_pod(pod_obj("nb", 5, annotations={ISOLATION_ANNOTATION: "steel"})))
 
 
 def test_a_slice_requiring_mps_goes_only_to_the_mps_node():
@@ -180,6 +181,6 @@ def test_a_running_pods_owner_rewriting_its_tier_to_nonsense_does_not_free_its_c
     ann[ISOLATION_ANNOTATION] = "MPS!"  # not a tier
     pod = pod_obj("a", 5, annotations=ann, node="gpu-mps", uid="uid-a", phase="Running")
     fresh = ledger_of(tiered("gpu-mps", "mps"))
-    fresh.observe_pod(pod)
+    fresh.observe_pod(read_pod(pod))
     assert fresh.used("gpu-mps", placed.cards[0].uuid) == 5
     assert fresh.ignored() == []

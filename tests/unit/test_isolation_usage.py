@@ -15,6 +15,7 @@ from gpushare_hub.plugin.backends import SimulatedBackend, read_proc
 from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState
 from gpushare_hub.plugin.usage import UsageCollector, UsageReporter
+from tests.objects import read_node, read_pod, read_pods
 
 from .test_plugin import NODE, MemoryPods, placed
 
@@ -55,7 +56,7 @@ def test_usage_is_summed_per_pod_and_card_beside_the_slice():
         GPUProcess("GPU-0", 13, 30, "0::/system.slice/x\n", uid=1000, command="nvidia-cuda-mps-server"),
         GPUProcess("GPU-1", 14, 500, "0::/user.slice\n"),  # not a pod: counts for the card only
     ]
-    r = usage_report(procs, pods, NODE)
+    r = usage_report(procs, read_pods(pods), NODE)
     assert [(p.pod, p.card, p.used_mib, p.slice_mib, p.over) for p in r.pods] == [
         ("jhub/a", "GPU-0", 6963, 5120, True),
         ("jhub/b", "GPU-0", 1000, 3072, False),
@@ -80,14 +81,14 @@ def test_a_forged_record_holds_no_slice_here_either():
     """The records are read under the core's one rule: a card the node lacks counts for nothing."""
     uid = "cccccccc-0000-0000-0000-000000000003"
     forged = placed("forged", "GPU-7", 2, uid=uid)
-    r = usage_report([GPUProcess("GPU-0", 1, 900, cgroup(uid))], [forged], NODE)
+    r = usage_report([GPUProcess("GPU-0", 1, 900, cgroup(uid))], read_pods([forged]), NODE)
     assert r.pods == () and r.card_used_mib == {"GPU-0": 900}
 
 
 def test_a_pod_on_a_card_it_holds_no_slice_of_is_over_and_pods_elsewhere_are_ignored():
     pods = [placed("a", "GPU-0", 2, uid=UID_A), placed("far", "GPU-9", 2, node="gpu-2", uid=UID_B)]
     procs = [GPUProcess("GPU-1", 1, 100, cgroup(UID_A)), GPUProcess("GPU-0", 2, 100, cgroup(UID_B))]
-    r = usage_report(procs, pods, NODE)
+    r = usage_report(procs, read_pods(pods), NODE)
     assert [(p.card, p.used_mib, p.slice_mib, p.over) for p in r.pods] == [
         ("GPU-0", 0, 2048, False),
         ("GPU-1", 100, 0, True),
@@ -171,12 +172,14 @@ def node_with(labels: dict, servers: str | None = None) -> dict:
 
 
 def test_node_mps_state_is_read_from_labels_and_the_servers_annotation():
-    assert node_mps(node_with({})) == NodeMPS()
-    mps = node_mps(node_with({"gpushare-hub.io/mps": "true"}, '{"GPU-0": 1000, "GPU-1": "x", "GPU-2": -1}'))
+    assert node_mps(read_node(node_with({}))) == NodeMPS()
+    mps = node_mps(
+        read_node(node_with({"gpushare-hub.io/mps": "true"}, '{"GPU-0": 1000, "GPU-1": "x", "GPU-2": -1}'))
+    )
     assert mps.enabled and not mps.multi_user and mps.servers == {"GPU-0": 1000}
-    assert node_mps(node_with({"gpushare-hub.io/mps": "true"}, "not json")).servers == {}
+    assert node_mps(read_node(node_with({"gpushare-hub.io/mps": "true"}, "not json"))).servers == {}
     multi = node_with({"gpushare-hub.io/mps": "true", "gpushare-hub.io/mps-multi-user": "true"}, "{}")
-    assert node_mps(multi).multi_user
+    assert node_mps(read_node(multi)).multi_user
 
 
 def pod_as(uid: int | None, container_uid: int | None = None) -> dict:
@@ -191,18 +194,23 @@ def pod_as(uid: int | None, container_uid: int | None = None) -> dict:
 
 def test_a_pod_of_another_uid_on_a_cards_mps_server_is_named_with_the_way_out():
     mps = NodeMPS(True, False, {"GPU-0": 1000})
-    assert pod_run_as_user(pod_as(1001)) == 1001 and pod_run_as_user(pod_as(1000, 1001)) == 1001
-    assert pod_run_as_user(pod_as(None)) is None
-    [clash] = uid_mismatches(mps, "gpu-1", pod_as(1001), ["GPU-0"])
+    assert (
+        pod_run_as_user(read_pod(pod_as(1001))) == 1001
+        and pod_run_as_user(read_pod(pod_as(1000, 1001))) == 1001
+    )
+    assert pod_run_as_user(read_pod(pod_as(None))) is None
+    [clash] = uid_mismatches(mps, "gpu-1", read_pod(pod_as(1001)), ["GPU-0"])
     assert clash.message().startswith(
         "card GPU-0 on node gpu-1 runs MPS for UID 1000; pod jhub/jupyter-bo runs as UID 1001, so its first "
         "CUDA call waits"
     )
     assert "multi-user" in clash.message()
-    assert uid_mismatches(mps, "gpu-1", pod_as(1000), ["GPU-0"]) == []
-    assert uid_mismatches(mps, "gpu-1", pod_as(1001), ["GPU-1"]) == []  # no server on that card yet
-    assert uid_mismatches(mps, "gpu-1", pod_as(None), ["GPU-0"]) == []  # unknown UID: nothing to say
-    assert uid_mismatches(NodeMPS(True, True, {"GPU-0": 0}), "gpu-1", pod_as(1001), ["GPU-0"]) == []
+    assert uid_mismatches(mps, "gpu-1", read_pod(pod_as(1000)), ["GPU-0"]) == []
+    assert uid_mismatches(mps, "gpu-1", read_pod(pod_as(1001)), ["GPU-1"]) == []  # no server on that card yet
+    assert (
+        uid_mismatches(mps, "gpu-1", read_pod(pod_as(None)), ["GPU-0"]) == []
+    )  # unknown UID: nothing to say
+    assert uid_mismatches(NodeMPS(True, True, {"GPU-0": 0}), "gpu-1", read_pod(pod_as(1001)), ["GPU-0"]) == []
 
 
 def test_nvml_processes_are_read_once_per_pid_with_their_proc_details():

@@ -22,6 +22,7 @@ from gpushare_hub.core import (
 )
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
 from gpushare_hub.core.verdict import Kind, Reason, explain
+from tests.objects import read_node, read_nodes, read_pod, read_pods
 
 from .helpers import node_obj, pod_obj
 
@@ -147,10 +148,12 @@ def test_commit_never_overcommits_a_card():
 
 
 def test_ledger_rebuilt_from_annotations_equals_the_one_built_step_by_step():
-    ledger = Ledger.from_objects([node_obj("gpu-1"), node_obj("gpu-2")], [])
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1"), node_obj("gpu-2")]), read_pods([]))
     placer = Placer(ledger)
     placed = [place(placer, f"jhub/p{i}", u) for i, u in enumerate([5, 3, 7, 15, 2])]
-    rebuilt = Ledger.from_objects([node_obj("gpu-1"), node_obj("gpu-2")], [annotated(p) for p in placed])
+    rebuilt = Ledger.from_objects(
+        read_nodes([node_obj("gpu-1"), node_obj("gpu-2")]), read_pods([annotated(p) for p in placed])
+    )
     assert rebuilt.equivalent(ledger)
     assert rebuilt.allocation("jhub/p0").containers == ()  # no containers recorded for bare demands
 
@@ -164,34 +167,36 @@ def test_pods_placed_by_old_gpushare_are_read_through_card_indices():
         phase="Running",
         annotations={GPU_MEM_IDX: "1", GPU_MEM_POD: "4", GPU_MEM_ASSIGNED: "true"},
     )
-    ledger = Ledger.from_objects([node], [pod])
+    ledger = Ledger.from_objects(read_nodes([node]), read_pods([pod]))
     alloc = ledger.allocation("jhub/legacy")
     assert alloc is not None and alloc.cards[0].uuid == "GPU-sim-gpu-1-1" and alloc.assigned
 
 
 def test_a_stale_watch_event_does_not_drop_what_we_just_placed():
-    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1")]), read_pods([]))
     placer = Placer(ledger)
-    demand = demand_from_pod(pod_obj("nb", 5))
+    demand = demand_from_pod(read_pod(pod_obj("nb", 5)))
     p = placer.place_and_commit(demand)
     assert isinstance(p, Placement)
-    ledger.observe_pod(pod_obj("nb", 5))  # the event from before our annotations
+    ledger.observe_pod(read_pod(pod_obj("nb", 5)))  # the event from before our annotations
     assert ledger.allocation("jhub/nb") is not None
-    ledger.observe_pod(annotated(p))  # now seen with annotations: confirmed
+    ledger.observe_pod(read_pod(annotated(p)))  # now seen with annotations: confirmed
     assert not ledger.allocation("jhub/nb").assumed
-    ledger.observe_pod(pod_obj("nb", 5, uid="another-uid"), deleted=True)  # a different pod of that name
+    ledger.observe_pod(
+        read_pod(pod_obj("nb", 5, uid="another-uid")), deleted=True
+    )  # a different pod of that name
     assert ledger.allocation("jhub/nb") is not None
     finished = annotated(p)
     finished["status"]["phase"] = "Succeeded"
-    ledger.observe_pod(finished)
+    ledger.observe_pod(read_pod(finished))
     assert ledger.allocation("jhub/nb") is None
     assert ledger.totals() == (0, 30)
 
 
 def test_unreadable_allocation_annotation_is_ignored_with_the_way_out():
     pod = pod_obj("t", 5, node="gpu-1", annotations={ALLOCATION_ANNOTATION: '{"node": 1}'})
-    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
-    got = ledger.observe_pod(pod)
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1")]), read_pods([]))
+    got = ledger.observe_pod(read_pod(pod))
     assert isinstance(got, IgnoredRecord) and got.reason is Ignored.UNREADABLE
     assert "not a valid allocation record" in got.message() and "Remove the annotation" in got.message()
     assert ledger.allocations() == [] and ledger.ignored() == [got]
@@ -203,13 +208,13 @@ def test_two_legacy_records_on_one_card_count_the_first_and_ignore_the_second():
         pod_obj(f"p{i}", 10, node="gpu-1", phase="Running", annotations={GPU_MEM_IDX: "0", GPU_MEM_POD: "10"})
         for i in range(2)
     ]
-    ledger = Ledger.from_objects([node], pods)
+    ledger = Ledger.from_objects(read_nodes([node]), read_pods(pods))
     assert ledger.overcommitted() == []
     assert ledger.used("gpu-1", "GPU-sim-gpu-1-0") == 10
     (ignored,) = ledger.ignored()
     assert (ignored.key, ignored.reason) == ("jhub/p1", Ignored.CARD_FULL)
     assert "has 5 of 15 units not held by other pods, the record claims 10" in ignored.message()
-    ledger.observe_pod(pods[0], deleted=True)  # the card frees up: the second record counts now
+    ledger.observe_pod(read_pod(pods[0]), deleted=True)  # the card frees up: the second record counts now
     assert ledger.allocation("jhub/p1") is not None and ledger.ignored() == []
 
 
@@ -241,8 +246,8 @@ def forged(
     ids=lambda v: v["metadata"]["name"] if isinstance(v, dict) else None,
 )
 def test_forged_allocation_records_hold_no_card(pod, reason, says):
-    ledger = Ledger.from_objects([node_obj("gpu-1"), node_obj("gpu-2")], [])
-    got = ledger.observe_pod(pod)
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1"), node_obj("gpu-2")]), read_pods([]))
+    got = ledger.observe_pod(read_pod(pod))
     assert isinstance(got, IgnoredRecord) and got.reason is reason, got
     assert says in got.message()
     assert ledger.totals() == (0, 60) and ledger.allocations() == []
@@ -255,13 +260,13 @@ def test_forged_allocation_records_hold_no_card(pod, reason, says):
 
 def test_record_for_a_node_not_yet_known_is_checked_when_the_node_arrives():
     ledger = Ledger()
-    assert ledger.observe_pod(forged("early", 5, node="gpu-1", units=5, uuid="GPU-x")) is None
-    (ignored,) = ledger.observe_node(node_obj("gpu-1"))
+    assert ledger.observe_pod(read_pod(forged("early", 5, node="gpu-1", units=5, uuid="GPU-x"))) is None
+    (ignored,) = ledger.observe_node(read_node(node_obj("gpu-1")))
     assert ignored.reason is Ignored.UNKNOWN_CARD and ledger.allocations() == []
 
 
 def test_snapshot_lists_every_card_with_its_pods():
-    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1")]), read_pods([]))
     place(Placer(ledger), "jhub/alice", 5)
     snap = ledger.snapshot()
     card = snap["nodes"][0]["cards"][0]
@@ -272,12 +277,15 @@ def test_snapshot_lists_every_card_with_its_pods():
 def test_a_pod_with_an_init_container_asking_too_is_read_back_as_placed():
     init = [{"name": "warmup", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]
     pod = pod_obj("nb", 4, init=init)
-    ledger = Ledger.from_objects([node_obj("gpu-1")], [])
-    placed = Placer(ledger).place_and_commit(demand_from_pod(pod))
+    ledger = Ledger.from_objects(read_nodes([node_obj("gpu-1")]), read_pods([]))
+    placed = Placer(ledger).place_and_commit(demand_from_pod(read_pod(pod)))
     assert isinstance(placed, Placement) and len(placed.containers) == 2
     ann = placed.record().pod_annotations({c.uuid: 15 for c in placed.cards}, assume_time_ns=1)
     seen = pod_obj("nb", 4, init=init, node="gpu-1", annotations=ann, phase="Running")
-    assert Ledger.from_objects([node_obj("gpu-1")], [seen]).allocation("jhub/nb") is not None
+    assert (
+        Ledger.from_objects(read_nodes([node_obj("gpu-1")]), read_pods([seen])).allocation("jhub/nb")
+        is not None
+    )
 
 
 # ---- verdicts: values for code, words made once for people ------------------------------------

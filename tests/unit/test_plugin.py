@@ -37,6 +37,7 @@ from gpushare_hub.plugin.matching import NoMatch, container_env, match, waiting_
 from gpushare_hub.plugin.servicer import Servicer
 from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState, PodSource
+from tests.objects import read_pods
 
 from . import fakeapi
 from .helpers import pod_obj
@@ -124,7 +125,7 @@ def test_forged_records_on_the_node_are_not_served_and_are_reported():
     idle["spec"]["containers"][0]["resources"] = {}  # asks for nothing, carries a record
     crowd = placed("crowd", "GPU-0", 10, assume=9)  # the card has 5 units left after "real"
     ignored: list[IgnoredRecord] = []
-    waiting = waiting_containers([real, idle, crowd], NODE, set(), ignored=ignored)
+    waiting = waiting_containers(read_pods([real, idle, crowd]), NODE, set(), ignored=ignored)
     assert [w.pod for w in waiting] == ["jhub/real"]
     assert {(r.key, r.reason) for r in ignored} == {
         ("jhub/idle", Ignored.NO_DEMAND),
@@ -136,7 +137,7 @@ def test_forged_records_on_the_node_are_not_served_and_are_reported():
 
 def test_allocate_matches_by_size_and_card_never_by_guessing():
     pods = [placed("a", "GPU-0", 5, assume=2), placed("b", "GPU-0", 5, assume=1), placed("c", "GPU-1", 3)]
-    waiting = waiting_containers(pods, NODE, served=set())
+    waiting = waiting_containers(read_pods(pods), NODE, served=set())
     w = match(["GPU-0-_-0", "GPU-0-_-1", "GPU-0-_-2", "GPU-0-_-3", "GPU-0-_-4"], waiting, "gpu-1")
     assert (w.pod, w.uuid) == ("jhub/b", "GPU-0")  # the older placement first; a and b are interchangeable
     w = match(["GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"], waiting, "gpu-1")
@@ -147,7 +148,7 @@ def test_allocate_matches_by_size_and_card_never_by_guessing():
 
 def test_same_size_on_different_cards_is_refused_even_when_the_ids_name_one_card():
     pods = [placed("a", "GPU-0", 5), placed("b", "GPU-1", 5)]
-    waiting = waiting_containers(pods, NODE, served=set())
+    waiting = waiting_containers(read_pods(pods), NODE, served=set())
     with pytest.raises(NoMatch, match="ambiguous Allocate of 5 GiB on node gpu-1"):
         match([f"GPU-1-_-{i}" for i in range(5)], waiting, "gpu-1")  # the kubelet's pick proves nothing
     mixed = ["GPU-0-_-0", "GPU-0-_-1", "GPU-1-_-0", "GPU-1-_-1", "GPU-1-_-2"]
@@ -162,12 +163,14 @@ def test_served_assigned_finished_and_foreign_pods_are_not_waiting():
     gone["status"]["phase"] = "Succeeded"
     other = placed("other", "GPU-0", 2, node="gpu-2")
     served = placed("served", "GPU-0", 2)
-    waiting = waiting_containers([done, gone, other, served], NODE, served={("uid-served", "notebook")})
+    waiting = waiting_containers(
+        read_pods([done, gone, other, served]), NODE, served={("uid-served", "notebook")}
+    )
     assert waiting == []
 
 
 def test_container_env_carries_card_and_caps():
-    w = waiting_containers([placed("a", "GPU-0", 5)], NODE, set())[0]
+    w = waiting_containers(read_pods([placed("a", "GPU-0", 5)]), NODE, set())[0]
     env = container_env(w, Card(0, "GPU-0", "Tesla-T4", 15, 15360), 1024)
     assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-0" and env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5120m"
     assert (
@@ -180,7 +183,7 @@ class MemoryPods(PodSource):
         self.pods, self.assigned = pods, []
 
     def pods_on_node(self, node):
-        return self.pods
+        return read_pods(self.pods)
 
     def mark_assigned(self, namespace, name, uid):
         self.assigned.append(f"{namespace}/{name}")
@@ -410,7 +413,7 @@ def test_allocates_calls_list_the_nodes_pods_and_mark_one_only_while_its_uid_hol
     ]
     apiserver.objects["/api/v1/namespaces/jhub/pods/a"] = pod_obj("a", 2, node="gpu-1", uid="u-a")
     pods = KubePods(api)
-    assert [p["metadata"]["name"] for p in pods.pods_on_node("gpu-1")] == ["a"]
+    assert [p.name for p in pods.pods_on_node("gpu-1")] == ["a"]
     assert apiserver.requests[0][1]["fieldSelector"] == ["spec.nodeName=gpu-1"]
     pods.mark_assigned("jhub", "a", "u-a")
     marked = apiserver.objects["/api/v1/namespaces/jhub/pods/a"]["metadata"]["annotations"]

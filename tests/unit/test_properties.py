@@ -11,6 +11,7 @@ from gpushare_hub.core import Demand, Ledger, Node, Placement, Placer, declared_
 from gpushare_hub.core.cards import cards_to_annotation
 from gpushare_hub.core.fragmentation import FragmentationGradient
 from gpushare_hub.core.names import CARDS_ANNOTATION
+from tests.objects import read_nodes, read_pods
 
 from .test_ledger_and_policy import annotated
 
@@ -81,7 +82,7 @@ def test_ledger_rebuilt_from_annotations_equals_the_step_by_step_one(policy, seq
         for n in ledger.nodes()
     ]
     pods = [annotated(p) for p in live]
-    assert Ledger.from_objects(nodes, pods).equivalent(ledger)
+    assert Ledger.from_objects(read_nodes(nodes), read_pods(pods)).equivalent(ledger)
 
 
 @settings(max_examples=60, deadline=None)

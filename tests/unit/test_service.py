@@ -37,6 +37,7 @@ from gpushare_hub.service.view import (
     parse_query,
     servers_from_users,
 )
+from tests.objects import read_node, read_nodes, read_pod, read_pods
 from tests.unit.helpers import node_obj, pod_obj
 from tests.unit.test_inspect import fixture_cluster, placed
 
@@ -53,7 +54,7 @@ SERVERS = [
 
 def doc(slices: list[dict[str, Any]] = SLICES, filters: Filters | None = None) -> dict[str, Any]:
     nodes, pods = fixture_cluster()
-    report = build_report(nodes, pods)
+    report = build_report(read_nodes(nodes), read_pods(pods))
     return ledger_document(report, SERVERS, read_catalogue(slices), NOW, filters or Filters())
 
 
@@ -109,14 +110,14 @@ def test_a_pod_outside_the_hubs_namespace_is_never_attributed_to_a_hub_user():
     nodes, pods = fixture_cluster()
     forged = placed("forged", 3, "gpu-b", 0, "alice")
     forged["metadata"]["namespace"] = "team-x"
-    report = build_report(nodes, [*pods, forged], hub_namespaces={"jhub"})
+    report = build_report(read_nodes(nodes), read_pods([*pods, forged]), hub_namespaces={"jhub"})
     ledger = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW)
     mine = [a["pod"] for a in me_document(ledger, "alice")["allocations"]]
     assert mine == ["jupyter-alice"]
     held = {a["pod"]: a["hub_user"] for a in ledger["allocations"]}
     assert held["forged"] == "" and held["jupyter-alice"] == "alice"
     # Without the boundary (the CLI, run by admins) the annotation is shown as written.
-    open_report = build_report(nodes, [*pods, forged])
+    open_report = build_report(read_nodes(nodes), read_pods([*pods, forged]))
     assert any(
         p.hub_user == "alice" and p.name == "forged"
         for n in open_report.nodes
@@ -156,7 +157,7 @@ def test_good_query_parameters_are_read():
 
 def test_availability_carries_counts_and_reasons_but_no_names():
     nodes, pods = fixture_cluster()
-    ledger = Ledger.from_objects(nodes, pods)
+    ledger = Ledger.from_objects(read_nodes(nodes), read_pods(pods))
     cat = read_catalogue([*SLICES, {"slug": "big", "display_name": "16", "gib": 16}])
     a = availability_document(ledger, cat, {}, NOW)
     slices = {s["slug"]: s for s in a["slices"]}
@@ -175,14 +176,16 @@ def test_a_node_with_an_unreadable_inventory_is_listed_with_the_reason():
     nodes, pods = fixture_cluster()
     broken = node_obj("gpu-broken")
     broken["metadata"]["annotations"][CARDS_ANNOTATION] = "not json"
-    d = ledger_document(build_report([*nodes, broken], pods), [], read_catalogue(SLICES), NOW)
+    d = ledger_document(
+        build_report(read_nodes([*nodes, broken]), read_pods(pods)), [], read_catalogue(SLICES), NOW
+    )
     (row,) = [n for n in d["nodes"] if n["name"] == "gpu-broken"]
     assert row["cards"] == [] and "card inventory unreadable" in row["problem"]
 
 
 def pending_pod(pod: dict[str, Any]) -> PendingPod | None:
     """What the service keeps of a pod for the metrics: its facts' pending part."""
-    facts = pod_facts(pod, DEFAULT_NAMES)
+    facts = pod_facts(read_pod(pod), DEFAULT_NAMES)
     return None if facts is None else facts.pending
 
 
@@ -194,7 +197,7 @@ def fixture_pending() -> dict[str, PendingPod]:
 def test_metrics_parse_and_match_the_ledger():
     d = doc([SLICES[1]])
     nodes, pods = fixture_cluster()
-    labels = pending_labels(fixture_pending(), Ledger.from_objects(nodes, pods))
+    labels = pending_labels(fixture_pending(), Ledger.from_objects(read_nodes(nodes), read_pods(pods)))
     groups = {"alice": ["gpu-power"], "bob": ["gpu-power", "x"]}
     text = render_metrics(d, groups, {"gpu-power": 15}, labels).decode()
     fam = {f.name: f for f in text_string_to_metric_families(text)}
@@ -312,7 +315,7 @@ def test_a_pending_pods_label_comes_from_the_placers_verdicts_on_the_nodes_it_ma
     cards = json.loads(sick["metadata"]["annotations"][CARDS_ANNOTATION])
     sick["metadata"]["annotations"][CARDS_ANNOTATION] = json.dumps([{**c, "healthy": False} for c in cards])
     full = [placed(f"f{i}", 14, "gpu-1", i % 2, "x") for i in range(2)]
-    ledger = Ledger.from_objects([*nodes, sick], full)
+    ledger = Ledger.from_objects(read_nodes([*nodes, sick]), read_pods(full))
     message = "0/3 nodes are available: 3 <whatever the extender wrote>."
 
     def label(mem: int, pool: str | None = None, **kw: Any) -> str:
@@ -497,7 +500,9 @@ def test_the_service_and_the_cli_make_one_report_from_the_same_cluster(hub_names
     cluster, informer = fed_cluster(hub_namespaces)
     informer.apply("nodes", "ADDED", broken)
     informer.apply("pods", "ADDED", forged)
-    from_list = build_report([*nodes, broken], [*pods, forged], hub_namespaces=hub_namespaces)
+    from_list = build_report(
+        read_nodes([*nodes, broken]), read_pods([*pods, forged]), hub_namespaces=hub_namespaces
+    )
     assert cluster.report() == from_list
     assert any(n.problem.startswith("card inventory unreadable: ") for n in from_list.nodes)
     cat = read_catalogue(SLICES)
@@ -538,7 +543,7 @@ def test_the_services_informer_tells_only_of_pods_that_can_hold_a_slice_and_miss
 
     informer = service_informer(None, DEFAULT_NAMES)
     told: list[tuple[str, str]] = []
-    informer.on_pod(lambda etype, pod: told.append((etype, pod["metadata"]["name"])))
+    informer.on_pod(lambda etype, pod: told.append((etype, pod.name)))
     nodes, pods = fixture_cluster()
     for node in nodes:
         informer.apply("nodes", "ADDED", node)
@@ -574,13 +579,13 @@ def test_the_services_informer_tells_only_of_pods_that_can_hold_a_slice_and_miss
             pod_obj("p", None, containers=[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]),
             False,
         ),
-        ({"metadata": {"name": "p"}, "spec": {"containers": ["junk", {"resources": None}]}}, False),
+        ({"metadata": {"name": "p"}, "spec": {"containers": [{"resources": None}]}}, False),
     ],
 )
 def test_may_hold_slice_keeps_pods_that_ask_for_either_resource_or_carry_a_record(pod, holds):
     from gpushare_hub.core.report import may_hold_slice
 
-    assert may_hold_slice(pod) is holds
+    assert may_hold_slice(read_pod(pod)) is holds
 
 
 def test_configure_hub_in_a_pod_lets_the_service_use_the_pods_service_account(monkeypatch):
@@ -706,7 +711,7 @@ def _usage_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def test_me_gives_usage_tier_and_neighbours_as_counts_never_their_names():
     nodes, pods = _usage_cluster()
     catalogue = read_catalogue(SLICES)
-    ledger = ledger_document(build_report(nodes, pods), SERVERS, catalogue, NOW)
+    ledger = ledger_document(build_report(read_nodes(nodes), read_pods(pods)), SERVERS, catalogue, NOW)
     me = me_document(ledger, "alice", spawn_url="/hub/spawn/alice")
     (mine,) = me["allocations"]
     assert mine["used_mib"] == 3174 and mine["usage_note"] == ""
@@ -728,7 +733,7 @@ def test_me_says_usage_is_not_measured_where_the_node_publishes_none():
 def test_me_offers_the_larger_slices_that_could_start_now():
     nodes, pods = _usage_cluster()
     catalogue = read_catalogue(SLICES)
-    ledger = ledger_document(build_report(nodes, pods), SERVERS, catalogue, NOW)
+    ledger = ledger_document(build_report(read_nodes(nodes), read_pods(pods)), SERVERS, catalogue, NOW)
     free = {
         "slices": [
             {"slug": "t4-5g", "display_name": "T4 5", "gib": 5, "cards": 1, "placeable": True},
@@ -771,6 +776,6 @@ def test_one_me_computation_serves_every_caller_until_the_cluster_changes_or_it_
         return len(made)
 
     assert cluster.recent("k", make) == 1 and cluster.recent("k", make) == 1
-    cluster._on_node("ADDED", node_obj("gpu-z"))  # an event: the next caller gets a fresh one
+    cluster._on_node("ADDED", read_node(node_obj("gpu-z")))  # an event: the next caller gets a fresh one
     assert cluster.recent("k", make) == 2
     assert cluster.recent("k", make, ttl=0.0) == 3  # too old

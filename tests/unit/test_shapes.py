@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from gpushare_hub.core import Ledger, Placer, demand_from_pod
 from gpushare_hub.core.errors import GPUShareError, InvalidObject
-from gpushare_hub.core.shapes import check_depth, check_node, check_pod
+from gpushare_hub.core.objects import Condition, Container, PodObject
+from gpushare_hub.core.shapes import check_depth, read_node, read_pod
 from gpushare_hub.extender.service import ExtenderService
 from gpushare_hub.extender.wire import ExtenderArgs
 from tests.mutate import paths, replaced
@@ -19,9 +20,18 @@ from tests.mutate import paths, replaced
 from .helpers import node_obj, pod_obj
 
 
-def test_a_valid_pod_and_node_pass():
-    check_pod(pod_obj("nb", 5, annotations={"gpushare-hub.io/policy": "spread"}, node="gpu-1"))
-    check_node(node_obj("gpu-1"))
+def test_a_valid_pod_and_node_are_read_into_typed_values():
+    raw = pod_obj("nb", 5, annotations={"gpushare-hub.io/policy": "spread"}, node="gpu-1")
+    raw["spec"]["securityContext"] = {"runAsUser": 1000}
+    raw["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "message": "waits"}]
+    pod = read_pod(raw)
+    assert isinstance(pod, PodObject) and pod.key == "jhub/nb" and pod.node_name == "gpu-1"
+    assert pod.annotations["gpushare-hub.io/policy"] == "spread" and pod.run_as_user == 1000
+    assert pod.containers == (Container("notebook", limits={"aliyun.com/gpu-mem": 5}),)
+    assert pod.conditions == (Condition("PodScheduled", "False", "", "waits"),)
+    node = read_node(node_obj("gpu-1"))
+    assert node.name == "gpu-1" and node.capacity["aliyun.com/gpu-mem"] == "30"
+    assert read_pod({"metadata": {"name": "gone", "namespace": "jhub"}}).key == "jhub/gone"
 
 
 @pytest.mark.parametrize(
@@ -46,11 +56,19 @@ def test_a_valid_pod_and_node_pass():
             "Pod.spec.containers[0].resources.limits['aliyun.com/gpu-mem']: expected a quantity",
         ),
         ({"metadata": {"name": "n" * 5000}}, "Pod.metadata.name: 5000 characters, more than 253"),
+        (
+            {"metadata": {}, "spec": {"securityContext": {"runAsUser": -1}}},
+            "Pod.spec.securityContext.runAsUser: expected a UID, a whole number from 0 to 2147483647",
+        ),
+        (
+            {"metadata": {}, "spec": {"containers": [{"securityContext": {"runAsUser": "root"}}]}},
+            "Pod.spec.containers[0].securityContext.runAsUser: expected a UID",
+        ),
     ],
 )
 def test_a_wrong_field_is_named_with_what_was_expected(obj, message):
     with pytest.raises(InvalidObject) as err:
-        check_pod(obj)
+        read_pod(obj)
     assert (
         str(err.value).startswith(message.split(": expected")[0])
         and message.split("Pod")[-1] in str(err.value)
@@ -59,18 +77,18 @@ def test_a_wrong_field_is_named_with_what_was_expected(obj, message):
 
 def test_a_node_needs_its_name_and_quantities():
     with pytest.raises(InvalidObject, match=r"Node.metadata.name: missing"):
-        check_node({"metadata": {}})
+        read_node({"metadata": {}})
     bad = node_obj("gpu-1")
     bad["status"]["capacity"]["aliyun.com/gpu-mem"] = {"x": 1}
     with pytest.raises(
         InvalidObject, match=r"Node.status.capacity\['aliyun.com/gpu-mem'\]: expected a quantity"
     ):
-        check_node(bad)
+        read_node(bad)
 
 
 def test_an_echoed_value_is_cut_short():
     with pytest.raises(InvalidObject) as err:
-        check_pod({"metadata": {"uid": ["y" * 10_000]}})
+        read_pod({"metadata": {"uid": ["y" * 10_000]}})
     assert len(str(err.value)) < 120
 
 
@@ -99,22 +117,22 @@ PATHS = list(paths(VALID))
 
 @settings(max_examples=2000, deadline=None, derandomize=True)
 @given(path=st.sampled_from(PATHS), new=json_values)
-def test_whatever_passes_the_check_the_core_reads_without_failing_on_types(path, new):
-    pod = replaced(VALID, path, new)
+def test_whatever_the_reader_accepts_the_core_reads_without_failing_on_types(path, new):
+    raw = replaced(VALID, path, new)
     try:
-        check_pod(pod)
+        pod = read_pod(raw)
     except InvalidObject:
         return
     # The extender's own path: its filter and prioritize answer a refusal in words, never raise.
     service = ExtenderService(kube=None)
-    service.ledger.observe_node(node_obj("gpu-1"))
+    service.ledger.observe_node(read_node(node_obj("gpu-1")))
     args = ExtenderArgs(pod=pod, node_names=["gpu-1"], nodes=None)
     service.decisions.filter(args)
     service.decisions.prioritize(args)
     ledger = Ledger()
-    ledger.observe_node(node_obj("gpu-1"))
+    ledger.observe_node(read_node(node_obj("gpu-1")))
     try:
-        ledger.observe_pod(json.loads(json.dumps(pod)))
+        ledger.observe_pod(read_pod(json.loads(json.dumps(raw))))
         if (demand := demand_from_pod(pod)) is not None and demand.policy is None:
             Placer(ledger, "binpack").decide(demand)
     except GPUShareError:

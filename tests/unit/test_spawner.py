@@ -17,6 +17,7 @@ from gpushare_hub import GPUShareSpawner
 from gpushare_hub.core import Demand, Ledger, Placer, demand_from_pod
 from gpushare_hub.core.catalogue import CatalogueError
 from gpushare_hub.spawner import SpawnRefused
+from tests.objects import read_nodes, read_pod, read_pods
 
 from .helpers import node_obj
 
@@ -40,7 +41,7 @@ class Group:
 
 
 def ledger_with(*held: int, nodes: int = 1) -> Ledger:
-    ledger = Ledger.from_objects([node_obj(f"gpu-{i}", 2) for i in range(nodes)], [])
+    ledger = Ledger.from_objects(read_nodes([node_obj(f"gpu-{i}", 2) for i in range(nodes)]), read_pods([]))
     placer = Placer(ledger)
     for i, units in enumerate(held):
         placer.place_and_commit(Demand(f"jhub/held-{i}", units, 1))
@@ -237,7 +238,7 @@ async def test_the_pod_asks_for_the_slice_whatever_the_overrides(make):
     assert pod["metadata"]["labels"]["gpushare-hub.io/slice"] == "t4-5g"
     assert {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
     assert pod["spec"]["nodeSelector"]["gpushare"] == "true"
-    d = demand_from_pod(pod)
+    d = demand_from_pod(read_pod(pod))
     assert d is not None and (d.per_card, d.count, d.models) == (5, 1, ("Tesla-T4",))
 
 
@@ -247,7 +248,7 @@ async def test_a_whole_card_pod_asks_gpu_count(make):
     pod = manifest_dict(await sp.get_pod_manifest())
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     assert limits["aliyun.com/gpu-count"] == "1" and "aliyun.com/gpu-mem" not in limits
-    d = demand_from_pod(pod)
+    d = demand_from_pod(read_pod(pod))
     assert d is not None and d.whole and d.count == 1
 
 
@@ -355,7 +356,7 @@ async def test_progress_tells_why_it_waits_then_which_card_it_got(make, monkeypa
     assert first["message"].startswith("Waiting for a Tesla-T4 with 5 GiB free: every card has less")
     # Another server stops; the extender places ours and writes the card on the pod.
     ledger.release("jhub/held-0")
-    placement = Placer(ledger).place_and_commit(demand_from_pod(pod))
+    placement = Placer(ledger).place_and_commit(demand_from_pod(read_pod(pod)))
     pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()
     second = await asyncio.wait_for(events.__anext__(), 5)
     assert (

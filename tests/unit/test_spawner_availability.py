@@ -6,6 +6,7 @@ from gpushare_hub.core import Demand, Ledger, Placer
 from gpushare_hub.core.availability import availability, render
 from gpushare_hub.spawner.progress import Bound, NeverFits, Waiting, queue_position, spawn_status
 from gpushare_hub.spawner.progress import render as render_status
+from tests.objects import read_nodes, read_pod, read_pods
 
 from .helpers import node_obj, pod_obj
 
@@ -14,7 +15,9 @@ def ledger_with(
     *held: int, nodes: int = 1, cards: int = 2, model: str = "Tesla T4", mib: int = 15360
 ) -> Ledger:
     """``nodes`` nodes of ``cards`` cards; ``held`` slices placed by the binpack placer."""
-    ledger = Ledger.from_objects([node_obj(f"gpu-{i}", cards, model, mib) for i in range(nodes)], [])
+    ledger = Ledger.from_objects(
+        read_nodes([node_obj(f"gpu-{i}", cards, model, mib) for i in range(nodes)]), read_pods([])
+    )
     placer = Placer(ledger)
     for i, units in enumerate(held):
         assert not hasattr(placer.place_and_commit(Demand(f"jhub/held-{i}", units, 1)), "reason")
@@ -61,7 +64,7 @@ def test_only_nodes_the_pods_node_selector_admits_count():
     """A free card on a node the notebook may not use is no room for it."""
     notebook = node_obj("nb-1", 1)
     notebook["metadata"]["labels"]["pool"] = "notebooks"
-    ledger = Ledger.from_objects([notebook, node_obj("other", 2)], [])
+    ledger = Ledger.from_objects(read_nodes([notebook, node_obj("other", 2)]), read_pods([]))
     assert not hasattr(Placer(ledger).place_and_commit(Demand("jhub/held", 12, 1), ["nb-1"]), "reason")
     everywhere = availability(ledger, t4(5))
     assert (everywhere.free, everywhere.placeable) == (6, True)
@@ -70,7 +73,7 @@ def test_only_nodes_the_pods_node_selector_admits_count():
     assert render(mine) == "none free: the largest free block is 3 GiB"
     pod = pod_obj("nb", 5)
     pod["spec"]["nodeSelector"] = {"pool": "notebooks"}
-    waiting = spawn_status(ledger, pod)
+    waiting = spawn_status(ledger, read_pod(pod))
     assert isinstance(waiting, Waiting) and waiting.availability.free == 0
 
 
@@ -95,8 +98,8 @@ def test_waiting_pod_is_told_why_and_how_many_are_ahead():
     other_scheduler = pod_obj("cpu", 5)
     other_scheduler["metadata"]["creationTimestamp"] = "2026-11-22T11:00:00Z"
     queue = [*earlier, later, other_scheduler, mine]
-    assert queue_position(mine, queue, t4(5)) == 2
-    status = spawn_status(ledger, mine, queue)
+    assert queue_position(read_pod(mine), read_pods(queue), t4(5)) == 2
+    status = spawn_status(ledger, read_pod(mine), read_pods(queue))
     assert isinstance(status, Waiting) and status.ahead == 2
     assert render_status(status) == (
         "Waiting for a Tesla-T4 with 5 GiB free: every card has less (the largest free block is 3 GiB); "
@@ -109,7 +112,7 @@ def test_bound_pod_is_told_its_node_and_card():
     pod = pod_obj("jupyter-alice", 5)
     placement = Placer(ledger).place_and_commit(Demand("jhub/jupyter-alice", 5, 1))
     pod["metadata"]["annotations"]["gpushare-hub.io/allocation"] = placement.record().to_json()
-    status = spawn_status(ledger, pod)
+    status = spawn_status(ledger, read_pod(pod))
     assert isinstance(status, Bound) and (status.node, status.card_index, status.units) == ("gpu-0", 0, 5)
     assert render_status(status) == (
         "Your GPU: node gpu-0, card 0 (Tesla-T4, GPU-sim-gpu-0-0): 5 GiB of its 15 GiB"
@@ -118,7 +121,7 @@ def test_bound_pod_is_told_its_node_and_card():
 
 def test_a_pod_that_never_fits_says_so():
     pod = pod_obj("jupyter-big", 16)
-    status = spawn_status(ledger_with(), pod)
+    status = spawn_status(ledger_with(), read_pod(pod))
     assert isinstance(status, NeverFits)
     assert "can never start here" in render_status(status) and "holds 15 GiB" in render_status(status)
-    assert spawn_status(ledger_with(), pod_obj("cpu-only")) is None
+    assert spawn_status(ledger_with(), read_pod(pod_obj("cpu-only"))) is None

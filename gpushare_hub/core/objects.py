@@ -1,0 +1,91 @@
+"""Pods and Nodes as the core reads them: typed values, built only by the readers of
+:mod:`.shapes` (:func:`~.shapes.read_pod`, :func:`~.shapes.read_node`). Pure.
+
+Each holds exactly the fields some part of the core reads, already checked; nothing downstream
+of a reader looks at a raw API object or checks a type again. Absent fields are empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Quantity = str | int | float  # a resource amount as the API sends it ("5", 5, "500m")
+
+
+def _empty() -> Mapping[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container (or init container) of a pod."""
+
+    name: str = "?"
+    restart_policy: str = ""  # "Always" marks a restartable init container (a sidecar)
+    limits: Mapping[str, Quantity] = field(default_factory=dict)
+    requests: Mapping[str, Quantity] = field(default_factory=dict)
+    run_as_user: int | None = None  # its securityContext.runAsUser
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class PodObject:
+    """A Pod: its identity, annotations, where it runs or may run, what its containers ask."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=_empty)
+    annotations: Mapping[str, str] = field(default_factory=_empty)
+    creation_timestamp: str = ""
+    deletion_timestamp: str = ""
+    node_name: str = ""  # spec.nodeName: "" until bound
+    scheduler_name: str = ""
+    node_selector: Mapping[str, str] = field(default_factory=_empty)
+    init_containers: tuple[Container, ...] = ()
+    containers: tuple[Container, ...] = ()
+    run_as_user: int | None = None  # the pod's securityContext.runAsUser
+    phase: str = ""
+    start_time: str = ""
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, the name the core keeps the pod under."""
+        return f"{self.namespace or 'default'}/{self.name or '?'}"
+
+
+@dataclass(frozen=True)
+class Address:
+    type: str = ""
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class NodeObject:
+    """A Node: its name, labels and annotations (our card inventory, tier, usage), resources."""
+
+    name: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=_empty)
+    annotations: Mapping[str, str] = field(default_factory=_empty)
+    capacity: Mapping[str, Quantity] = field(default_factory=dict)
+    allocatable: Mapping[str, Quantity] = field(default_factory=dict)
+    addresses: tuple[Address, ...] = ()
+
+
+def pod_key(obj: Mapping[str, Any]) -> str:
+    """The key of a raw Pod object (or of the name-only objects of delete events), for adapters
+    that index API objects before reading them; the same as :attr:`PodObject.key`."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '?'}"
