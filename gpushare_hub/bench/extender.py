@@ -23,7 +23,7 @@ import time
 import urllib.request
 from typing import Any
 
-from ..core import Ledger, Node, declared_cards
+from ..core import Ledger, Node, PodObject, declared_cards, read_pod
 from ..localcluster.processes import free_port
 from .args import at_least_one
 
@@ -57,8 +57,8 @@ def build_ledger(nodes: int) -> Ledger:
 class InstantKube:
     """Answers the extender's API calls from memory, at once (see the module docstring)."""
 
-    async def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return pod(name, 1)
+    async def get_pod(self, namespace: str, name: str) -> PodObject:
+        return read_pod(pod(name, 1))  # read as the real Kube reads the API server's answer
 
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         return None
