@@ -70,3 +70,4 @@ IGNORED_REASON = "GPUShareAllocationIgnored"  # an allocation record the ledger 
 OVER_SLICE_REASON = "GPUShareOverSlice"  # a pod's processes use more GPU memory than its slice
 ISOLATION_CHECK_REASON = "GPUShareIsolationCheckFailed"  # the node's self-test saw a weaker tier
 MPS_MISMATCH_REASON = "GPUShareMPSUserMismatch"  # an MPS server runs as another user than the pod
+NODE_UNREADABLE_REASON = "GPUShareNodeUnreadable"  # a Node's card inventory cannot be read

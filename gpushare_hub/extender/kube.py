@@ -68,19 +68,23 @@ class Kube:
         resp.release()
 
     async def warn(self, pod: PodObject, reason: str, message: str) -> None:
-        meta = {"name": pod.name, "namespace": pod.namespace or "default", "uid": pod.uid}
+        """A Warning event on the pod (``kubectl describe pod`` shows it); best effort."""
+        namespace = pod.namespace or "default"
+        involved = {"kind": "Pod", "name": pod.name, "namespace": namespace, "uid": pod.uid}
+        await self._event(involved, namespace, reason, message)
+
+    async def warn_node(self, node: str, reason: str, message: str) -> None:
+        """A Warning event on the Node (``kubectl describe node`` shows it: as the kubelet's own
+        events do, the Node's name stands for its UID); best effort."""
+        await self._event({"kind": "Node", "name": node, "uid": node}, "default", reason, message)
+
+    async def _event(self, involved: dict[str, str], namespace: str, reason: str, message: str) -> None:
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event: Any = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "name": meta["name"],
-                "namespace": meta.get("namespace", "default"),
-                "uid": meta.get("uid", ""),
-            },
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", **involved},
             "type": "Warning",
             "reason": reason,
             "message": message,
@@ -92,7 +96,7 @@ class Kube:
         try:
             resp = await checked(
                 self.core.create_namespaced_event(
-                    meta.get("namespace", "default"),
+                    namespace,
                     event,
                     _preload_content=False,
                     _request_timeout=self.timeouts.call(),
@@ -100,4 +104,4 @@ class Kube:
             )
             resp.release()
         except Exception as err:
-            log.warning("could not record event for pod %s: %s", meta["name"], err)
+            log.warning("could not record event for %s %s: %s", involved["kind"], involved["name"], err)

@@ -25,7 +25,12 @@ from gpushare_hub.core import (
     ResourceNames,
 )
 from gpushare_hub.core.mps import NodeMPS, node_mps, uid_mismatches
-from gpushare_hub.core.names import BYPASS_REASON, IGNORED_REASON, MPS_MISMATCH_REASON
+from gpushare_hub.core.names import (
+    BYPASS_REASON,
+    IGNORED_REASON,
+    MPS_MISMATCH_REASON,
+    NODE_UNREADABLE_REASON,
+)
 from gpushare_hub.kube import LedgerInformer
 
 from .binding import Binder, BindResult
@@ -114,8 +119,10 @@ class ExtenderService:
         self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported
+        self._unreadable_reported: set[tuple[str, str]] = set()  # (node, reason) warned of
         self._mps: dict[str, NodeMPS] = {}  # nodes whose plugin runs MPS: each card's server UID
         self.informer.on_node(self._track_mps)
+        self.informer.on_unreadable(self._report_unreadable)
         self.informer.on_ignored(self._report_ignored)
         self.informer.on_pod(self._forget_reported)
         self.binder: Binder | None = None
@@ -171,6 +178,21 @@ class ExtenderService:
         namespace, name = ignored.key.split("/", 1)
         pod = PodObject(name=name, namespace=namespace, uid=ignored.uid)
         task = asyncio.get_running_loop().create_task(self.kube.warn(pod, IGNORED_REASON, message))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    def _report_unreadable(self, node: str, reason: str) -> None:
+        """A Node whose card inventory cannot be read: a Warning event on it, once per reason
+        (the ledger already took it out of placement and the informer logged why)."""
+        if (node, reason) in self._unreadable_reported:
+            return
+        self._unreadable_reported.add((node, reason))
+        if self.kube is None:
+            return
+        message = f"{reason}; no slice is placed on node {node} until its inventory can be read"
+        task = asyncio.get_running_loop().create_task(
+            self.kube.warn_node(node, NODE_UNREADABLE_REASON, message)
+        )
         self._events.add(task)
         task.add_done_callback(self._events.discard)
 

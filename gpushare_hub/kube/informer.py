@@ -57,6 +57,7 @@ log = logging.getLogger("gpushare.informer")
 Handler = Callable[[str, Any], None]  # (event type, the PodObject or NodeObject)
 PodFilter = Callable[[PodObject], bool]
 IgnoredHandler = Callable[[IgnoredRecord], None]
+UnreadableHandler = Callable[[str, str], None]  # (node name, why its inventory cannot be read)
 KINDS = ("nodes", "pods")
 
 
@@ -101,6 +102,7 @@ class LedgerInformer:
         # report every object that vanished meanwhile, not only those holding a card.
         self._reported: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in KINDS}
         self._ignored_handlers: list[IgnoredHandler] = []
+        self._unreadable_handlers: list[UnreadableHandler] = []
         self._failing_since: dict[str, float | None] = dict.fromkeys(KINDS)
         self._tasks: list[asyncio.Task[None]] = []
         self.synced = False
@@ -121,6 +123,19 @@ class LedgerInformer:
         """Call ``handler(record)`` for each allocation record the ledger refused to count
         (see :mod:`gpushare_hub.core.records`)."""
         self._ignored_handlers.append(handler)
+
+    def on_unreadable(self, handler: UnreadableHandler) -> None:
+        """Call ``handler(node, reason)`` each time a Node's card inventory cannot be read (the
+        node is out of placement until it can)."""
+        self._unreadable_handlers.append(handler)
+
+    def _unreadable(self, node: str, reason: str) -> None:
+        self.ledger.mark_unreadable(node, reason)
+        for handler in self._unreadable_handlers:
+            try:
+                handler(node, reason)
+            except Exception:
+                log.exception("an unreadable-node handler failed")
 
     def _tell_ignored(self, records: list[IgnoredRecord]) -> None:
         for rec in records:
@@ -191,7 +206,7 @@ class LedgerInformer:
             name = str((obj.get("metadata") or {}).get("name", "?")) if kind == "nodes" else pod_key(obj)
             log.warning("cannot read %s %s (%s); it is left out", kind[:-1], name, err)
             if kind == "nodes":
-                self.ledger.mark_unreadable(name, f"cannot be read ({err})")
+                self._unreadable(name, f"cannot be read ({err})")
             return
         if isinstance(typed, NodeObject):
             self._apply_node(typed, deleted)
@@ -227,7 +242,7 @@ class LedgerInformer:
             # Never keep the old cards of a node whose inventory broke: take it out of
             # placement, keep its pods' holds (they wait in the ledger), and say why.
             log.warning("node %s: %s", obj.name, err)
-            self.ledger.mark_unreadable(obj.name, str(err))
+            self._unreadable(obj.name, str(err))
 
     def _apply_pod(self, obj: PodObject, deleted: bool) -> None:
         try:

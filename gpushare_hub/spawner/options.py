@@ -10,6 +10,7 @@ user reads. Pure: no I/O.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,9 +18,26 @@ from enum import Enum
 from typing import Any
 
 from gpushare_hub.core.catalogue import Catalogue, Slice
-from gpushare_hub.core.shapes import described, shown
+from gpushare_hub.core.errors import InvalidObject
+from gpushare_hub.core.shapes import check_depth, described, shown
 
 UNLISTED = "--unlisted-choice"
+# Bounds on a request's user_options, far past any form's (a flat object of a few strings): what
+# JupyterHub may store of them (see :mod:`.stored`) and what :func:`check_options` reads.
+MAX_OPTIONS_DEPTH = 8
+MAX_OPTIONS_CHARS = 64 * 1024
+
+
+def options_problem(options: object) -> str | None:
+    """Why ``options`` are too deep or too large to store or read, else None."""
+    try:
+        check_depth(options, MAX_OPTIONS_DEPTH)
+    except InvalidObject:
+        return f"user options nest deeper than {MAX_OPTIONS_DEPTH} levels"
+    size = len(json.dumps(options, default=repr))
+    if size > MAX_OPTIONS_CHARS:
+        return f"user options are {size} characters of JSON, more than {MAX_OPTIONS_CHARS}"
+    return None
 
 
 class Reason(Enum):
@@ -68,6 +86,9 @@ def check_options(
     """
     if options is None:
         options = {}
+    problem = options_problem(options)
+    if problem:
+        return Refused(Reason.MALFORMED, problem, 'send {"profile": "<slug>"}')
     if not isinstance(options, Mapping):
         return Refused(
             Reason.MALFORMED,

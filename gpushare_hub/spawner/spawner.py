@@ -31,6 +31,11 @@ from .options import Holding, Reason, Refused, check_options, check_quota, quota
 from .pod import SlicePod, apply_slice
 from .progress import Bound, NeverFits, spawn_status
 from .progress import render as render_status
+from .stored import guard_stored_options
+
+# JupyterHub stores a REST request's user_options before this spawner sees them: bound what it
+# stores, so that no request can leave a row that breaks every later spawn (see stored.py).
+guard_stored_options()
 
 # How the availability note looks beside a slice's name on KubeSpawner's form.
 FORM_STYLE = (

@@ -20,6 +20,7 @@ from gpushare_hub.core.report import build_report
 from gpushare_hub.kube.kubeconfig import read_kubeconfig
 from gpushare_hub.kube.rest import RestClient
 from tests.conftest import gpu_pod, wait_for
+from tests.objects import read_nodes, read_pods
 
 SCHED = "gpushare-scheduler"
 EXE = shutil.which("kubectl-inspect-gpushare", path=str(Path(sys.executable).parent))
@@ -67,7 +68,8 @@ def test_the_cli_shows_what_the_kubernetes_client_lists(local_cluster, gpushare,
         res = cli(local_cluster.kubeconfig, "--json")
         assert res.returncode == 0, res.stderr
         ours = json.loads(res.stdout)
-        theirs = build_report(*client_lists(local_cluster)).to_json()
+        nodes, pods = client_lists(local_cluster)
+        theirs = build_report(read_nodes(nodes), read_pods(pods)).to_json()
         return None if ours != theirs else (ours, theirs)
 
     # kwok moves pods along on its own: the two reads agree once nothing moves between them

@@ -227,3 +227,33 @@ def test_two_active_replicas_only_the_lease_holder_binds(local_cluster, node_gro
         timeout=90,
     )
     check_no_overcommit_from_the_api_server(local_cluster, nodes)
+
+
+def test_a_node_whose_card_inventory_is_unreadable_is_left_out_with_a_warning_on_it(
+    local_cluster, gpushare, node_group, namespace
+):
+    """The Node's card declaration is an object in the cluster too: a mangled one takes the node out
+    of placement (never its old cards), and the extender says why in a Warning event on the Node,
+    where `kubectl describe node` shows it; the fixed annotation brings the node back."""
+    nodes, sel = node_group(1, cards=2)
+    node = nodes[0]
+    api = local_cluster.core_api()
+    good = api.read_node(node).metadata.annotations["gpushare-hub.io/cards"]
+    api.patch_node(node, {"metadata": {"annotations": {"gpushare-hub.io/cards": '[{"uuid": 7}'}}})
+
+    def warnings() -> list[str]:
+        events = events_for(local_cluster, "default", node)
+        return [m for m in events if m.startswith("GPUShareNodeUnreadable")]
+
+    assert wait_for(warnings), events_for(local_cluster, "default", node)
+    (message,) = warnings()
+    assert f"node {node} annotation gpushare-hub.io/cards" in message and "no slice is placed" in message
+    api.create_namespaced_pod(namespace, gpu_pod("waits", 5, SCHED, sel))
+    assert wait_for(
+        lambda: any("inventory is unreadable" in m for m in events_for(local_cluster, namespace, "waits"))
+    ), events_for(local_cluster, namespace, "waits")
+    assert not bound(local_cluster, namespace, 1)
+    api.patch_node(node, {"metadata": {"annotations": {"gpushare-hub.io/cards": good}}})
+    assert wait_for(lambda: bound(local_cluster, namespace, 1), timeout=60), events_for(
+        local_cluster, namespace, "waits"
+    )

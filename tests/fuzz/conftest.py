@@ -12,7 +12,24 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, seed, settings
+
+# Each door's line of counts, printed at the end of every run that drove a door (CI's log too).
+COUNTS: list[str] = []
+
+
+def report(line: str) -> None:
+    COUNTS.append(line.strip())
+    print("\n" + line.strip())
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if COUNTS:
+        terminalreporter.section("fuzz: counts per door")
+        for line in COUNTS:
+            terminalreporter.write_line(line)
+
 
 # Cases per door in CI (the floor); FUZZ_CASES overrides it for a quick local run.
 CASES = int(os.environ.get("FUZZ_CASES", 10_000))

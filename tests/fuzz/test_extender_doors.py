@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tests.conftest import gpu_pod
 from tests.mutate import paths, replaced
 
-from .conftest import LogWatch, Tally, seeded
+from .conftest import LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
 PREFIX = "/gpushare-scheduler"
@@ -109,7 +109,7 @@ def test_an_extender_door_answers_every_mutated_body_without_a_5xx(local_cluster
 
     case()
     tracebacks, first = watch.first_traceback()
-    print("\n" + tally.line(tracebacks))
+    report(tally.line(tracebacks))
     assert tracebacks == 0, first
     assert gpushare.extender.proc.poll() is None, "the extender died"
     assert mine(snapshot(ext), node) == before, "a refused request changed the ledger"
@@ -130,5 +130,5 @@ def test_the_inspect_door_answers_every_node_name_without_a_5xx(local_cluster, g
 
     case()
     tracebacks, first = watch.first_traceback()
-    print("\n" + tally.line(tracebacks))
+    report(tally.line(tracebacks))
     assert tracebacks == 0, first

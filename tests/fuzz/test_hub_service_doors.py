@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.hub.conftest import SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
 
-from .conftest import LogWatch, Tally, seeded
+from .conftest import LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
 ROUTES = ["api/v1/ledger", "api/v1/availability", "api/v1/me", "metrics", "", "api/v1/nothing"]
@@ -66,5 +66,5 @@ def test_the_hub_service_answers_every_query_without_a_5xx(hub, who):
     case()
     text = watch.added()
     tracebacks = text.count("Traceback")
-    print("\n" + tally.line(tracebacks))
+    report(tally.line(tracebacks))
     assert tracebacks == 0, text[text.find("Traceback") :][:3000]

@@ -7,11 +7,6 @@ its device list, its served-containers file and its Node unchanged."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import select
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,78 +18,27 @@ from hypothesis import strategies as st
 
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
-from gpushare_hub.plugin.kube import RBAC_RULES
 from tests.conftest import wait_for
+from tests.jsonlines import JsonLineShim
+from tests.kubelet.conftest import Plugin
 
-from .conftest import LogWatch, seeded
+from .conftest import LogWatch, report, seeded
 
 pytestmark = pytest.mark.fuzz
 NODE = "fuzz-dp-node"
 SERVER_ERRORS = {"Unknown", "Internal", "DataLoss", "Unimplemented"}
 
 
-class KubeletClient:
+class KubeletClient(JsonLineShim):
     """The dpclient process: the kubelet's Registration server and DevicePlugin client."""
 
     def __init__(self, binary: Path, folder: Path, log: Path) -> None:
-        self.proc = subprocess.Popen(
-            [str(binary), str(folder)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log.open("ab"),
-            text=True,
-            bufsize=1,
-        )
-        assert self._read(30).get("ready")
+        super().__init__([str(binary), str(folder)], log)
 
-    def _read(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            raise TimeoutError(f"dpclient did not answer in {timeout}s")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"dpclient exited ({self.proc.poll()})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def call(self, op: str, **kw: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        answer = self._read(60)
+    def call(self, op: str, timeout: float = 60, **kw: Any) -> dict[str, Any]:
+        answer = super().call(op, timeout, **kw)
         assert "error" not in answer, answer  # the shim's own trouble, not the plugin's answer
         return answer
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.call("quit")
-        self.proc.kill()
-        self.proc.wait()
-
-
-class FuzzedPlugin:
-    def __init__(self, cluster: LocalCluster, folder: Path) -> None:
-        cluster.grant("gpushare-device-plugin", RBAC_RULES)
-        kubeconfig = cluster.credential("user-device-plugin-fuzz", "gpushare-device-plugin")
-        self.folder = folder
-        self.served_file = folder / "served.json"
-        self.comp = cluster._run(
-            "gpushare-device-plugin-fuzz",
-            [
-                sys.executable,
-                "-m",
-                "gpushare_hub.plugin.app",
-                "--backend=simulated",
-                "--simulate=2x Tesla T4:15360",
-                f"--node-name={NODE}",
-                f"--kubeconfig={kubeconfig}",
-                f"--plugin-dir={folder}",
-                f"--served-file={self.served_file}",
-                f"--health-file={folder / 'health.json'}",
-                f"--hook-host-path={folder / 'pyhook'}",
-            ],
-        )
-        self.log = self.comp.log
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +53,17 @@ def plugin_door(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFa
     api = local_cluster.core_api()
     api.create_node(node)
     client = KubeletClient(binary, folder, local_cluster.logs / "dpclient.log")
-    plugin = FuzzedPlugin(local_cluster, folder)
+    plugin = Plugin(local_cluster, folder / "health.json", NODE, folder, "gpushare-device-plugin-fuzz")
+    plugin.start(f"--served-file={folder / 'served.json'}")
+    assert plugin.comp is not None
     try:
-        assert wait_for(lambda: len(client.call("registered")["registered"]) == 2, timeout=60), plugin.log
+        assert wait_for(lambda: len(client.call("registered")["registered"]) == 2, timeout=60), (
+            plugin.comp.log
+        )
         published = ("gpushare-hub.io/cards", "gpushare-hub.io/isolation", "gpushare-hub.io/usage")
         assert wait_for(
             lambda: set(published) <= set(api.read_node(NODE).metadata.annotations or {}), timeout=60
-        ), plugin.log
+        ), plugin.comp.log
         yield client, plugin
     finally:
         client.close()
@@ -123,13 +71,17 @@ def plugin_door(local_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFa
         api.delete_node(NODE)
 
 
-def _snapshot(client: KubeletClient, plugin: FuzzedPlugin, cluster: LocalCluster) -> Any:
+def served_file(plugin: Plugin) -> Path:
+    return plugin.plugin_dir / "served.json"
+
+
+def _snapshot(client: KubeletClient, plugin: Plugin, cluster: LocalCluster) -> Any:
     devices = {
         r["endpoint"]: client.call("devices", endpoint=r["endpoint"])["response"]
         for r in client.call("registered")["registered"]
     }
     node = cluster.get_json(f"/api/v1/nodes/{NODE}")
-    served = plugin.served_file.read_text() if plugin.served_file.exists() else ""
+    served = served_file(plugin).read_text() if served_file(plugin).exists() else ""
     return devices, node["metadata"].get("annotations"), served
 
 
@@ -140,7 +92,8 @@ def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(
     known = {
         endpoint: sorted(d["ID"] for d in before[0][endpoint]["devices"]) for endpoint in registered.values()
     }
-    watch = LogWatch(plugin.log)
+    assert plugin.comp is not None
+    watch = LogWatch(plugin.comp.log)
     codes: Counter[tuple[str, str]] = Counter()
     junk = st.text(max_size=80) | st.sampled_from(["", "\x00", "x" * 5000, "GPU-0-_-99", "GPU-0-_--1"])
 
@@ -184,7 +137,7 @@ def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(
     case()
     tracebacks, first = watch.first_traceback()
     shown = ", ".join(f"{op} {code}: {n}" for (op, code), n in sorted(codes.items()))
-    print(f"\nfuzz device plugin gRPC: {sum(codes.values())} cases, 0 x Unknown/Internal, "
+    report(f"fuzz device plugin gRPC: {sum(codes.values())} cases, 0 x Unknown/Internal, "
           f"{tracebacks} tracebacks ({shown})")  # fmt: skip
     assert tracebacks == 0, first
     assert plugin.comp.alive(), "the plugin died"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.hub.conftest import NAMESPACE, SLICES, hub_spawner_config
 from tests.mutate import paths, replaced
 
-from .conftest import LogWatch, Tally, seeded
+from .conftest import LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
 USER = "fuzz-options"
@@ -112,7 +112,7 @@ def test_the_spawn_api_refuses_malformed_user_options_with_a_4xx(hub, local_clus
         if model.get("servers"):  # an accepted body: stop what it started before failing
             hub.api("DELETE", f"/users/{USER}/server")
     tracebacks, upstream, first = watch.tracebacks(upstream=(JUPYTERHUB_BAD_JSON,))
-    print(f"\n{tally.line(tracebacks)}; JupyterHub's own parser logged {upstream} bodies that are not JSON")
+    report(f"{tally.line(tracebacks)}; JupyterHub's own parser logged {upstream} bodies that are not JSON")
     assert tracebacks == 0, first
     assert not model.get("servers") and not model.get("pending"), model
     pods = local_cluster.get_json(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]

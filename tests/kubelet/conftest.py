@@ -8,11 +8,7 @@ kube-scheduler and our extender.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import select
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,56 +21,23 @@ from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import Component
 from gpushare_hub.plugin.kube import RBAC_RULES
 from tests.conftest import wait_for
+from tests.jsonlines import JsonLineShim
 
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 NODE = "dp-node"
 
 
-class DeviceManager:
+class DeviceManager(JsonLineShim):
     """The dmharness process: one JSON command in, one JSON answer out."""
 
     def __init__(self, binary: Path, log: Path) -> None:
-        self.log = log
-        self.proc = subprocess.Popen(
-            [str(binary)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log.open("ab"),
-            text=True,
-            bufsize=1,
-        )
-        first = self._read(30)
-        assert first.get("ready"), first
-
-    def _read(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            raise TimeoutError(f"dmharness did not answer in {timeout}s; log {self.log}")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"dmharness exited ({self.proc.poll()}); log {self.log}")
-        result: dict[str, Any] = json.loads(line)
-        return result
-
-    def call(self, op: str, timeout: float = 30, **kw: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        return self._read(timeout)
+        super().__init__([str(binary)], log)
 
     def units(self, resource: str = "aliyun.com/gpu-mem") -> tuple[int, int]:
         cap = self.call("capacity")
         return int((cap.get("capacity") or {}).get(resource, "0")), int(
             (cap.get("allocatable") or {}).get(resource, "0")
         )
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(Exception):
-                self.call("quit", timeout=5)
-            self.proc.kill()
-        self.proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -103,9 +66,20 @@ def extender_knows_the_plugins_cards(url: str) -> bool:
 
 
 class Plugin:
-    def __init__(self, cluster: LocalCluster, health_file: Path) -> None:
+    """Our plugin (simulated cards) on ``node``, serving in ``plugin_dir`` (the kubelet's folder
+    unless a test gives its own); ``name`` is its component and log name."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        health_file: Path,
+        node: str = NODE,
+        plugin_dir: Path = PLUGIN_DIR,
+        name: str = "gpushare-device-plugin",
+    ) -> None:
         self.cluster = cluster
         self.health_file = health_file
+        self.node, self.plugin_dir, self.name = node, plugin_dir, name
         self.hook_dir = health_file.parent / "pyhook"  # the node's host folder for the start-up hook
         self.kubeconfig = self._credentials()
         self.comp: Component | None = None
@@ -116,16 +90,16 @@ class Plugin:
 
     def start(self, *extra: str) -> None:
         self.comp = self.cluster._run(
-            "gpushare-device-plugin",
+            self.name,
             [
                 sys.executable,
                 "-m",
                 "gpushare_hub.plugin.app",
                 "--backend=simulated",
                 "--simulate=2x Tesla T4:15360",
-                f"--node-name={NODE}",
+                f"--node-name={self.node}",
                 f"--kubeconfig={self.kubeconfig}",
-                f"--plugin-dir={PLUGIN_DIR}",
+                f"--plugin-dir={self.plugin_dir}",
                 f"--health-file={self.health_file}",
                 f"--hook-host-path={self.hook_dir}",
                 *extra,

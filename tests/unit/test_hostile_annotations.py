@@ -86,8 +86,12 @@ def test_a_poisoned_card_inventory_is_refused_with_the_reason(raw):
     with pytest.raises(InvalidObject, match=r"gpushare-hub\.io/cards"):
         node_from_k8s(read_node(node))
     inf = LedgerInformer(None)
+    told: list[tuple[str, str]] = []
+    inf.on_unreadable(lambda name, why: told.append((name, why)))  # the extender's Warning event
     inf.apply("nodes", "ADDED", node)
     assert inf.ledger.node("gpu-1") is None and inf.ledger.unreadable("gpu-1")
+    assert [name for name, _ in told] == ["gpu-1"]
+    assert "node gpu-1 annotation gpushare-hub.io/cards" in told[0][1]
 
 
 def test_a_huge_card_model_list_is_refused_at_once_naming_the_limit():

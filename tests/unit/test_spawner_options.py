@@ -124,11 +124,11 @@ def test_quota_refusal_names_the_servers_that_use_it():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"profile": "p" * 1_000_000}, f"there is no profile '{'p' * 39}…;"),
+        ({"profile": "p" * 5000}, f"there is no profile '{'p' * 39}…;"),
         ({"profile": "t4-5g", "k" * 5000: "v"}, f"option '{'k' * 39}… is not offered"),
-        ({"profile": "t4-5g", "image": ["x"] * 9999}, "option 'image' must be a string, got a list ['x',"),
-        ({"profile": "t4-5g", "image": "t" * 99999}, f"'{'t' * 39}… is not a choice"),
-        ([1] * 100_000, "user options must be a JSON object, got a list [1, 1, 1,"),
+        ({"profile": "t4-5g", "image": ["x"] * 999}, "option 'image' must be a string, got a list ['x',"),
+        ({"profile": "t4-5g", "image": "t" * 9999}, f"'{'t' * 39}… is not a choice"),
+        ([1] * 1000, "user options must be a JSON object, got a list [1, 1, 1,"),
     ],
 )
 def test_refusals_echo_only_a_short_prefix_of_what_came(options, message):
