@@ -183,9 +183,12 @@ class ExtenderService:
 
     def _report_unreadable(self, node: str, reason: str) -> None:
         """A Node whose card inventory cannot be read: a Warning event on it, once per reason
-        (the ledger already took it out of placement and the informer logged why)."""
+        (the ledger already took it out of placement and the informer logged why). With leader
+        election only the leader writes it, so replicas do not repeat it."""
         if (node, reason) in self._unreadable_reported:
             return
+        if self.elector is not None and not self.elector.leader:
+            return  # the leader warns; a follower that leads later warns at the node's next event
         self._unreadable_reported.add((node, reason))
         if self.kube is None:
             return

@@ -42,11 +42,23 @@ junk = st.recursive(
 
 
 def _valid(body: bytes) -> bool:
-    """A request the hub should accept (these start servers; the hub tier proves them)."""
+    """A request the hub should accept (these start servers; the hub tier proves them). JupyterHub
+    reads an empty or falsy body (``[]``, ``0``, ``""``) as no options, a body with ``display_name``
+    or ``user_options`` in its newer form, and any other object as the options themselves."""
     try:
-        options = json.loads(body) if body.strip() else None
+        doc = json.loads(body) if body.strip() else None
     except (ValueError, RecursionError):
         return False
+    if not doc:
+        return True
+    if not isinstance(doc, dict):
+        return False
+    if "display_name" in doc or "user_options" in doc:
+        if not isinstance(doc.get("display_name"), str | None):
+            return False
+        options = doc.get("user_options")
+    else:
+        options = doc
     if options is None:
         return True
     if not isinstance(options, dict) or not set(options) <= {"profile"}:
