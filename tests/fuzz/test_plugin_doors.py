@@ -85,7 +85,11 @@ def _snapshot(client: KubeletClient, plugin: Plugin, cluster: LocalCluster) -> A
     return devices, node["metadata"].get("annotations"), served
 
 
-def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(plugin_door, local_cluster):
+@pytest.mark.parametrize("op", ["allocate", "preferred"])
+def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(
+    plugin_door: Any, local_cluster: LocalCluster, op: str
+) -> None:
+    """One door per method (Allocate, GetPreferredAllocation), each on both sockets."""
     client, plugin = plugin_door
     registered = {r["resource"]: r["endpoint"] for r in client.call("registered")["registered"]}
     before = _snapshot(client, plugin, local_cluster)
@@ -111,7 +115,6 @@ def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(
     @st.composite
     def calls(draw: Any) -> tuple[str, str, Any]:
         endpoint = draw(st.sampled_from(sorted(known)))
-        op = draw(st.sampled_from(["allocate", "preferred"]))
         n = draw(st.integers(0, 3) | st.just(300))
         if op == "allocate":
             return op, endpoint, [draw(ids(endpoint)) for _ in range(min(n, 3))] * (100 if n == 300 else 1)
@@ -137,10 +140,10 @@ def test_the_plugins_grpc_doors_refuse_malformed_requests_with_invalid_argument(
     case()
     tracebacks, first = watch.first_traceback()
     shown = ", ".join(f"{op} {code}: {n}" for (op, code), n in sorted(codes.items()))
-    report(f"fuzz device plugin gRPC: {sum(codes.values())} cases, 0 x Unknown/Internal, "
+    method = {"allocate": "Allocate", "preferred": "GetPreferredAllocation"}[op]
+    report(f"fuzz device plugin {method}: {sum(codes.values())} cases, 0 x Unknown/Internal, "
           f"{tracebacks} tracebacks ({shown})")  # fmt: skip
     assert tracebacks == 0, first
     assert plugin.comp.alive(), "the plugin died"
     assert _snapshot(client, plugin, local_cluster) == before, "a refused request changed the plugin's state"
-    # Requests that were well formed but for no waiting pod were answered FailedPrecondition.
-    assert codes[("allocate", "InvalidArgument")] and codes[("preferred", "InvalidArgument")], codes
+    assert codes[(op, "InvalidArgument")] and codes[(op, "OK")] + codes[(op, "FailedPrecondition")], codes
