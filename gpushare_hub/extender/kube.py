@@ -3,7 +3,6 @@ bind it, record an event. Every call has a timeout."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from typing import Any
 
@@ -12,6 +11,7 @@ from kubernetes_asyncio import client
 from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.shapes import read_pod
 from gpushare_hub.kube.api import DEFAULT_TIMEOUTS, ApiError, Timeouts, checked, json_of, make_api_client
+from gpushare_hub.kube.events import warning_event
 
 log = logging.getLogger("gpushare.extender")
 
@@ -79,20 +79,7 @@ class Kube:
         await self._event({"kind": "Node", "name": node, "uid": node}, "default", reason, message)
 
     async def _event(self, involved: dict[str, str], namespace: str, reason: str, message: str) -> None:
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event: Any = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", **involved},
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": "gpushare-extender"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        event: Any = warning_event(involved, namespace, reason, message, "gpushare-extender")
         try:
             resp = await checked(
                 self.core.create_namespaced_event(

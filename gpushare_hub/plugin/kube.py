@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from typing import Any
@@ -22,6 +21,7 @@ from gpushare_hub.core.names import (
 )
 from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.resources import ResourceNames
+from gpushare_hub.kube.events import warning_event
 from gpushare_hub.kube.kubeconfig import in_cluster_access, read_kubeconfig
 from gpushare_hub.kube.reading import readable_pods
 from gpushare_hub.kube.rest import RestClient
@@ -117,20 +117,7 @@ class KubeUsageSink:
         self.api.patch_merge(node_path(node), {"metadata": {"annotations": annotations}})
 
     def _warning(self, involved: dict[str, str], namespace: str, reason: str, message: str) -> dict[str, Any]:
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", **involved},
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": "gpushare-device-plugin", "host": self.node},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        return warning_event(involved, namespace, reason, message, "gpushare-device-plugin", self.node)
 
     def warn_node(self, reason: str, message: str) -> None:
         """A Warning event on this plugin's Node (``kubectl describe node`` shows it)."""
