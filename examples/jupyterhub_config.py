@@ -3,6 +3,7 @@
 # Run the hub with:   jupyterhub -f jupyterhub_config.py
 # The cluster needs the gpushare scheduler, extender and device plugin (see README.md).
 import sys
+from pathlib import Path
 
 from gpushare_hub import GPUShareSpawner
 from gpushare_hub.service import configure_hub
@@ -85,7 +86,8 @@ c.JupyterHub.services = [
             "-m",
             "jupyterhub_idle_culler",
             "--timeout=3600",
-            "--config-file=idle_culler_config.py",
+            # The culler's flag is --config (2.0 exits at once on --config-file); this file's folder.
+            f"--config={Path(__file__).with_name('idle_culler_config.py')}",
         ],
     }
 ]

@@ -51,6 +51,9 @@ class PodRow:
     slice: str = ""  # the hub's catalogue slug, when the spawner wrote one
     since: str = ""  # RFC 3339 UTC: when the card was assigned (else the pod started or was made)
     used_mib: int | None = None  # GPU memory its processes hold on the card (None: not measured)
+    sm_util: int | None = None  # percent of the card's SMs its processes keep busy (None: not measured)
+    idle_since: int | None = None  # Unix seconds it has been idle on the GPU from (None: active, or unknown)
+    over_slice: bool = False  # its processes hold more than its slice on the card
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,11 @@ class Report:
                 out["hub_server"] = p.hub_server
             if p.reason:
                 out["reason"] = p.reason
+            if p.used_mib is not None:  # the node's plugin measures usage
+                out["used_mib"] = p.used_mib
+                out["over_slice"] = p.over_slice
+                out["sm_util"] = p.sm_util
+                out["idle_since"] = p.idle_since
             return out
 
         return {
@@ -365,7 +373,14 @@ def _node_row(
                 units=card.units,
                 used=ledger.used(facts.name, card.uuid),
                 healthy=card.healthy,
-                pods=_sorted(_with_usage(holders.get((facts.name, card.uuid), []), card.uuid, facts.usage)),
+                pods=_sorted(
+                    _with_usage(
+                        holders.get((facts.name, card.uuid), []),
+                        card.uuid,
+                        facts.usage,
+                        ledger.names.mib_per_unit,
+                    )
+                ),
             )
             for card in cards
         ),
@@ -376,10 +391,24 @@ def _node_row(
     )
 
 
-def _with_usage(rows: Iterable[PodRow], card: str, usage: NodeUsage | None) -> list[PodRow]:
+def _with_usage(
+    rows: Iterable[PodRow], card: str, usage: NodeUsage | None, mib_per_unit: int
+) -> list[PodRow]:
     if usage is None:
         return list(rows)
-    return [replace(p, used_mib=usage.of_pod(f"{p.namespace}/{p.name}", card)) for p in rows]
+    out = []
+    for p in rows:
+        use = usage.of_pod(f"{p.namespace}/{p.name}", card)
+        out.append(
+            replace(
+                p,
+                used_mib=use.used_mib,
+                sm_util=use.sm_util,
+                idle_since=use.idle_since,
+                over_slice=use.used_mib > p.units * mib_per_unit,
+            )
+        )
+    return out
 
 
 def _sorted(rows: Iterable[PodRow]) -> tuple[PodRow, ...]:

@@ -18,14 +18,31 @@ MAX_ROWS = 10_000
 
 
 @dataclass(frozen=True)
-class NodeUsage:
-    """GPU memory in use per pod (``namespace/name``) and card UUID, and per card in all."""
+class PodUse:
+    """What one pod's processes do on one card, as its node's plugin last published it."""
 
-    pods: Mapping[tuple[str, str], int]
+    used_mib: int = 0
+    sm_util: int | None = None  # percent of the card's SMs; None: not measured
+    idle_since: int | None = None  # Unix seconds it has been idle from; None: active or not measured
+    uid: str = ""
+
+    def idle_seconds(self, now: float) -> int | None:
+        """How long the pod has been idle on the GPU (0 for a clock that went backwards); None
+        while it is active or utilisation is not measured."""
+        return None if self.idle_since is None else max(0, int(now - self.idle_since))
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """What each pod (``namespace/name``) does on each card UUID, and memory per card in all."""
+
+    pods: Mapping[tuple[str, str], PodUse]
     cards: Mapping[str, int]
 
-    def of_pod(self, key: str, card: str) -> int:
-        return self.pods.get((key, card), 0)
+    def of_pod(self, key: str, card: str) -> PodUse:
+        """A pod holding a slice with no process on the card holds nothing (and, where the
+        node measures nothing else, nobody can say more)."""
+        return self.pods.get((key, card), PodUse())
 
 
 def read_usage(raw: object) -> NodeUsage | None:
@@ -39,13 +56,19 @@ def read_usage(raw: object) -> NodeUsage | None:
         return None
     if not isinstance(d, dict) or not isinstance(d.get("pods", []), list):
         return None
-    pods: dict[tuple[str, str], int] = {}
+    pods: dict[tuple[str, str], PodUse] = {}
     for row in d.get("pods", [])[:MAX_ROWS]:
         if not isinstance(row, dict):
             continue
         pod, card, used = row.get("pod"), row.get("card"), row.get("usedMiB")
         if isinstance(pod, str) and isinstance(card, str) and _mib(used):
-            pods[(pod, card)] = pods.get((pod, card), 0) + int(used)  # type: ignore[arg-type]
+            util, since, uid = row.get("smUtil"), row.get("idleSince"), row.get("uid")
+            pods[(pod, card)] = PodUse(
+                int(used),  # type: ignore[arg-type]
+                util if _whole(util, 100) else None,
+                since if _whole(since, 1 << 40) else None,
+                uid if isinstance(uid, str) and len(uid) <= 64 else "",
+            )
     cards: dict[str, int] = {}
     raw_cards = d.get("cards", {})
     if isinstance(raw_cards, dict):
@@ -54,6 +77,10 @@ def read_usage(raw: object) -> NodeUsage | None:
             if _mib(used):
                 cards[str(card)] = int(used)  # type: ignore[arg-type]
     return NodeUsage(pods, cards)
+
+
+def _whole(value: object, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= most
 
 
 def _mib(value: object) -> bool:

@@ -4,7 +4,9 @@ Run in a notebook's terminal (or ``!python -m ...`` in a cell) on the demo's sim
 it takes the given GiB through the fake ``torch`` (:mod:`gpushare_hub.demo.fakegpu`), capped by
 the start-up hook like real PyTorch, and holds it until Ctrl-C or ``--seconds``. The simulated
 device plugin then reports the memory as this notebook's usage. Asking more than the slice
-shows PyTorch's out-of-memory error with gpushare-hub's explanation under it.
+shows PyTorch's out-of-memory error with gpushare-hub's explanation under it. ``--busy 60``
+claims 60% of the card's SMs as well, so the dashboard shows the notebook at work rather than
+idle on the GPU.
 """
 
 from __future__ import annotations
@@ -39,7 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--seconds", type=float, default=None, help="hold this long, then exit (default: until Ctrl-C)"
     )
+    p.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        choices=range(0, 101),
+        metavar="PERCENT",
+        help="claim to keep this share of the card's SMs busy (default 0: holding memory, idle)",
+    )
     args = p.parse_args(argv)
+    os.environ["GPUSHARE_SIM_UTIL"] = str(args.busy)
     sys.path.insert(0, str(site_dir()))  # the fake, even where a real torch is installed
     torch = importlib.import_module("torch")
 

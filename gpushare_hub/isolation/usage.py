@@ -14,8 +14,14 @@ the scheduler) count towards their card's total only.
 Published by the plugin on its Node as ``gpushare-hub.io/usage`` (:meth:`UsageReport.annotation`)::
 
     {"pods": [{"pod": "jhub/jupyter-ana", "uid": "...", "card": "GPU-...", "usedMiB": 6963,
-               "sliceMiB": 5120}],
+               "sliceMiB": 5120, "smUtil": 37, "idleSince": null}],
      "cards": {"GPU-...": {"usedMiB": 7003}}}
+
+``smUtil`` is the percent of the card's SMs the pod's processes kept busy since the plugin's
+previous reading (null where the card does not sample processes). ``idleSince`` (Unix seconds)
+is when the pod last stopped being *active* on the card, null while it is active or where
+utilisation is not measured: active means its processes held more than the plugin's
+``--idle-memory-mib`` or did any work at all (:func:`is_active`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 MPS_SERVER_COMMAND = "nvidia-cuda-mps-server"
+# An idle framework's CUDA context holds about 520-610 MiB on an H200 (driver 580; PyTorch, CuPy,
+# JAX; docs/measurements/2026-11-26-gpu-usage-h200.md): a pod holding no more than this and
+# doing no work is an idle kernel (the plugin's --idle-memory-mib).
+IDLE_MEMORY_MIB = 1024
 
 _POD_IN_CGROUP = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?(?:/|$)"
@@ -47,6 +57,9 @@ class GPUProcess:
     cgroup: str = ""  # the text of /proc/<pid>/cgroup
     uid: int | None = None  # the process's real UID
     command: str = ""  # the executable's base name
+    # Percent of the card's streaming multiprocessors the process kept busy since the last
+    # poll (NVML's per-process samples); None where the card does not say.
+    sm_util: int | None = None
 
 
 def pod_uid_of_cgroup(cgroup: str) -> str | None:
@@ -61,6 +74,15 @@ def pod_uid_of_cgroup(cgroup: str) -> str | None:
     return None
 
 
+def is_active(used_mib: int, sm_util: int | None, idle_memory_mib: int) -> bool | None:
+    """Whether a pod is using its slice now: it holds more than ``idle_memory_mib`` (more than an
+    idle framework's CUDA context) or its processes did any work since the last reading.
+    None where utilisation is not measured: then nobody can say it is idle."""
+    if sm_util is None:
+        return None
+    return used_mib > idle_memory_mib or sm_util > 0
+
+
 @dataclass(frozen=True)
 class PodUsage:
     pod: str  # namespace/name
@@ -68,6 +90,8 @@ class PodUsage:
     card: str
     used_mib: int
     slice_mib: int
+    sm_util: int | None = None  # percent of the card's SMs, since the last reading
+    idle_since: int | None = None  # Unix seconds; None while active or not measured
 
     @property
     def over(self) -> bool:
@@ -91,9 +115,10 @@ class UsageReport:
     def over(self) -> list[PodUsage]:
         return [p for p in self.pods if p.over]
 
-    def differs(self, other: UsageReport | None, tolerance_mib: int) -> bool:
-        """Worth a new write to the Node: pods, slices, over-slice states or MPS servers changed,
-        or some figure moved by ``tolerance_mib`` or more (memory in use jitters all the time)."""
+    def differs(self, other: UsageReport | None, tolerance_mib: int, tolerance_util: int = 25) -> bool:
+        """Worth a new write to the Node: pods, slices, over-slice or idle states or MPS servers
+        changed, or some figure moved by ``tolerance_mib`` (or ``tolerance_util`` points of
+        utilisation) or more: memory in use and utilisation jitter all the time."""
         if other is None or self.mps_servers != other.mps_servers:
             return True
         mine = {(p.uid, p.card): p for p in self.pods}
@@ -105,7 +130,10 @@ class UsageReport:
             if (
                 p.slice_mib != q.slice_mib
                 or p.over != q.over
+                or p.idle_since != q.idle_since
+                or (p.sm_util is None) != (q.sm_util is None)
                 or abs(p.used_mib - q.used_mib) >= tolerance_mib
+                or abs((p.sm_util or 0) - (q.sm_util or 0)) >= tolerance_util
             ):
                 return True
         return any(
@@ -122,6 +150,8 @@ class UsageReport:
                         "card": p.card,
                         "usedMiB": p.used_mib,
                         "sliceMiB": p.slice_mib,
+                        "smUtil": p.sm_util,
+                        "idleSince": p.idle_since,
                     }
                     for p in self.pods
                 ],
@@ -164,10 +194,16 @@ def usage_report(
     pods: Iterable[PodObject],
     node: Node,
     names: ResourceNames = DEFAULT_NAMES,
+    unsampled: Iterable[str] = (),
 ) -> UsageReport:
+    """Per pod and card: memory its processes hold and their SM utilisation (summed over its
+    processes, at most 100). ``unsampled``: cards whose utilisation the backend cannot read;
+    their pods' ``sm_util`` is None. A pod with no process on a sampled card did no work (0)."""
     slices = slices_on_node(pods, node, names)
+    unsampled = set(unsampled)
     card_used: dict[str, int] = {}
     used: dict[tuple[str, str], int] = {}
+    util: dict[tuple[str, str], int | None] = {}
     mps: dict[str, int] = {}
     for p in processes:
         card_used[p.card] = card_used.get(p.card, 0) + p.used_mib
@@ -177,9 +213,13 @@ def usage_report(
             continue
         uid = pod_uid_of_cgroup(p.cgroup)
         if uid is not None and uid in slices:
-            used[(uid, p.card)] = used.get((uid, p.card), 0) + p.used_mib
+            k = (uid, p.card)
+            used[k] = used.get(k, 0) + p.used_mib
+            before = util.get(k, 0)
+            util[k] = None if p.sm_util is None or before is None else min(100, before + p.sm_util)
     rows = []
     for uid, (key, cards) in sorted(slices.items(), key=lambda kv: kv[1][0]):
         for card in sorted(set(cards) | {c for (u, c) in used if u == uid}):
-            rows.append(PodUsage(key, uid, card, used.get((uid, card), 0), cards.get(card, 0)))
+            busy = None if card in unsampled else util.get((uid, card), 0)
+            rows.append(PodUsage(key, uid, card, used.get((uid, card), 0), cards.get(card, 0), busy))
     return UsageReport(tuple(rows), card_used, mps)

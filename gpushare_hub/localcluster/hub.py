@@ -242,6 +242,14 @@ class LocalHub:
             time.sleep(0.25)
         raise HarnessError(f"{user}'s server not ready after {timeout:.0f}s: {model}; hub log {self.hub_log}")
 
+    def stop(self) -> None:
+        """Stop the hub (its managed services with it), then its proxy: a hub one test starts
+        for itself. The cluster stops every other component at its end."""
+        for comp in (self.hub, self.proxy):
+            if comp is not None:
+                comp.stop()
+                self.cluster.components.pop(comp.name, None)
+
     @property
     def hub_log(self) -> Path:
         return self.cluster.logs / f"jupyterhub{self._suffix}.log"

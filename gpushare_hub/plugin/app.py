@@ -26,6 +26,7 @@ from gpushare_hub.core.isolation import COOPERATIVE, MPS
 from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
+from gpushare_hub.isolation.usage import IDLE_MEMORY_MIB
 from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.kube.rest import RestClient
 
@@ -170,15 +171,25 @@ class GPUShareDevicePlugin(Application):
         gpushare-hub.io/usage, as Prometheus metrics on --metrics-port, and as one Warning
         event per pod over its slice. 0: off.""",
     ).tag(config=True)
+    idle_memory_mib = Int(
+        IDLE_MEMORY_MIB,
+        min=0,
+        help="""A pod whose processes hold no more than this many MiB on a card and do no work at
+        all (NVML's per-process SM utilisation 0) is idle on the GPU; the Node's usage annotation
+        says since when (idleSince), and the hub service flags it. The default sits above an idle
+        PyTorch, CuPy or JAX CUDA context (about 0.5-0.6 GiB), so a kernel that merely imported a
+        framework is idle and one holding tensors is not.""",
+    ).tag(config=True)
     usage_file = Unicode(
         "",
         help="""Simulated backend: JSON list of processes on the cards, e.g.
-        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963}], read at every usage reading.""",
+        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963, "util": 40}], read at every usage
+        reading.""",
     ).tag(config=True)
     usage_claims_dir = Unicode(
         "",
         help="""Simulated backend: folder where local processes claim the GPU memory they hold, one
-        file each, <pid>.json = {"card": "<uuid>", "pod": "<pod UID>", "mib": 3072} (the demo's
+        file each, <pid>.json = {"card": "<uuid>", "pod": "<pod UID>", "mib": 3072, "util": 0} (the demo's
         fake torch writes them). Read at every usage reading and added to --usage-file's; claims
         of processes that are gone are ignored.""",
     ).tag(config=True)
@@ -217,6 +228,7 @@ class GPUShareDevicePlugin(Application):
         "selftest-path": "GPUShareDevicePlugin.selftest_path",
         "usage-interval": "GPUShareDevicePlugin.usage_interval",
         "usage-file": "GPUShareDevicePlugin.usage_file",
+        "idle-memory-mib": "GPUShareDevicePlugin.idle_memory_mib",
         "usage-claims-dir": "GPUShareDevicePlugin.usage_claims_dir",
         "metrics-port": "GPUShareDevicePlugin.metrics_port",
         "log-level": "Application.log_level",
@@ -310,7 +322,9 @@ class GPUShareDevicePlugin(Application):
 
         if self.usage_interval <= 0:
             return
-        reporter = UsageReporter(state, KubeUsageSink(api, self.node_name), mps=self.mps)
+        reporter = UsageReporter(
+            state, KubeUsageSink(api, self.node_name), mps=self.mps, idle_memory_mib=self.idle_memory_mib
+        )
         threading.Thread(
             target=reporter.run, args=(runner.stop, self.usage_interval), name="usage", daemon=True
         ).start()

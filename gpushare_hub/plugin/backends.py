@@ -58,6 +58,10 @@ class Backend(Protocol):
 
     def processes(self) -> list[GPUProcess]: ...
 
+    def unsampled_cards(self) -> set[str]:
+        """Cards whose per-process utilisation the last ``processes()`` could not read."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -110,6 +114,8 @@ class NVMLBackend:
         self._events: Any = None
         self._handles: dict[str, Any] = {}
         self._last_xid: dict[str, float] = {}  # unhealthy cards: when their last critical XID came
+        self._util_seen: dict[str, int] = {}  # card -> NVML timestamp (µs) of the newest sample read
+        self._unsampled: set[str] = set()
         self._clock = time.monotonic
 
     def _explain(self, err: Exception) -> str:
@@ -195,12 +201,42 @@ class NVMLBackend:
             out.append(HealthEvent(uuid, True, f"no critical XID for {quiet:.0f}s and the card answers"))
         return out
 
+    def utilisation(self, uuid: str, handle: Any) -> dict[int, int] | None:
+        """PID -> percent of the card's SMs it kept busy, averaged over NVML's samples since the
+        last call (rounded up, so any work at all shows). A process with no sample did no work;
+        None where the card or driver does not sample processes."""
+        n = self.nvml
+        read = getattr(n, "nvmlDeviceGetProcessUtilization", None)
+        if read is None:  # an nvidia-ml-py too old to have it
+            return None
+        try:
+            samples = read(handle, self._util_seen.get(uuid, 0))
+        except n.NVMLError as err:
+            # No sample since the timestamp: NVML says "not found" (or, through nvidia-ml-py,
+            # raises with NVML_SUCCESS when the count is zero).
+            not_found = getattr(n, "NVMLError_NotFound", ())
+            if isinstance(err, not_found) or getattr(err, "value", None) == 0:
+                return {}
+            return None
+        sums: dict[int, list[int]] = {}
+        newest = self._util_seen.get(uuid, 0)
+        for s in samples:
+            newest = max(newest, int(s.timeStamp))
+            sums.setdefault(int(s.pid), []).append(min(100, max(0, int(s.smUtil))))
+        self._util_seen[uuid] = newest
+        return {pid: min(100, -(-sum(v) // len(v))) for pid, v in sums.items()}
+
     def processes(self) -> list[GPUProcess]:
-        """Compute processes on each card (and MPS clients, where NVML lists them apart)."""
+        """Compute processes on each card (and MPS clients, where NVML lists them apart), with
+        the memory each holds and its SM utilisation since the last call."""
         n = self.nvml
         out = []
+        self._unsampled = set()
         for uuid, h in self._handles.items():
             seen: set[int] = set()
+            util = self.utilisation(uuid, h)
+            if util is None:
+                self._unsampled.add(uuid)
             for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses"):
                 fn = getattr(n, getter, None)
                 if fn is None:
@@ -216,8 +252,12 @@ class NVMLBackend:
                     used = p.usedGpuMemory  # None where NVML cannot tell (e.g. without permission)
                     mib = int(used) // (1024 * 1024) if isinstance(used, int) and used < 2**63 else 0
                     cgroup, uid, command = read_proc(int(p.pid))
-                    out.append(GPUProcess(uuid, int(p.pid), mib, cgroup, uid, command))
+                    busy = None if util is None else util.get(int(p.pid), 0)
+                    out.append(GPUProcess(uuid, int(p.pid), mib, cgroup, uid, command, busy))
         return out
+
+    def unsampled_cards(self) -> set[str]:
+        return set(self._unsampled)
 
     def close(self) -> None:
         try:
@@ -243,16 +283,17 @@ class SimulatedBackend:
     ``health_file``: a JSON object ``{"<uuid>": false}`` that tests (or a person) write to
     mark cards unhealthy and healthy again; it is read on every health poll.
 
-    ``usage_file``: a JSON list of processes on the cards, read on every usage poll::
+    ``usage_file``: a JSON list of processes on the cards, read on every usage poll (``util``, the
+    percent of the card's SMs the process keeps busy, is 0 where not given)::
 
-        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963},
+        [{"card": "<uuid>", "pod": "<pod UID>", "mib": 6963, "util": 40},
          {"card": "<uuid>", "command": "nvidia-cuda-mps-server", "uid": 1000, "mib": 30}]
 
     ``claims_dir``: a folder where local processes (the demo's notebooks, through the fake torch
     of ``gpushare_hub.demo.fakegpu``) claim the memory they hold, one file each, read on every
     usage poll and added to what the usage file declares::
 
-        <claims_dir>/<pid>.json = {"card": "<uuid>", "pod": "<pod UID>", "mib": 3072}
+        <claims_dir>/<pid>.json = {"card": "<uuid>", "pod": "<pod UID>", "mib": 3072, "util": 0}
 
     A claim whose process is gone is ignored; one that cannot be read is ignored with one
     warning per file.
@@ -320,7 +361,9 @@ class SimulatedBackend:
                 self._bad_claims.add(path)
                 log.warning("usage claim %s is ignored: %s", path, problem)
         return [
-            GPUProcess(c.card, c.pid, c.mib, _pod_cgroup(c.pod, c.pid) if c.pod else "", None, "python")
+            GPUProcess(
+                c.card, c.pid, c.mib, _pod_cgroup(c.pod, c.pid) if c.pod else "", None, "python", c.util
+            )
             for c in claims
         ]
 
@@ -334,6 +377,9 @@ class SimulatedBackend:
                 pod = str(p.get("pod", ""))
                 cgroup = _pod_cgroup(pod, pid) if pod else "0::/system.slice/nvidia-mps.service\n"
                 uid = p.get("uid")
+                util = int(p.get("util", 0))
+                if not 0 <= util <= 100:
+                    raise ValueError(f"util {util} is not a percent from 0 to 100")
                 out.append(
                     GPUProcess(
                         card=str(p["card"]),
@@ -342,6 +388,7 @@ class SimulatedBackend:
                         cgroup=cgroup,
                         uid=int(uid) if uid is not None else None,
                         command=str(p.get("command", "python")),
+                        sm_util=util,
                     )
                 )
             return out
@@ -352,6 +399,9 @@ class SimulatedBackend:
                 err,
             )
             return []
+
+    def unsampled_cards(self) -> set[str]:
+        return set()
 
     def close(self) -> None:
         return None
@@ -373,6 +423,7 @@ class Claim:
     card: str
     pod: str
     mib: int
+    util: int = 0  # percent of the card's SMs the process keeps busy
 
 
 MAX_CLAIM_BYTES = 4096
@@ -427,8 +478,13 @@ def read_claims(folder: Path, alive: Callable[[int], bool] = _alive) -> tuple[li
                 raise ValueError("pod is not a UID string")
             if not isinstance(mib, int) or isinstance(mib, bool) or mib < 0:
                 raise ValueError("mib is not a whole number of MiB")
+            util = body.get("util", 0)
+            if not isinstance(util, int) or isinstance(util, bool) or not 0 <= util <= 100:
+                raise ValueError("util is not a whole percent from 0 to 100")
         except ValueError as err:
-            problems[str(path)] = f'{err}; write {{"card": "<uuid>", "pod": "<pod UID>", "mib": <n>}}'
+            problems[str(path)] = (
+                f'{err}; write {{"card": "<uuid>", "pod": "<pod UID>", "mib": <n>, "util": <0-100>}}'
+            )
             continue
-        claims.append(Claim(pid, card, pod, mib))
+        claims.append(Claim(pid, card, pod, mib, util))
     return claims, problems

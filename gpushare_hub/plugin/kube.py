@@ -116,6 +116,11 @@ class KubeUsageSink:
     def annotate_node(self, node: str, annotations: dict[str, str | None]) -> None:
         self.api.patch_merge(node_path(node), {"metadata": {"annotations": annotations}})
 
+    def node_annotation(self, node: str, key: str) -> str | None:
+        annotations = (self.api.get(node_path(node)).get("metadata") or {}).get("annotations") or {}
+        value = annotations.get(key)
+        return value if isinstance(value, str) else None
+
     def _warning(self, involved: dict[str, str], namespace: str, reason: str, message: str) -> dict[str, Any]:
         return warning_event(involved, namespace, reason, message, "gpushare-device-plugin", self.node)
 

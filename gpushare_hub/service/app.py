@@ -291,6 +291,18 @@ class GPUShareService(Application):
         (as KubeSpawner chooses).
         """,
     )
+    gpu_idle_after = Integer(
+        1800,
+        min=1,
+        config=True,
+        help="""
+        Seconds after which a slice idle on the GPU is flagged idle (``gpu_idle`` in
+        api/v1/ledger and api/v1/me, the dashboard's "idle on the GPU" mark, the
+        gpushare_user_gpu_idle_slices metric). A slice is idle while its processes hold no more
+        than the device plugin's --idle-memory-mib and do no work at all; the plugin publishes
+        when that began, so the clock survives restarts of the plugin and of this service.
+        """,
+    )
     refresh_seconds = Integer(
         5,
         config=True,
@@ -534,6 +546,7 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             datetime.now(UTC),
             filters or Filters(),
             stale_seconds=self.cluster.stale_for(),
+            gpu_idle_after=self.service.gpu_idle_after,
         )
         if self.hub.error:  # start and activity are then the last ones read
             doc["warnings"].append(self.hub.error)

@@ -100,6 +100,9 @@ def configure_hub(
     the service as ``KUBECONFIG`` (None: the hub's own ``$KUBECONFIG`` if set; else, when the hub
     runs in a pod, the pod's service account). ``environment``: more variables for the service's process.
 
+    Settings of the service itself written in the same file (``c.GPUShareService.gpu_idle_after
+    = 7200``) go to it as they are; an unknown name stops the hub at start with the names known.
+
     ``url``: where the proxy reaches the service, when the proxy is not on the hub's machine
     (Zero to JupyterHub runs it in its own pod: ``http://hub:10101``, with that port added to the
     hub's Kubernetes Service and NetworkPolicy, see ``examples/z2jh-values.yaml``). Its port must
@@ -109,6 +112,7 @@ def configure_hub(
     spawner = _section(c, "GPUShareSpawner")
     kube = _section(c, "KubeSpawner")
     service_config = _service_config(name, spawner, kube, slices, node_selector)
+    service_config.update(_own_settings(_section(c, "GPUShareService")))
     env = _kube_access(kubeconfig, service_config)
     url = _service_url(url, port, service_config)
     env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
@@ -117,6 +121,25 @@ def configure_hub(
     _tell_servers(c, name, url)
     _add_scopes(c, name)
     _add_roles(c, name, list(admin_users), list(admin_groups), list(metrics_services))
+
+
+# What configure_hub computes from its arguments and the spawner's settings: not set apart.
+_COMPUTED = frozenset({"slices", "node_selector", "admin_scope", "metrics_scope", "config_file"})
+
+
+def _own_settings(section: Mapping[str, Any]) -> dict[str, Any]:
+    """``c.GPUShareService.<name>`` values the admin set, checked against the service's settings."""
+    from .app import GPUShareService
+
+    known = set(GPUShareService.class_own_traits(config=True)) - _COMPUTED
+    wrong = sorted(set(section) - known)
+    if wrong:
+        raise ValueError(
+            f"c.GPUShareService has no setting {', '.join(wrong)}; the service's settings are "
+            f"{', '.join(sorted(known))} (slices and node_selector come from GPUShareSpawner or "
+            "configure_hub's arguments)"
+        )
+    return {key: value for key, value in section.items() if type(value).__name__ != "LazyConfigValue"}
 
 
 def _node_selector(spawner: Mapping[str, Any], kube: Mapping[str, Any]) -> dict[str, str]:

@@ -109,6 +109,35 @@ def quota_use(
     }
 
 
+# Per hub user series: only users holding a slice now, and at most this many (those holding the
+# most); the rest are summed under OTHERS, so a hub of thousands of users stays a bounded set.
+MAX_USER_SERIES = 200
+OTHERS = "(other users)"
+NO_HUB_USER = "(not a hub user)"
+
+
+def per_user(doc: Mapping[str, Any], limit: int = MAX_USER_SERIES) -> dict[str, dict[str, float]]:
+    """Per hub user holding slices now: units held, GPU memory used (bytes, measured slices
+    only), slices idle on the GPU, slices over their size."""
+    rows: dict[str, dict[str, float]] = {}
+    for a in doc["allocations"]:
+        row = rows.setdefault(a["hub_user"] or NO_HUB_USER, {"held": 0, "used": 0, "idle": 0, "over": 0})
+        row["held"] += int(a["units"])
+        row["used"] += (a.get("used_mib") or 0) * 1024 * 1024
+        row["idle"] += 1 if a.get("gpu_idle") else 0
+        row["over"] += 1 if a.get("over_slice") else 0
+    if len(rows) <= limit:
+        return rows
+    ranked = sorted(rows.items(), key=lambda kv: (-kv[1]["held"], kv[0]))
+    kept = dict(ranked[: limit - 1])
+    rest = {"held": 0.0, "used": 0.0, "idle": 0.0, "over": 0.0}
+    for _user, row in ranked[limit - 1 :]:
+        for k, v in row.items():
+            rest[k] += v
+    kept[OTHERS] = rest
+    return kept
+
+
 def render_metrics(
     doc: Mapping[str, Any],
     groups: Mapping[str, list[str]],
@@ -158,6 +187,32 @@ def render_metrics(
         ["group"],
         registry=reg,
     )
+    user_held = Gauge(
+        f"{PREFIX}_user_held_{unit}", "GPU memory held by the hub user's slices", ["user"], registry=reg
+    )
+    user_used = Gauge(
+        f"{PREFIX}_user_gpu_memory_used_bytes",
+        "GPU memory the hub user's processes hold (from the nodes' device plugins; measured slices only)",
+        ["user"],
+        registry=reg,
+    )
+    user_idle = Gauge(
+        f"{PREFIX}_user_gpu_idle_slices",
+        "The hub user's slices idle on the GPU for gpu_idle_after seconds or more",
+        ["user"],
+        registry=reg,
+    )
+    user_over = Gauge(
+        f"{PREFIX}_user_slices_over_size",
+        "The hub user's slices whose processes hold more than the slice",
+        ["user"],
+        registry=reg,
+    )
+    for user, row in per_user(doc).items():
+        user_held.labels(user).set(row["held"])
+        user_used.labels(user).set(row["used"])
+        user_idle.labels(user).set(row["idle"])
+        user_over.labels(user).set(row["over"])
     for node in doc["nodes"]:
         for card in node["cards"]:
             labels = (node["name"], card["uuid"], str(card["index"]), card["model"])

@@ -152,11 +152,22 @@ def idle_seconds(last_activity: str, now: datetime) -> int | None:
 # ---- documents ---------------------------------------------------------------------------------
 
 
+def gpu_idle_seconds(pod: PodRow, now: datetime) -> int | None:
+    """How long the pod has been idle on the GPU (from its node's plugin); None while it is
+    active, or where utilisation is not measured."""
+    return None if pod.idle_since is None else max(0, int(now.timestamp()) - pod.idle_since)
+
+
 def _alloc(
-    pod: PodRow, card: CardRow, hub: Mapping[tuple[str, str], HubServer], now: datetime
+    pod: PodRow,
+    card: CardRow,
+    hub: Mapping[tuple[str, str], HubServer],
+    now: datetime,
+    gpu_idle_after: int,
 ) -> dict[str, Any]:
     srv = hub.get((pod.hub_user, pod.hub_server))
     last = srv.last_activity if srv else ""
+    gpu_idle = gpu_idle_seconds(pod, now)
     return {
         "namespace": pod.namespace,
         "pod": pod.name,
@@ -170,6 +181,10 @@ def _alloc(
         "last_activity": last,
         "idle_seconds": idle_seconds(last, now),
         "used_mib": pod.used_mib,
+        "sm_util": pod.sm_util,
+        "over_slice": pod.over_slice,
+        "gpu_idle_seconds": gpu_idle,
+        "gpu_idle": gpu_idle is not None and gpu_idle >= gpu_idle_after,
     }
 
 
@@ -180,8 +195,14 @@ def ledger_document(
     now: datetime,
     filters: Filters = Filters(),
     stale_seconds: float = 0.0,
+    gpu_idle_after: int = 1800,
 ) -> dict[str, Any]:
-    """``api/v1/ledger``: nodes with their cards, allocations, pending pods, totals, fragmentation."""
+    """``api/v1/ledger``: nodes with their cards, allocations, pending pods, totals, fragmentation.
+
+    Each allocation carries what its processes do on the card, from the node's plugin:
+    ``used_mib``, ``sm_util`` (percent of the card's SMs), ``over_slice``, ``gpu_idle_seconds``
+    (None while it works or where it is not measured) and ``gpu_idle`` (idle ``gpu_idle_after``
+    seconds or more)."""
     hub = {(s.user, s.server): s for s in servers}
     nodes: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
@@ -194,7 +215,7 @@ def ledger_document(
         for card in node.cards:
             if not filters.keeps_card(node.name, card):
                 continue
-            held = [_alloc(p, card, hub, now) for p in card.pods if filters.keeps_pod(p)]
+            held = [_alloc(p, card, hub, now, gpu_idle_after) for p in card.pods if filters.keeps_pod(p)]
             if filters.user and not held:  # a user filter shows the cards that hold their slices
                 continue
             fragment = card_fragment(card, catalogue.slices)
@@ -246,6 +267,7 @@ def ledger_document(
         "resource": report.resource,
         "generated": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "stale_seconds": None if stale_seconds == float("inf") else round(stale_seconds, 1),
+        "gpu_idle_after": gpu_idle_after,
         "filters": {"node": filters.node, "model": filters.model, "user": filters.user},
         "nodes": nodes,
         "allocations": allocations,

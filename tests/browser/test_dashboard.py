@@ -5,13 +5,17 @@ gets the 403 page naming the missing scope. Screenshots: out/browser/ (see conft
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.names import CARDS_ANNOTATION
 from tests.conftest import wait_for
-from tests.hub.conftest import SERVICE, SERVICE_ADMIN, pod_of, stop_server
+from tests.hub.conftest import GPU_IDLE_AFTER, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, stop_server
 
 from .conftest import OUT, login
 
@@ -34,6 +38,18 @@ def segments(page: Any) -> list[dict[str, str]]:
               dim: e.classList.contains('dim') ? 'yes' : 'no', text: e.innerText,
               card: e.closest('[data-card]').dataset.card}))""",
     )
+
+
+def claim_usage(nodes: Any, cluster: Any, user: str, card: str, mib: int, util: int) -> Any:
+    """Claim GPU memory and work for the user's pod where its node's simulated device plugin reads
+    usage (what the demo's fake torch writes for a notebook); the claim's process is this one."""
+    pod = pod_of(cluster, user)
+    assert pod is not None
+    claims = nodes.state_dir / "nodes" / pod["spec"]["nodeName"] / "usage-claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    path = claims / f"{os.getpid()}.json"
+    path.write_text(json.dumps({"card": card, "pod": pod["metadata"]["uid"], "mib": mib, "util": util}))
+    return path
 
 
 def add_broken_node(cluster: Any) -> None:
@@ -92,7 +108,53 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         assert bar.count() >= 1, page.locator(".bar").first.evaluate("e => e.outerHTML.slice(0, 200)")
         assert page.locator("#fragmentation").count() == 1
         assert "Tesla-T4" in page.locator(".summary").inner_text()
-        page.screenshot(path=str(OUT / "dashboard.png"), full_page=True)
+
+        # Usage beside each slice, from the node's device plugin: amy's notebook holds 6.8 GiB
+        # (past her 5 GiB) and keeps 37% of the card busy; bo's has done nothing on the GPU.
+        claim = claim_usage(notebook_nodes, local_cluster, "amy", segs["amy"]["card"], mib=6963, util=37)
+        try:
+            page.wait_for_selector(".seg.alloc[data-user=amy][data-sm-util='37']", timeout=60_000)
+            page.wait_for_selector(
+                ".seg.alloc[data-user=bo][data-gpu-idle=true]", timeout=(GPU_IDLE_AFTER + 60) * 1000
+            )
+            amy = page.locator(".seg.alloc[data-user=amy]")
+            assert (
+                amy.get_attribute("data-used-mib") == "6963"
+                and amy.get_attribute("data-over-slice") == "true"
+            )
+            assert "6.8 GiB held · 37% busy" in amy.inner_text() and "over its slice" in amy.inner_text()
+            assert amy.get_attribute("data-gpu-idle") == "false"
+            bo = page.locator(".seg.alloc[data-user=bo]")
+            assert "0.0 GiB held · 0% busy" in bo.inner_text() and "idle on the GPU" in bo.inner_text()
+            assert page.locator("#gpu-idle-count").inner_text() == "1"
+            assert page.locator("#over-slice-count").inner_text() == "1"
+            page.screenshot(path=str(OUT / "dashboard.png"), full_page=True)
+            # The same in api/v1/ledger and, per hub user, in the metrics.
+            status, doc = hub.request(
+                "GET", f"{hub.url}/services/{SERVICE}/api/v1/ledger", hub.user_token(SERVICE_ADMIN)
+            )
+            assert status == 200, doc
+            mine = {a["hub_user"]: a for a in doc["allocations"]}
+            assert (mine["amy"]["used_mib"], mine["amy"]["sm_util"], mine["amy"]["over_slice"]) == (
+                6963,
+                37,
+                True,
+            )
+            assert mine["amy"]["gpu_idle_seconds"] is None and not mine["amy"]["gpu_idle"]
+            assert mine["bo"]["gpu_idle"] and mine["bo"]["gpu_idle_seconds"] >= GPU_IDLE_AFTER, mine["bo"]
+            assert doc["gpu_idle_after"] == GPU_IDLE_AFTER
+            status, text = hub.request("GET", f"{hub.url}/services/{SERVICE}/metrics", SCRAPER_TOKEN)
+            assert status == 200
+            users = {
+                (f.name, sample.labels.get("user")): sample.value
+                for f in text_string_to_metric_families(text)
+                for sample in f.samples
+            }
+            assert users[("gpushare_user_gpu_idle_slices", "bo")] == 1, text
+            assert users[("gpushare_user_gpu_memory_used_bytes", "amy")] == 6963 * 2**20, text
+            assert users[("gpushare_user_slices_over_size", "amy")] == 1, text
+        finally:
+            claim.unlink()
 
         # Filter by user: only amy's card, and on it only her slice stands out.
         page.select_option("#f-user", "amy")

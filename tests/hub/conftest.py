@@ -79,6 +79,7 @@ QUOTA_GIB = 10
 SERVICE = "gpushare"
 SERVICE_ADMIN = "gpu-admin"
 SCRAPER_TOKEN = secrets.token_hex(32)
+GPU_IDLE_AFTER = 20  # seconds
 
 
 def service_config() -> str:
@@ -88,6 +89,9 @@ def service_config() -> str:
             "from gpushare_hub.service import configure_hub",
             f"scraper = {{'name': 'scraper', 'api_token': {SCRAPER_TOKEN!r}}}",
             "c.JupyterHub.services = [*c.JupyterHub.services, scraper]",
+            # The service's own settings pass through configure_hub; a slice with no GPU work
+            # for 20 s is flagged idle (the dashboard test waits for that).
+            f"c.GPUShareService.gpu_idle_after = {GPU_IDLE_AFTER}",
             f"configure_hub(c, name={SERVICE!r}, admin_users=[{SERVICE_ADMIN!r}], "
             "metrics_services=['scraper'])",
         ]

@@ -122,6 +122,17 @@ def test_cull_arbiter_hook_culls_idle_gpu_servers_sooner():
     assert hook(inactive=idle, inactive_limit=3600, server={"name": "x"}) is False  # no state scope
 
 
+def test_the_examples_culler_flags_are_the_culler_2_flags_and_its_gpu_limit_can_be_set(monkeypatch):
+    c, _ = _load_config_file(EXAMPLES / "jupyterhub_config.py")
+    [culler] = [s for s in c.JupyterHub.services if s["name"] == "idle-culler"]
+    flags = [f for f in culler["command"] if f.startswith("--")]
+    assert not any(f.startswith("--config-file") for f in flags)  # 2.0 exits at once on it
+    assert f"--config={EXAMPLES / 'idle_culler_config.py'}" in flags  # beside the hub's config
+    monkeypatch.setenv("GPU_IDLE_LIMIT", "90")
+    _, ns = _load_config_file(EXAMPLES / "idle_culler_config.py")
+    assert ns["GPU_IDLE_LIMIT"] == 90
+
+
 def test_z2jh_values_name_only_traits_the_spawner_has_and_pass_its_check(monkeypatch):
     import sys
 

@@ -167,6 +167,7 @@ def test_it_claims_what_it_holds_for_the_simulated_plugin_and_counts_others_clai
         "GPUSHARE_SIM_POD_UID": "1b2c3d4e-0000-4000-8000-000000000001",
         "NVIDIA_VISIBLE_DEVICES": "GPU-card-a",
         "GPUSHARE_CARD_MEMORY_MIB": "15360",
+        "GPUSHARE_SIM_UTIL": "40",  # fakealloc --busy 40
     }
     code = f"""
 import json, os, torch
@@ -180,7 +181,9 @@ b = torch.empty({GIB}, dtype=torch.uint8, device="cuda")
 print(os.path.exists(path))
 """
     out = lines(run(tmp_path, code, env))
-    assert out[0] == str({"card": "GPU-card-a", "pod": "1b2c3d4e-0000-4000-8000-000000000001", "mib": 3072})
+    assert out[0] == str(
+        {"card": "GPU-card-a", "pod": "1b2c3d4e-0000-4000-8000-000000000001", "mib": 3072, "util": 40}
+    )
     assert out[1:] == ["False", "True"]
     assert list(claims.iterdir()) == []  # taken back at exit
 

@@ -16,6 +16,7 @@ from gpushare_hub.core.names import (
     CARDS_ANNOTATION,
     HUB_SERVER_ANNOTATION,
     HUB_USER_ANNOTATION,
+    USAGE_ANNOTATION,
 )
 from gpushare_hub.core.objects import NodeObject, PodObject
 from gpushare_hub.core.report import build_report
@@ -306,3 +307,65 @@ def test_the_cli_imports_no_kubernetes_client():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_details_add_what_each_slice_holds_and_does_where_the_plugin_measures_it():
+    nodes, pods = fixture_cluster()
+    now = 1_800_000_000
+    uid = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+    card0, card1 = (c.uuid for c in declared_cards("gpu-a", 2, "Tesla T4", 15360))
+    nodes[0]["metadata"]["annotations"][USAGE_ANNOTATION] = json.dumps(
+        {
+            "pods": [
+                {
+                    "pod": "jhub/jupyter-alice",
+                    "uid": uid["jupyter-alice"],
+                    "card": card0,
+                    "usedMiB": 6963,
+                    "sliceMiB": 5120,
+                    "smUtil": 37,
+                    "idleSince": None,
+                },
+                {
+                    "pod": "jhub/jupyter-bob",
+                    "uid": uid["jupyter-bob"],
+                    "card": card0,
+                    "usedMiB": 600,
+                    "sliceMiB": 5120,
+                    "smUtil": 0,
+                    "idleSince": now - 7500,
+                },
+                {
+                    "pod": "jhub/jupyter-carol",
+                    "uid": uid["jupyter-carol"],
+                    "card": card1,
+                    "usedMiB": 0,
+                    "sliceMiB": 7168,
+                    "smUtil": None,
+                    "idleSince": None,
+                },
+            ],
+            "cards": {},
+        }
+    )
+    report = build_report(read_nodes(nodes), read_pods(pods))
+    out = details(report, now=now).splitlines()
+    a = columns(out[4:8])
+    assert [row[4:] for row in a] == [
+        ["HUB USER", "GPU MEM USED", "GPU UTIL", "GPU IDLE"],
+        ["alice", "6.8 GiB over", "37%", "-"],
+        ["bob/big", "0.6 GiB", "0%", "2h05m"],
+        ["carol", "0.0 GiB", "n/a", "n/a"],  # the card does not sample utilisation
+    ]
+    b_start = out.index("NAME:       gpu-b")  # its plugin publishes no usage
+    b = columns(out[b_start + 3 : b_start + 5])
+    assert b[0][-3:] == ["GPU MEM USED", "GPU UTIL", "GPU IDLE"] and b[1][-3:] == ["n/a", "n/a", "n/a"]
+    alice = report.to_json()["nodes"][0]["cards"][0]["pods"][0]
+    assert (alice["used_mib"], alice["over_slice"], alice["sm_util"], alice["idle_since"]) == (
+        6963,
+        True,
+        37,
+        None,
+    )
+    # Without any measuring node, the table is Aliyun's (the test above).
+    assert "GPU UTIL" not in details(build_report(*read_cluster()))

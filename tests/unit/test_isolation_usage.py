@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
 from prometheus_client import generate_latest
 from prometheus_client.registry import CollectorRegistry
@@ -73,6 +74,8 @@ def test_usage_is_summed_per_pod_and_card_beside_the_slice():
         "card": "GPU-0",
         "usedMiB": 6963,
         "sliceMiB": 5120,
+        "smUtil": None,  # these processes carry no utilisation sample
+        "idleSince": None,
     }
     assert ann["cards"] == {"GPU-0": {"usedMiB": 7993}, "GPU-1": {"usedMiB": 500}}
 
@@ -106,12 +109,18 @@ def test_read_proc_gets_cgroup_uid_and_command_and_blanks_for_a_vanished_process
 
 
 class MemorySink:
-    def __init__(self):
+    def __init__(self, shown: str | None = None):
         self.annotations: list[dict] = []
         self.events: list[tuple] = []
+        self.shown = shown  # what the Node carries as its usage annotation
 
     def annotate_node(self, node, annotations):
         self.annotations.append(annotations)
+        self.shown = annotations.get(USAGE_ANNOTATION, self.shown)
+
+    def node_annotation(self, node, key):
+        assert key == USAGE_ANNOTATION
+        return self.shown
 
     def warn_pod(self, namespace, name, uid, card, reason, message):
         self.events.append((namespace, name, uid, reason, message))
@@ -241,7 +250,154 @@ def test_nvml_processes_are_read_once_per_pid_with_their_proc_details():
     backend = NVMLBackend.__new__(NVMLBackend)
     backend.nvml = FakeNVML
     backend._handles = {"GPU-0": object()}
+    backend._util_seen = {}
     procs = backend.processes()
     assert [(p.card, p.pid, p.used_mib) for p in procs] == [("GPU-0", me, 6963), ("GPU-0", gone, 0)]
     assert procs[0].uid == os.getuid() and procs[0].command.startswith("python")
     assert procs[1].cgroup == "" and procs[1].uid is None  # gone, or hidden without hostPID
+
+
+def test_nvml_utilisation_is_averaged_per_process_over_the_samples_since_the_last_reading():
+    """nvmlDeviceGetProcessUtilization gives samples newer than a timestamp; with none it fails
+    NOT_FOUND (nothing worked); a card that does not sample fails NOT_SUPPORTED."""
+    from types import SimpleNamespace
+
+    from gpushare_hub.plugin.backends import NVMLBackend
+
+    asked: list[int] = []
+
+    class FakeNVML:
+        class NVMLError(Exception):
+            value = 999
+
+        class NVMLError_NotFound(NVMLError):
+            value = 6
+
+        class NVMLError_NotSupported(NVMLError):
+            value = 3
+
+        samples: ClassVar[dict[str, list]] = {}
+
+        @staticmethod
+        def nvmlDeviceGetComputeRunningProcesses(handle):
+            return [
+                SimpleNamespace(pid=101, usedGpuMemory=600 * 2**20),
+                SimpleNamespace(pid=102, usedGpuMemory=0),
+            ]
+
+        @classmethod
+        def nvmlDeviceGetProcessUtilization(cls, handle, since):
+            asked.append(since)
+            if handle == "old":
+                raise cls.NVMLError_NotSupported()
+            if not cls.samples.get(handle):
+                raise cls.NVMLError_NotFound()
+            return cls.samples.pop(handle)
+
+    def sample(pid, sm, ts):
+        return SimpleNamespace(pid=pid, smUtil=sm, memUtil=0, timeStamp=ts)
+
+    backend = NVMLBackend.__new__(NVMLBackend)
+    backend.nvml = FakeNVML
+    backend._handles = {"GPU-0": "new", "GPU-9": "old"}
+    backend._util_seen = {}
+    FakeNVML.samples["new"] = [sample(101, 99, 10), sample(101, 0, 20), sample(101, 0, 30), sample(7, 50, 25)]
+    procs = backend.processes()
+    busy = {(p.card, p.pid): p.sm_util for p in procs}
+    # 99+0+0 over three samples is 33%; pid 102 had no sample: it did nothing; the old card cannot say
+    assert busy == {("GPU-0", 101): 33, ("GPU-0", 102): 0, ("GPU-9", 101): None, ("GPU-9", 102): None}
+    assert backend.unsampled_cards() == {"GPU-9"}
+    FakeNVML.samples["new"] = [sample(101, 0, 40), sample(101, 1, 50)]
+    assert {p.pid: p.sm_util for p in backend.processes() if p.card == "GPU-0"} == {101: 1, 102: 0}  # ceil
+    assert asked[::2] == [0, 30]  # each reading asks for what came after the last one seen
+    assert {p.pid: p.sm_util for p in backend.processes() if p.card == "GPU-0"} == {101: 0, 102: 0}
+    assert asked[-2] == 50
+
+
+def test_a_pods_idle_clock_starts_when_it_stops_working_and_survives_a_plugin_restart(tmp_path):
+    usage = tmp_path / "usage.json"
+    backend = SimulatedBackend("1x Tesla T4:15360", "gpu-1", usage_file=usage)
+    uuid = backend.discover()[0].uuid
+    pods = MemoryPods([placed("nb", uuid, 5, uid=UID_A), placed("empty", uuid, 3, uid=UID_B)])
+    state = PluginState(backend, pods, Settings(node="gpu-1"))
+    sink = MemorySink()
+    now = [1_000_000.0]
+    reporter = UsageReporter(state, sink, mps=False, idle_memory_mib=1024, clock=lambda: now[0])
+
+    def published() -> dict[str, tuple]:
+        rows = json.loads(sink.shown)["pods"]
+        return {r["pod"]: (r["usedMiB"], r["smUtil"], r["idleSince"]) for r in rows}
+
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 612, "util": 40}]))
+    reporter.poll()
+    # working: not idle; a slice with no process on the card did nothing since the plugin looked
+    assert published() == {"jhub/nb": (612, 40, None), "jhub/empty": (0, 0, 1_000_000)}
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 612, "util": 0}]))
+    now[0] += 15
+    reporter.poll()
+    assert published()["jhub/nb"] == (612, 0, 1_000_015)  # a bare CUDA context doing nothing is idle
+    writes = len(sink.annotations)
+    now[0] += 3600
+    reporter.poll()
+    assert len(sink.annotations) == writes  # an idle clock running on is no new write
+    metrics = registry_of(reporter)
+    labels = {"namespace": "jhub", "pod": "nb", "card": uuid}
+    assert metrics.get_sample_value("gpushare_pod_gpu_idle_seconds", labels) == 3600
+    assert metrics.get_sample_value("gpushare_pod_gpu_utilization_ratio", labels) == 0
+
+    # A restarted plugin goes on from what the Node shows, not from now.
+    now[0] += 60
+    restarted = UsageReporter(state, sink, mps=False, idle_memory_mib=1024, clock=lambda: now[0])
+    restarted.poll()
+    assert published()["jhub/nb"] == (612, 0, 1_000_015)
+    # Holding tensors (more than an idle context) is using the slice, even with no work.
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 4708, "util": 0}]))
+    restarted.poll()
+    assert published()["jhub/nb"] == (4708, 0, None)
+    usage.write_text(json.dumps([{"card": uuid, "pod": UID_A, "mib": 612, "util": 0}]))
+    now[0] += 30
+    restarted.poll()
+    assert published()["jhub/nb"] == (612, 0, int(now[0]))  # a new clock, from this reading
+    # A clock published from the future (the node's clock was set back) starts again now.
+    sink.shown = sink.shown.replace(str(int(now[0])), str(int(now[0]) + 86400))
+    UsageReporter(state, sink, mps=False, clock=lambda: now[0]).poll()
+    assert published()["jhub/nb"][2] == int(now[0])
+
+
+def test_a_card_without_utilisation_samples_never_calls_a_pod_idle(tmp_path):
+    class Unsampled(SimulatedBackend):
+        def unsampled_cards(self):
+            return {c.uuid for c in self.cards}
+
+    backend = Unsampled("1x Tesla T4:15360", "gpu-1")
+    uuid = backend.discover()[0].uuid
+    state = PluginState(backend, MemoryPods([placed("nb", uuid, 5, uid=UID_A)]), Settings(node="gpu-1"))
+    sink = MemorySink(shown="{not json")  # an unreadable earlier annotation: clocks start now
+    reporter = UsageReporter(state, sink, mps=False, clock=lambda: 5.0)
+    [row] = reporter.poll().pods
+    assert (row.used_mib, row.sm_util, row.idle_since) == (0, None, None)
+    labels = {"namespace": "jhub", "pod": "nb", "card": uuid}
+    assert registry_of(reporter).get_sample_value("gpushare_pod_gpu_idle_seconds", labels) is None
+
+
+def test_a_reader_takes_each_pods_utilisation_and_idle_clock_only_in_the_plugins_shape():
+    from gpushare_hub.core.usage import PodUse, read_usage
+
+    def row(**extra):
+        return {"pod": "jhub/nb", "uid": UID_A, "card": "GPU-0", "usedMiB": 600, "sliceMiB": 5120, **extra}
+
+    def use(**extra) -> PodUse:
+        usage = read_usage(json.dumps({"pods": [row(**extra)], "cards": {}}))
+        assert usage is not None
+        return usage.of_pod("jhub/nb", "GPU-0")
+
+    assert use(smUtil=37, idleSince=None) == PodUse(600, 37, None, UID_A)
+    assert use(smUtil=0, idleSince=1_800_000_000).idle_seconds(1_800_000_060) == 60
+    assert use(smUtil=0, idleSince=1_800_000_000).idle_seconds(1_700_000_000) == 0  # a clock set back
+    for bad in (101, -1, True, 3.5, "37"):
+        assert use(smUtil=bad).sm_util is None, bad  # not the plugin's figure: not measured
+    for bad in (-5, 1 << 41, False, "1800000000"):
+        assert use(smUtil=0, idleSince=bad).idle_since is None, bad
+    assert use(uid="x" * 65).uid == ""
+    absent = read_usage(json.dumps({"pods": [], "cards": {}}))
+    assert absent is not None and absent.of_pod("jhub/nb", "GPU-0") == PodUse()

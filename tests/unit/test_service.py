@@ -20,10 +20,13 @@ from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
 from gpushare_hub.service.metrics import (
     LABELS,
+    NO_HUB_USER,
+    OTHERS,
     SCHEDULER_WORDS,
     VERDICT_LABELS,
     pending_label,
     pending_labels,
+    per_user,
     render_metrics,
 )
 from gpushare_hub.service.view import (
@@ -779,3 +782,87 @@ def test_one_me_computation_serves_every_caller_until_the_cluster_changes_or_it_
     cluster._on_node("ADDED", read_node(node_obj("gpu-z")))  # an event: the next caller gets a fresh one
     assert cluster.recent("k", make) == 2
     assert cluster.recent("k", make, ttl=0.0) == 3  # too old
+
+
+def test_each_slice_says_what_it_holds_and_does_and_is_flagged_idle_or_over_from_the_plugins_figures():
+    nodes, pods = _usage_cluster()
+    usage = json.loads(nodes[0]["metadata"]["annotations"]["gpushare-hub.io/usage"])
+    now = int(NOW.timestamp())
+    usage["pods"][0].update(usedMiB=6963, smUtil=37, idleSince=None)  # alice: working, past her 5 GiB
+    usage["pods"][1].update(usedMiB=600, smUtil=0, idleSince=now - 2400)  # bob: idle 40 min
+    nodes[0]["metadata"]["annotations"]["gpushare-hub.io/usage"] = json.dumps(usage)
+    report = build_report(read_nodes(nodes), read_pods(pods))
+    d = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW, gpu_idle_after=1800)
+    by_pod = {a["pod"]: a for a in d["allocations"]}
+    alice, bob, carol = by_pod["jupyter-alice"], by_pod["jupyter-bob"], by_pod["jupyter-carol"]
+    assert (alice["used_mib"], alice["sm_util"], alice["over_slice"]) == (6963, 37, True)
+    assert (alice["gpu_idle_seconds"], alice["gpu_idle"]) == (None, False)
+    assert (bob["used_mib"], bob["sm_util"], bob["over_slice"]) == (600, 0, False)
+    assert (bob["gpu_idle_seconds"], bob["gpu_idle"]) == (2400, True)
+    # carol's card publishes no row for her: nothing held, nothing known of her work
+    assert (carol["used_mib"], carol["sm_util"], carol["gpu_idle_seconds"], carol["gpu_idle"]) == (
+        0,
+        None,
+        None,
+        False,
+    )
+    assert d["gpu_idle_after"] == 1800
+    later = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW, gpu_idle_after=3600)
+    assert not {a["pod"]: a for a in later["allocations"]}["jupyter-bob"]["gpu_idle"]
+    # what api/v1/me shows bob of his own slice
+    (mine,) = me_document(d, "bob")["allocations"]
+    assert (mine["gpu_idle_seconds"], mine["gpu_idle"], mine["sm_util"]) == (2400, True, 0)
+    # the metrics, per hub user
+    text = render_metrics(d, {}, {}, {}).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    idle = {s.labels["user"]: s.value for s in families["gpushare_user_gpu_idle_slices"].samples}
+    used = {s.labels["user"]: s.value for s in families["gpushare_user_gpu_memory_used_bytes"].samples}
+    over = {s.labels["user"]: s.value for s in families["gpushare_user_slices_over_size"].samples}
+    assert idle["bob"] == 1 and idle["alice"] == 0
+    assert used["alice"] == 6963 * 2**20 and over == {**over, "alice": 1, "bob": 0}
+
+
+def test_a_clock_from_the_future_reads_as_idle_for_no_time():
+    nodes, pods = _usage_cluster()
+    usage = json.loads(nodes[0]["metadata"]["annotations"]["gpushare-hub.io/usage"])
+    usage["pods"][1].update(smUtil=0, idleSince=int(NOW.timestamp()) + 600)
+    nodes[0]["metadata"]["annotations"]["gpushare-hub.io/usage"] = json.dumps(usage)
+    d = ledger_document(
+        build_report(read_nodes(nodes), read_pods(pods)), SERVERS, read_catalogue(SLICES), NOW
+    )
+    bob = next(a for a in d["allocations"] if a["pod"] == "jupyter-bob")
+    assert (bob["gpu_idle_seconds"], bob["gpu_idle"]) == (0, False)
+
+
+def test_per_user_metrics_are_a_bounded_set_the_rest_summed():
+    allocations = [
+        {
+            "hub_user": f"u{i:03d}",
+            "units": 1 + (i % 3),
+            "used_mib": 100,
+            "gpu_idle": i % 2 == 0,
+            "over_slice": False,
+        }
+        for i in range(10)
+    ] + [{"hub_user": "", "units": 2, "used_mib": None, "gpu_idle": False, "over_slice": True}]
+    rows = per_user({"allocations": allocations}, limit=4)
+    assert len(rows) == 4 and OTHERS in rows
+    kept = [u for u in rows if u != OTHERS]
+    assert all(rows[u]["held"] == 3 for u in kept)  # those holding the most
+    assert sum(r["held"] for r in rows.values()) == sum(a["units"] for a in allocations)
+    assert sum(r["idle"] for r in rows.values()) == 5 and sum(r["over"] for r in rows.values()) == 1
+    assert NO_HUB_USER in per_user({"allocations": allocations})
+
+
+def test_the_services_own_settings_written_beside_the_spawners_reach_it_and_a_wrong_name_stops_the_hub():
+    c = hub_config()
+    c.GPUShareService.gpu_idle_after = 7200
+    configure_hub(c, port=12345)
+    svc = next(s for s in c.JupyterHub.services if s["name"] == "gpushare")
+    assert json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]["gpu_idle_after"] == 7200
+    c = hub_config()
+    c.GPUShareService.gpu_idle_afterr = 7200
+    with pytest.raises(
+        ValueError, match=r"c.GPUShareService has no setting gpu_idle_afterr; .*gpu_idle_after"
+    ):
+        configure_hub(c, port=12345)

@@ -56,14 +56,20 @@ def test_every_field_of_a_claim_is_checked(tmp_path):
         '{"card": "GPU-a", "mib": true}': "mib is not a whole number of MiB",
         '{"card": "GPU-a", "mib": 1.5}': "mib is not a whole number of MiB",
         '{"card": "GPU-a", "mib": 1, "x": "' + "a" * 5000 + '"}': "more than 4096 bytes",
+        '{"card": "GPU-a", "mib": 1, "util": 101}': "util is not a whole percent from 0 to 100",
+        '{"card": "GPU-a", "mib": 1, "util": "40"}': "util is not a whole percent from 0 to 100",
     }
     for body, problem in cases.items():
         path = write(tmp_path, "1.json", body)  # PID 1 lives
         claims, problems = read_claims(tmp_path, alive=lambda pid: True)
         assert claims == [] and problem in problems[str(path)], (body, problems)
-        assert 'write {"card": "<uuid>", "pod": "<pod UID>", "mib": <n>}' in problems[str(path)]
+        assert (
+            'write {"card": "<uuid>", "pod": "<pod UID>", "mib": <n>, "util": <0-100>}' in problems[str(path)]
+        )
     write(tmp_path, "1.json", {"card": "GPU-a", "mib": 0})
     assert read_claims(tmp_path, alive=lambda pid: True) == ([Claim(1, "GPU-a", "", 0)], {})
+    write(tmp_path, "1.json", {"card": "GPU-a", "mib": 612, "util": 40})
+    assert read_claims(tmp_path, alive=lambda pid: True) == ([Claim(1, "GPU-a", "", 612, 40)], {})
 
 
 def test_the_backend_adds_the_claims_to_the_usage_file_and_maps_them_to_their_pods(tmp_path, caplog):
