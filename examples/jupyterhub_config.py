@@ -111,6 +111,14 @@ c.JupyterHub.load_roles = [
 # spawner's above. Members of "gpu-admins" see every user's slices; every user may read
 # availability and their own slices. Call it after the spawner's settings and services.
 c.JupyterHub.load_groups["gpu-admins"] = {"users": []}
+# Slices idle on the GPU (no work, no more than an idle CUDA context held): users are warned in
+# JupyterLab and may press Keep once; after 2 h the rule acts. "notify" only tells; "stop" stops
+# the server; "park" restarts it on a CPU-only profile_list entry (home and image stay).
+c.GPUShareService.gpu_idle_action = "notify"
+c.GPUShareService.gpu_idle_return_after = 2 * 3600
+c.GPUShareService.gpu_idle_exempt_groups = ["gpu-admins"]
+# c.GPUShareService.gpu_idle_action = "park"
+# c.GPUShareService.gpu_idle_park_profile = "cpu"  # a profile_list entry without a GPU
 configure_hub(c, admin_groups=["gpu-admins"])
 
 # Check the catalogue now, so that a mistake stops the hub at start with the entry named.

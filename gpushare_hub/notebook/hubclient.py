@@ -43,6 +43,10 @@ class HubMe:
         self._kept: tuple[float, tuple[str, str], Answer] | None = None
         self._lock = asyncio.Lock()
 
+    def forget(self) -> None:
+        """Read the service again at the next call (after this server changed something there)."""
+        self._kept = None
+
     async def read(self, env: Mapping[str, str]) -> Answer:
         """``(document, "")`` or ``(None, problem)``."""
         url, problem = me_url(env)
@@ -92,3 +96,32 @@ async def fetch(url: str, token: str) -> Answer:
     if not isinstance(doc, dict):
         return None, f"{UNREACHABLE}: its answer is not a JSON object"
     return doc, ""
+
+
+async def keep(env: Mapping[str, str], server: str) -> tuple[int, dict[str, Any]]:
+    """``POST api/v1/me/keep`` for this server, with its own token: (HTTP status, the answer);
+    a failure to reach the service is a 502 with the words."""
+    url, problem = me_url(env)
+    token = env.get(TOKEN_ENV, "")
+    if problem or not token:
+        return 502, {"message": problem or f"{UNREACHABLE}: this server has no ${TOKEN_ENV}"}
+    request = HTTPRequest(
+        url.rstrip("/") + "/keep",
+        method="POST",
+        body=json.dumps({"server": server}),
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        connect_timeout=TIMEOUT_S,
+        request_timeout=TIMEOUT_S,
+        follow_redirects=False,
+    )
+    try:
+        response = await AsyncHTTPClient().fetch(request, raise_error=False)
+    except Exception as err:  # a network call: every failure is words for the user
+        return 502, {"message": f"{UNREACHABLE}: {_reason(err)}"}
+    try:
+        doc = json.loads(response.body or b"{}")
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        return 502, {"message": f"{UNREACHABLE}: HTTP {response.code}, an answer that is not JSON"}
+    return response.code, doc

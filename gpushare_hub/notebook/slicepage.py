@@ -95,6 +95,23 @@ class SelfTestHandler(JupyterHandler):
         self.finish(json.dumps(doc))
 
 
+class KeepHandler(JupyterHandler):
+    """``POST .../gpushare/api/keep``: the panel's Keep button. Asks the hub service, with this
+    server's own token, to put off returning this server's idle slice (``api/v1/me/keep``), and
+    answers what the service said (its status and words)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        from .hubclient import keep
+
+        status, doc = await keep(os.environ, os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+        self.settings[HUB_SETTING].forget()  # the next status shows the Keep
+        self.set_status(status if 200 <= status < 600 else 502)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(doc))
+
+
 SELFTEST_TIMEOUT = 600.0
 
 
@@ -138,6 +155,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
             (url_path_join(base, PATH, "api"), SliceApiHandler),
             (url_path_join(base, PATH, "api", "status"), StatusApiHandler),
             (url_path_join(base, PATH, "api", "selftest"), SelfTestHandler),
+            (url_path_join(base, PATH, "api", "keep"), KeepHandler),
         ],
     )
     serverapp.log.info("gpushare: %s at %s", current().summary(), url_path_join(base, PATH))

@@ -110,7 +110,27 @@ def status_text(info: SliceInfo, allocation: Mapping[str, Any] | None, problem: 
     neighbours = _count(_mapping(allocation.get("neighbours")).get("count"))
     if neighbours is not None:
         parts.append(_others(neighbours))
+    warning = idle_warning(allocation)
+    if warning:
+        parts.insert(0, warning)
     return " · ".join(parts)
+
+
+def idle_warning(allocation: Mapping[str, Any] | None) -> str:
+    """``GPU idle: returned in 10 min`` while the hub service's idle rule is about to act."""
+    ret = _mapping((allocation or {}).get("idle_return"))
+    if ret.get("phase") not in ("warning", "due") or ret.get("action") not in ("stop", "park"):
+        return ""
+    left = _count(ret.get("seconds_left"))
+    if ret.get("phase") == "due" or not left:
+        return "GPU idle: being returned"
+    return f"GPU idle: returned in {left // 60:g} min" if left >= 60 else f"GPU idle: returned in {left:g} s"
+
+
+def idle_problem(allocation: Mapping[str, Any] | None) -> str:
+    """The service's words for a slice about to be returned (the panel shows them)."""
+    ret = _mapping((allocation or {}).get("idle_return"))
+    return _text(ret.get("words")) if idle_warning(allocation) else ""
 
 
 def status_document(
@@ -123,6 +143,7 @@ def status_document(
             f"{NOT_LISTED}: the service's view of the cluster may not have caught up with this "
             f"server yet (server name {server_name!r})"
         )
+    problem = problem or idle_problem(allocation)
     return {
         "slice": as_json(info),
         "hub": dict(hub) if hub is not None else None,

@@ -45,7 +45,7 @@ from jupyterhub.services.auth import (  # type: ignore[import-untyped]
 from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
 from tornado import httpclient, web
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, validate
+from traitlets import Bool, Dict, Enum, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Application, Config
 
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
@@ -63,7 +63,10 @@ from gpushare_hub.core.report import (
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
 from .hubconfig import CONFIG_ENV
+from .idle import ACTIONS, NOTIFY, PARK, IdleRule, duration_words
 from .metrics import pending_labels, render_metrics
+from .returner import HubAPI, IdleReturner
+from .store import ServiceStore
 from .view import (
     FILTER_KEYS,
     Filters,
@@ -303,6 +306,69 @@ class GPUShareService(Application):
         when that began, so the clock survives restarts of the plugin and of this service.
         """,
     )
+    gpu_idle_action = Enum(
+        list(ACTIONS),
+        default_value=NOTIFY,
+        config=True,
+        help="""
+        What happens to a slice idle on the GPU for gpu_idle_return_after seconds: "notify" (an
+        event on the pod and a line in the log; the user reads it in api/v1/me and the notebook's
+        status bar), "stop" (the hub stops the server), "park" (the hub stops it and starts it
+        again on gpu_idle_park_profile, a CPU-only profile: the user's home and image stay, only
+        the GPU goes back) or "none". The user is warned gpu_idle_warn_before seconds ahead and
+        may press Keep once per idle stretch. Never while the GPU is in use: any GPU work, or
+        holding more than the device plugin's --idle-memory-mib, ends the idle stretch.
+        """,
+    )
+    gpu_idle_action_per_group = Dict(
+        key_trait=Unicode(),
+        value_trait=Enum(list(ACTIONS)),
+        config=True,
+        help="Per hub group, the action for its members' slices; the mildest of a user's groups applies.",
+    )
+    gpu_idle_action_per_slice = Dict(
+        key_trait=Unicode(),
+        value_trait=Enum(list(ACTIONS)),
+        config=True,
+        help="Per catalogue slice (slug), the action for slices of that kind; before the groups'.",
+    )
+    gpu_idle_exempt_groups = List(
+        Unicode(),
+        config=True,
+        help="Hub groups whose members' slices are never warned about, stopped or parked.",
+    )
+    gpu_idle_return_after = Integer(
+        7200,
+        min=1,
+        config=True,
+        help="Seconds a slice may stay idle on the GPU before gpu_idle_action is taken.",
+    )
+    gpu_idle_warn_before = Integer(
+        600,
+        min=0,
+        config=True,
+        help="Seconds before the action that the user is warned (api/v1/me, status bar, event).",
+    )
+    gpu_idle_keep_seconds = Integer(
+        3600,
+        min=1,
+        config=True,
+        help="Keep (POST api/v1/me/keep) puts the action off to this many seconds after the press, "
+        "once per idle stretch.",
+    )
+    gpu_idle_park_profile = Unicode(
+        "",
+        config=True,
+        help="""The profile_list slug a parked server starts on again: a CPU-only profile of the
+        spawner (no slice). Needed when any idle action is "park".""",
+    )
+    gpu_idle_check_seconds = Float(30.0, config=True, help="How often the idle rule is applied.")
+    state_db = Unicode(
+        "gpushare-service.sqlite",
+        config=True,
+        help="""The service's SQLite file (Keep presses, what was done to idle slices), relative to
+        its working folder: the hub's, whose volume keeps JupyterHub's own database.""",
+    )
     refresh_seconds = Integer(
         5,
         config=True,
@@ -370,6 +436,38 @@ class GPUShareService(Application):
             self.load_config_file(str(path))
         self.update_config(self.cli_config)  # the command line wins
         self.catalogue: Catalogue = read_catalogue(self.slices, (), self.resource_names)
+        self.idle_rule = self._idle_rule()
+
+    def _idle_rule(self) -> IdleRule:
+        rule = IdleRule(
+            action=self.gpu_idle_action,
+            per_group=dict(self.gpu_idle_action_per_group),
+            per_slice=dict(self.gpu_idle_action_per_slice),
+            exempt_groups=frozenset(self.gpu_idle_exempt_groups),
+            return_after=self.gpu_idle_return_after,
+            warn_before=self.gpu_idle_warn_before,
+            keep_seconds=self.gpu_idle_keep_seconds,
+            park_profile=self.gpu_idle_park_profile,
+        )
+        parks = PARK in (rule.action, *rule.per_group.values(), *rule.per_slice.values())
+        if parks and not rule.park_profile:
+            raise ServiceConfigError(
+                'an idle action is "park" but gpu_idle_park_profile is empty: name the spawner\'s '
+                "CPU-only profile_list slug a parked server starts on"
+            )
+        slugs = {s.slug for s in self.catalogue.slices}
+        if rule.park_profile in slugs:
+            raise ServiceConfigError(
+                f"gpu_idle_park_profile {rule.park_profile!r} is a GPU slice of the catalogue; name a "
+                "CPU-only profile_list entry, so that a parked server holds no GPU"
+            )
+        unknown = sorted(set(rule.per_slice) - slugs)
+        if unknown:
+            raise ServiceConfigError(
+                f"gpu_idle_action_per_slice names {', '.join(unknown)}, not slices of the catalogue "
+                f"({', '.join(sorted(slugs)) or 'none'})"
+            )
+        return rule
 
     def trusted_namespaces(self) -> frozenset[str]:
         """:attr:`hub_namespaces`, or KubeSpawner's default namespace when it is empty."""
@@ -400,6 +498,7 @@ class GPUShareService(Application):
             (url_path_join(prefix, "api/v1/ledger"), LedgerHandler),
             (url_path_join(prefix, "api/v1/availability"), AvailabilityHandler),
             (url_path_join(prefix, "api/v1/me"), MeHandler),
+            (url_path_join(prefix, "api/v1/me/keep"), KeepHandler),
             (url_path_join(prefix, "metrics"), MetricsHandler),
             (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
             (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
@@ -435,6 +534,39 @@ class GPUShareService(Application):
         await self.cluster.shared.ensure_started()
         PeriodicCallback(self.cluster.shared.ensure_started, 5_000).start()
 
+    async def post_event(self, namespace: str, pod: str, reason: str, message: str) -> None:
+        """A Warning event on a pod of the hub (the service's identity may create events there)."""
+        from kubernetes_asyncio.client import CoreV1Api
+
+        from gpushare_hub.kube.events import warning_event
+
+        api = getattr(self, "_api", None)
+        if api is None:
+            raise RuntimeError("no Kubernetes client yet")
+        core = CoreV1Api(api)
+        live = await core.read_namespaced_pod(pod, namespace)
+        involved = {"kind": "Pod", "name": pod, "namespace": namespace, "uid": live.metadata.uid}
+        body: Any = warning_event(involved, namespace, reason, message, "gpushare-service")
+        await core.create_namespaced_event(namespace, body)
+
+    async def apply_idle_rule(self) -> None:
+        """One pass of the idle loop, on fresh figures only (see :mod:`.returner`)."""
+        if self.cluster.ledger() is None:  # the watch is failing: never act on old figures
+            return
+        doc = ledger_document(
+            self.cluster.report(),
+            self.hub_servers.servers,
+            self.catalogue,
+            datetime.now(UTC),
+            gpu_idle_after=self.gpu_idle_after,
+        )
+        try:
+            await self.returner.tick(doc, self.hub_servers.groups)
+        except Exception:
+            log.exception(
+                "the idle rule failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
+            )
+
     async def run(self) -> None:
         self.cluster = Cluster(
             self._make_informer,
@@ -453,9 +585,23 @@ class GPUShareService(Application):
                 "jupyterhub_config.py); an external service needs them, with its hub API token",
                 " and ".join(missing),
             )
+        self.hub_servers = hub
+        try:
+            self.store = ServiceStore(self.state_db)
+        except Exception as err:  # sqlite3.Error, OSError: a folder that cannot be written
+            log.error(
+                "cannot open the service's database %s (%s); set state_db to a writable file",
+                self.state_db,
+                err,
+            )
+            sys.exit(2)
+        self.returner = IdleReturner(
+            self.idle_rule, self.store, HubAPI(hub.api_url, hub.token), self.post_event
+        )
         connecting = asyncio.create_task(self._connect())
         await hub.poll()
         PeriodicCallback(hub.poll, self.hub_poll_seconds * 1000).start()
+        PeriodicCallback(self.apply_idle_rule, self.gpu_idle_check_seconds * 1000).start()
         url = urlparse(os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"))
         app = self.make_app(self.cluster, hub)
         ip, port = self.ip or url.hostname or "127.0.0.1", self.port or url.port or 80
@@ -602,7 +748,108 @@ class MeHandler(BaseHandler):
         )
         ledger = self.cluster.recent("ledger", self.ledger_doc)
         spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
-        self.send(me_document(ledger, name, free, spawn))
+        doc = me_document(ledger, name, free, spawn)
+        self.send(add_idle_returns(doc, svc, ledger, groups, name))
+
+
+def add_idle_returns(
+    doc: dict[str, Any], svc: GPUShareService, ledger: dict[str, Any], groups: list[str], name: str
+) -> dict[str, Any]:
+    """``api/v1/me`` gains, per allocation idle on the GPU, ``idle_return`` (the action, phase,
+    deadline, the words, whether Keep may be pressed); and ``returned``: the caller's slices
+    stopped or parked in the last day, with the words and the way back."""
+    now = int(time.time())
+    mine = [a for a in ledger["allocations"] if a["hub_user"] == name]
+    states = {(st.server, st.pod): st for st in svc.returner.states({"allocations": mine}, {name: groups})}
+    for a in doc["allocations"]:
+        st = states.get((a["server"], a["pod"]))
+        a["idle_return"] = st.to_json(now) if st is not None else None
+    returned = []
+    for act in svc.store.returned(name, now - 86400):
+        size = f"{act.units} GiB slice" + (f" ({act.slice})" if act.slice else "")
+        how = (
+            f"and your server was started again without a GPU (profile {act.detail})"
+            if act.what == "parked"
+            else "and your server was stopped"
+        )
+        returned.append(
+            {
+                "server": act.server,
+                "slice": act.slice,
+                "units": act.units,
+                "what": act.what,
+                "at": datetime.fromtimestamp(act.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "idle_seconds": act.idle_seconds,
+                "words": f"your {size} was returned after {duration_words(act.idle_seconds)} idle on "
+                f"the GPU, {how}. Your files are kept: start your {size} again from the spawn page.",
+            }
+        )
+    doc["returned"] = returned
+    return doc
+
+
+MAX_KEEP_BODY = 4096
+
+
+class KeepHandler(BaseHandler):
+    """``POST api/v1/me/keep`` ``{"server": ""}``: put off the idle action of the caller's slice."""
+
+    def post(self) -> None:
+        user = self.caller()
+        self.filters(())
+        name = str(user.get("name"))
+        server = self._server()
+        svc = self.service
+        ledger = self.ledger_doc()
+        mine = [a for a in ledger["allocations"] if a["hub_user"] == name and a["server"] == server]
+        states = svc.returner.states({"allocations": mine}, {name: self.hub.groups.get(name, [])})
+        which = f"server {server!r}" if server else "your default server"
+        if not states:
+            raise web.HTTPError(
+                404,
+                f"no GPU slice of {which} is idle on the GPU now: nothing to keep (any GPU work "
+                "already resets the idle clock)",
+            )
+        st = states[0]
+        if not st.can_keep and st.kept_until is None:
+            raise web.HTTPError(409, f"the idle rule for {which} only notifies: nothing will be returned")
+        now = int(time.time())
+        until = max(st.deadline, now + svc.idle_rule.keep_seconds)
+        if not svc.store.keep(name, server, st.stretch, until, now):
+            raise web.HTTPError(
+                409,
+                f"Keep was already pressed once for this idle stretch of {which}; use the GPU (any "
+                "work resets the idle clock), or save your work",
+            )
+        log.info("%s pressed Keep for %s: the idle action is put off to %d", name, which, until)
+        self.send(
+            {
+                "server": server,
+                "kept_until": datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "seconds_left": until - now,
+            }
+        )
+
+    def _server(self) -> str:
+        raw = self.request.body or b"{}"
+        if len(raw) > MAX_KEEP_BODY:
+            raise web.HTTPError(
+                400, f'the body is larger than {MAX_KEEP_BODY} bytes; send {{"server": "<name>"}}'
+            )
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise web.HTTPError(
+                400, 'the body is not JSON; send {"server": "<name>"} ("" for the default server)'
+            ) from None
+        if not isinstance(body, dict) or set(body) - {"server"}:
+            raise web.HTTPError(
+                400, 'send a JSON object with only "server" (a server name, "" for the default server)'
+            )
+        server = body.get("server", "")
+        if not isinstance(server, str) or len(server) > 255:
+            raise web.HTTPError(400, '"server" must be a server name (a string of at most 255 characters)')
+        return server
 
 
 class MetricsHandler(BaseHandler):
@@ -619,7 +866,8 @@ class MetricsHandler(BaseHandler):
 class NotFoundHandler(BaseHandler):
     def get(self) -> None:
         raise web.HTTPError(
-            404, "no such endpoint; the API has api/v1/ledger, api/v1/availability and api/v1/me"
+            404,
+            "no such endpoint; the API has api/v1/ledger, api/v1/availability, api/v1/me and api/v1/me/keep",
         )
 
 

@@ -5,7 +5,9 @@ process and to show "GPU slices" in its Services menu: the ``c.JupyterHub.servic
 the custom scopes, and three roles:
 
 - ``<name>-service``: the service's own token. It reads the hub's users, their groups and
-  servers (started, last activity) and nothing else: no ``admin:*``, no ``servers`` write.
+  servers (started, last activity) and nothing else: no ``admin:*``, no ``servers`` write,
+  unless an idle action (``c.GPUShareService.gpu_idle_action`` and its per-group and per-slice
+  forms) stops or parks servers: then it also holds ``servers``.
 - ``<name>-admins``: ``custom:<name>:admin`` (the dashboard and ``api/v1/ledger``) for
   ``admin_users`` / ``admin_groups``.
 - the default ``user`` role gains ``access:services!service=<name>``: every user may open the
@@ -113,6 +115,7 @@ def configure_hub(
     kube = _section(c, "KubeSpawner")
     service_config = _service_config(name, spawner, kube, slices, node_selector)
     service_config.update(_own_settings(_section(c, "GPUShareService")))
+    service_config.setdefault("state_db", _beside_hub_db(_current(c, "db_url", "")))
     env = _kube_access(kubeconfig, service_config)
     url = _service_url(url, port, service_config)
     env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
@@ -120,7 +123,9 @@ def configure_hub(
     _add_service(c, name, url, env)
     _tell_servers(c, name, url)
     _add_scopes(c, name)
-    _add_roles(c, name, list(admin_users), list(admin_groups), list(metrics_services))
+    _add_roles(
+        c, name, list(admin_users), list(admin_groups), list(metrics_services), _returns(service_config)
+    )
 
 
 # What configure_hub computes from its arguments and the spawner's settings: not set apart.
@@ -253,18 +258,44 @@ def _add_scopes(c: Any, name: str) -> None:
     c.JupyterHub.custom_scopes = scopes
 
 
+def _beside_hub_db(db_url: str) -> str:
+    """The service's SQLite file beside the hub's own database when that is a SQLite file (the
+    hub's volume in Zero to JupyterHub), else in the hub's working folder."""
+    name = "gpushare-service.sqlite"
+    if db_url.startswith("sqlite:///") and db_url != "sqlite:///:memory:":
+        path = db_url[len("sqlite:///") :].split("?", 1)[0]
+        return str(Path(path).with_name(name)) if path else name
+    return name
+
+
+def _returns(service_config: Mapping[str, Any]) -> bool:
+    """Whether an idle action of the service stops or parks servers (then its role may)."""
+    actions = [service_config.get("gpu_idle_action", "notify")]
+    for key in ("gpu_idle_action_per_group", "gpu_idle_action_per_slice"):
+        actions += list((service_config.get(key) or {}).values())
+    return any(a in ("stop", "park") for a in actions)
+
+
 def _add_roles(
-    c: Any, name: str, admin_users: list[str], admin_groups: list[str], metrics_services: list[str]
+    c: Any,
+    name: str,
+    admin_users: list[str],
+    admin_groups: list[str],
+    metrics_services: list[str],
+    returns: bool = False,
 ) -> None:
-    """Our roles (replacing earlier ones of the same names), and every user's access to the service."""
+    """Our roles (replacing earlier ones of the same names), and every user's access to the service.
+    ``returns``: the idle rule stops or parks servers, so the service's role gets ``servers``
+    (start and stop any user's servers); otherwise it writes nothing."""
     access = f"access:services!service={name}"
     ours = {f"{name}-service", f"{name}-admins", f"{name}-metrics"}
     roles = [dict(r) for r in _current(c, "load_roles", []) if r.get("name") not in ours]
     roles.append(
         {
             "name": f"{name}-service",
-            "description": "The gpushare service reads users, groups, servers and activity.",
-            "scopes": list(SERVICE_SCOPES),
+            "description": "The gpushare service reads users, groups, servers and activity"
+            + (", and stops or parks servers idle on the GPU." if returns else "."),
+            "scopes": list(SERVICE_SCOPES) + (["servers"] if returns else []),
             "services": [name],
         }
     )

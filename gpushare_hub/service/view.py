@@ -184,6 +184,7 @@ def _alloc(
         "sm_util": pod.sm_util,
         "over_slice": pod.over_slice,
         "gpu_idle_seconds": gpu_idle,
+        "gpu_idle_since": pod.idle_since,
         "gpu_idle": gpu_idle is not None and gpu_idle >= gpu_idle_after,
     }
 

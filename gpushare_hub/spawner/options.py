@@ -26,6 +26,23 @@ UNLISTED = "--unlisted-choice"
 # JupyterHub may store of them (see :mod:`.stored`) and what :func:`check_options` reads.
 MAX_OPTIONS_DEPTH = 8
 MAX_OPTIONS_CHARS = 64 * 1024
+# Sent by the hub service when it parks an idle slice's server on a CPU-only profile: what was
+# returned, so that the spawn form can say so and offer that slice again. Words about the user's
+# own server only; checked as strictly as any option.
+RETURNED_KEY = "gpushare_returned"
+
+
+def returned_problem(value: object) -> str | None:
+    """What is wrong with a ``gpushare_returned`` option (None: it is the service's form)."""
+    if not isinstance(value, Mapping) or set(value) != {"slice", "units", "idle_seconds"}:
+        return f"{RETURNED_KEY} must be an object of slice, units and idle_seconds, got {described(value)}"
+    slug, units, idle = value["slice"], value["units"], value["idle_seconds"]
+    if not isinstance(slug, str) or len(slug) > 63:
+        return f"{RETURNED_KEY}.slice must be a slice's slug, got {described(slug)}"
+    for key, number, most in (("units", units, 1024), ("idle_seconds", idle, 10**8)):
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= most:
+            return f"{RETURNED_KEY}.{key} must be a whole number from 0 to {most}, got {described(number)}"
+    return None
 
 
 def options_problem(options: object) -> str | None:
@@ -124,6 +141,11 @@ def check_options(
     offered = _options_of(profile) if profile is not None else {}
     for key, value in options.items():
         if key == "profile":
+            continue
+        if key == RETURNED_KEY:
+            problem = returned_problem(value)
+            if problem:
+                return Refused(Reason.BAD_CHOICE, problem, "leave it out: the hub service writes it")
             continue
         name = key[: -len(UNLISTED)] if isinstance(key, str) and key.endswith(UNLISTED) else key
         if name not in offered:

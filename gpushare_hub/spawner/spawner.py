@@ -27,7 +27,16 @@ from gpushare_hub.core.names import SERVICE_URL_ENV
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
 
-from .options import Holding, Reason, Refused, check_options, check_quota, quota_for
+from .options import (
+    RETURNED_KEY,
+    Holding,
+    Reason,
+    Refused,
+    check_options,
+    check_quota,
+    quota_for,
+    returned_problem,
+)
 from .pod import SlicePod, apply_slice
 from .progress import Bound, NeverFits, spawn_status
 from .progress import render as render_status
@@ -371,6 +380,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         await self.ensure_ledger()
         profiles, catalogue = await self._profiles()
         groups = self._group_names()
+        banner, returned = self._returned_banner(catalogue, groups)
         shown = []
         for p in profiles:
             s = catalogue.for_profile(str(p.get("slug", "")))
@@ -396,7 +406,37 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                     f' title="{escape(LIMIT_TITLES[bool(s.isolation)])}">· {escape(s.limit_words)}</span>',
                 }
             shown.append(p)
-        return FORM_STYLE + str(self._render_options_form(shown))
+        last: Any = getattr(self, "user_options", None)
+        if returned:  # KubeSpawner's form checks the last start's profile: the returned slice instead
+            setattr(self, "user_options", {"profile": returned})  # noqa: B010 - an untyped trait
+        try:
+            form = str(self._render_options_form(shown))
+        finally:
+            setattr(self, "user_options", last)  # noqa: B010
+        return FORM_STYLE + banner + form
+
+    def _returned_banner(self, catalogue: Catalogue, groups: list[str]) -> tuple[str, str]:
+        """When this server was last started by the hub service's idle rule (parked on a CPU-only
+        profile): words saying which slice went back, and that slice's slug, to choose it again."""
+        options: Any = getattr(self, "user_options", None)
+        ret: Any = options.get(RETURNED_KEY) if isinstance(options, dict) else None
+        if ret is None or returned_problem(ret):
+            return "", ""
+        s = catalogue.for_profile(ret["slice"])
+        if s is None or not s.allows(groups):
+            return "", ""
+        hours = ret["idle_seconds"] / 3600
+        idle = f"{hours:.1f} h" if hours >= 1 else f"{ret['idle_seconds'] // 60} min"
+        words = (
+            f"Your {escape(s.display_name)} slice was returned after {idle} idle on the GPU, and your "
+            "server was started again without a GPU (your files stayed). It is selected below: "
+            "press Start to get it back."
+        )
+        return (
+            f'<div class="alert alert-info gpushare-returned" id="gpushare-returned" '
+            f'data-gpushare-slice="{escape(s.slug)}">{words}</div>\n',
+            s.slug,
+        )
 
     @default("options_form")
     def _options_form_default(self) -> Any:

@@ -14,6 +14,7 @@ import { Widget } from '@lumino/widgets';
 
 const POLL_MS = 10_000;
 const SELFTEST_ROUTE = 'gpushare/api/selftest';
+const KEEP_ROUTE = 'gpushare/api/keep';
 const ROUTE = 'gpushare/api/status';
 
 interface Slice {
@@ -54,6 +55,8 @@ interface Allocation {
     selftest?: SelfTest | null;
   } | null;
   neighbours?: { count?: number; units?: number; used_mib?: number | null } | null;
+  // The hub service's idle rule, while this slice is idle on the GPU.
+  idle_return?: { action?: string; phase?: string; can_keep?: boolean; kept?: boolean; words?: string } | null;
 }
 
 interface Larger {
@@ -104,6 +107,28 @@ interface SelfTestRun {
   slice_mib?: number;
   frameworks?: FrameworkRun[];
   checked?: string;
+}
+
+/** Keep: ask the hub service (through this server) to put off returning the idle slice. */
+async function pressKeep(settings: ServerConnection.ISettings): Promise<string> {
+  const url = URLExt.join(settings.baseUrl, KEEP_ROUTE);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
+  } catch (err) {
+    return 'notebook server unreachable';
+  }
+  let body: { message?: string; seconds_left?: number } | null = null;
+  try {
+    body = await response.json();
+  } catch (err) {
+    body = null;
+  }
+  if (!response.ok) {
+    return body?.message || `the notebook server answered HTTP ${response.status}`;
+  }
+  const minutes = Math.round((body?.seconds_left ?? 0) / 60);
+  return `Kept: your GPU slice stays for at least ${minutes} min more.`;
 }
 
 /** Run gpushare-selftest in this server (POST; it may take a minute). */
@@ -218,7 +243,43 @@ function renderSelfTest(body: HTMLElement, state: SelfTestState): void {
   body.append(box);
 }
 
-function renderPanel(body: HTMLElement, status: Status | null, error: string, selftest: SelfTestState): void {
+interface KeepState {
+  said: string;
+  press: () => void;
+}
+
+function renderKeep(body: HTMLElement, alloc: Allocation, keep: KeepState): void {
+  const ret = alloc.idle_return;
+  if (!ret || !(ret.can_keep || keep.said)) {
+    return;
+  }
+  const box = document.createElement('div');
+  box.id = 'gpushare-keep-box';
+  if (ret.can_keep) {
+    const button = document.createElement('button');
+    button.id = 'gpushare-keep';
+    button.className = 'jp-Button jp-mod-styled jp-mod-warn';
+    button.textContent = 'Keep my GPU slice';
+    button.title = 'Put off returning this idle slice (once); using the GPU also keeps it';
+    button.addEventListener('click', () => keep.press());
+    box.append(button);
+  }
+  if (keep.said) {
+    const p = document.createElement('p');
+    p.id = 'gpushare-keep-result';
+    p.textContent = keep.said;
+    box.append(p);
+  }
+  body.append(box);
+}
+
+function renderPanel(
+  body: HTMLElement,
+  status: Status | null,
+  error: string,
+  selftest: SelfTestState,
+  keep: KeepState
+): void {
   body.replaceChildren();
   const h = document.createElement('h2');
   h.textContent = 'Your GPU slice';
@@ -278,6 +339,7 @@ function renderPanel(body: HTMLElement, status: Status | null, error: string, se
     p.textContent = status.problem;
     body.append(p);
   }
+  renderKeep(body, alloc, keep);
   const larger = (status.hub?.larger_free ?? [])[0];
   const spawn = hubPath(status.hub?.spawn_url);
   if (larger && spawn) {
@@ -331,13 +393,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    const keep: KeepState = {
+      said: '',
+      press: () => {
+        void pressKeep(settings).then(said => {
+          keep.said = said;
+          void poll();
+        });
+      }
+    };
+
     const show = () => {
       const degraded = last === null || !!last.problem;
       item.node.textContent = last ? last.text : `GPU status unavailable: ${error}`;
       item.node.title = (last ? last.problem || last.slice.summary || '' : error) + ' (click for details)';
       item.toggleClass('gpushare-degraded', degraded);
       if (panel && !panel.isDisposed) {
-        renderPanel(panel.content.node.firstElementChild as HTMLElement, last, error, selftest);
+        renderPanel(panel.content.node.firstElementChild as HTMLElement, last, error, selftest, keep);
       }
     };
     const poll = async () => {

@@ -425,12 +425,21 @@ def test_each_service_account_has_exactly_its_must_and_none_of_its_must_not(inst
     assert (missing, excess) == ([], [])
 
 
-def test_the_hub_may_read_nodes_and_pods_and_write_nothing(installed: Installed):
+def test_the_hub_may_read_nodes_and_pods_and_write_only_events_in_its_namespace(installed: Installed):
     user, groups = sa("hub", HUB_NS)
     assert all(review(installed.api, user, groups, v, r) for v, r in [("list", "nodes"), ("watch", "pods")])
+    # The service's idle rule writes an Event on a notebook pod for each warning and action.
+    assert review(installed.api, user, groups, "create", "events", HUB_NS)
     assert not any(
         review(installed.api, user, groups, *r)
-        for r in [("patch", "nodes"), ("create", "pods", "alice", "", "binding"), ("patch", "pods", "alice")]
+        for r in [
+            ("patch", "nodes"),
+            ("create", "pods", "alice", "", "binding"),
+            ("patch", "pods", "alice"),
+            ("create", "events", "alice"),
+            ("patch", "events", HUB_NS),
+            ("delete", "events", HUB_NS),
+        ]
     )
 
 

@@ -68,3 +68,52 @@ def test_the_hub_service_answers_every_query_without_a_5xx(hub, who):
     tracebacks = text.count("Traceback")
     report(tally.line(tracebacks))
     assert tracebacks == 0, text[text.find("Traceback") :][:3000]
+
+
+BODIES = (
+    st.sampled_from([b"", b"{}", b'{"server": ""}', b'{"server": "x"}', b"null", b"[]", b'{"server": 5}'])
+    | st.binary(max_size=64)
+    | st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+        max_leaves=8,
+    ).map(lambda v: json.dumps({"server": v} if isinstance(v, str) else v).encode())
+    | st.integers(4000, 9000).map(lambda n: json.dumps({"server": "a" * n}).encode())
+)
+
+
+def test_keep_answers_every_body_without_a_5xx_and_keeps_nothing_it_refused(hub):
+    """``POST api/v1/me/keep``, the service's one door that writes: any body, as a user with no
+    idle slice. Every answer is a 4xx naming the problem (400 for a body that is not the form,
+    404 for a well-formed one: nothing of this user's is idle), and no Keep is stored."""
+    token = hub.user_token("fuzzy-keeper")
+    u = urllib.parse.urlparse(hub.url)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    watch = LogWatch(hub.hub_log)
+    tally = Tally("hub service keep")
+    path = f"/services/{SERVICE}/api/v1/me/keep"
+
+    @seeded
+    @given(body=BODIES)
+    def case(body: bytes) -> None:
+        nonlocal conn
+        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except (http.client.HTTPException, ConnectionError):
+            conn.close()
+            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        raw = resp.read()
+        tally.add(resp.status)
+        assert 400 <= resp.status < 500, (resp.status, body[:100], raw[:300])
+        assert json.loads(raw)["message"], raw
+
+    case()
+    text = watch.added()
+    tracebacks = text.count("Traceback")
+    report(tally.line(tracebacks))
+    assert tracebacks == 0, text[text.find("Traceback") :][:3000]
+    assert "pressed Keep" not in text

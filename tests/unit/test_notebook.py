@@ -322,3 +322,24 @@ def test_the_panels_self_test_runs_the_console_test_and_answers_its_json_or_word
     fake.write_text("#!/bin/sh\nsleep 30\n")
     said = asyncio.run(slicepage.run_selftest(timeout=0.5))
     assert said == {"error": "the self-test took longer than 0 s and was stopped"}
+
+
+def test_a_slice_about_to_be_returned_says_so_first_and_the_panel_gets_the_services_words():
+    ret = {
+        "action": "park", "phase": "warning", "seconds_left": 600, "can_keep": True, "kept": False,
+        "words": "your GPU has been idle for 1 h 50 min; in 10 min it goes back, unless you use it.",
+    }  # fmt: skip
+    a = allocation(idle_return=ret)
+    assert status_text(SLICE, a, "").startswith("GPU idle: returned in 10 min · GPU 3.1 / 5 GiB")
+    doc = status_document(SLICE, me(a), "", "")
+    assert doc["problem"] == ret["words"] and doc["allocation"]["idle_return"]["can_keep"]
+    assert status_text(SLICE, allocation(idle_return={**ret, "seconds_left": 40}), "").startswith(
+        "GPU idle: returned in 40 s"
+    )
+    assert status_text(SLICE, allocation(idle_return={**ret, "phase": "due"}), "").startswith(
+        "GPU idle: being returned"
+    )
+    # Before the warning, or a rule that only notifies: the usual line, no problem.
+    for quiet in ({**ret, "phase": "idle"}, {**ret, "action": "notify"}, None, "junk"):
+        assert status_text(SLICE, allocation(idle_return=quiet), "").startswith("GPU 3.1 / 5 GiB"), quiet
+        assert status_document(SLICE, me(allocation(idle_return=quiet)), "", "")["problem"] == ""

@@ -667,6 +667,16 @@ def test_a_slice_holder_the_hub_has_not_named_yet_makes_one_early_read_not_many(
             "--config /nonexistent/service_config.py: no such file",
         ),
         ('{"GPUShareService": {"slices": [{"slug": "x", "gib": -3}]}}', [], "slices[0]"),
+        ('{"GPUShareService": {"gpu_idle_action": "park"}}', [], "gpu_idle_park_profile is empty"),
+        ('{"GPUShareService": {"gpu_idle_action": "explode"}}', [], "gpu_idle_action"),
+        (
+            '{"GPUShareService": {"slices": [{"slug": "t4-5g", "display_name": "5 GiB", "gib": 5}], '
+            '"gpu_idle_action": "park", '
+            '"gpu_idle_park_profile": "t4-5g"}}',
+            [],
+            "is a GPU slice of the catalogue",
+        ),
+        ('{"GPUShareService": {"gpu_idle_action_per_slice": {"t4-9g": "stop"}}}', [], "names t4-9g"),
     ],
 )
 def test_the_service_refuses_bad_settings_with_a_message_not_a_traceback(
@@ -860,6 +870,24 @@ def test_the_services_own_settings_written_beside_the_spawners_reach_it_and_a_wr
     configure_hub(c, port=12345)
     svc = next(s for s in c.JupyterHub.services if s["name"] == "gpushare")
     assert json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]["gpu_idle_after"] == 7200
+    assert (
+        json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]["state_db"] == "gpushare-service.sqlite"
+    )
+    # Beside the hub's own database when that is a SQLite file (the hub's volume).
+    c = hub_config()
+    c.JupyterHub.db_url = "sqlite:////srv/jupyterhub/jupyterhub.sqlite"
+    configure_hub(c, port=12345)
+    svc = next(s for s in c.JupyterHub.services if s["name"] == "gpushare")
+    passed = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+    assert passed["state_db"] == "/srv/jupyterhub/gpushare-service.sqlite"
+    assert (
+        "servers" not in next(r for r in c.JupyterHub.load_roles if r["name"] == "gpushare-service")["scopes"]
+    )
+    # An idle rule that parks: the service's role may stop and start servers.
+    c = hub_config()
+    c.GPUShareService.gpu_idle_action_per_group = {"students": "park"}
+    configure_hub(c, port=12345)
+    assert "servers" in next(r for r in c.JupyterHub.load_roles if r["name"] == "gpushare-service")["scopes"]
     c = hub_config()
     c.GPUShareService.gpu_idle_afterr = 7200
     with pytest.raises(

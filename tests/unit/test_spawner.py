@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from typing import Any
@@ -104,6 +105,28 @@ async def test_form_marks_unplaceable_slices_when_refusing(make):
 async def test_form_without_a_ledger_says_availability_is_unknown(make):
     form = await make().get_options_form()
     assert "availability unknown" in form
+
+
+async def test_after_a_park_the_form_says_which_slice_went_back_and_has_it_chosen(make):
+    sp = make(ledger=ledger_with(), profile_list=[{"display_name": "CPU only", "slug": "cpu"}])
+    returned = {"slice": "t4-5g", "units": 5, "idle_seconds": 7200}
+    await start_options(sp, {"profile": "cpu", "gpushare_returned": returned})  # what the service sends
+    form = await sp.get_options_form()
+    assert 'id="gpushare-returned"' in form and "was returned after 2.0 h idle on the GPU" in form
+    assert "Tesla T4 · 5 GiB &lt;b&gt;fast&lt;/b&gt; slice" in form  # escaped
+    chosen = re.search(r'<input[^>]*value="t4-5g"[^>]*>', form)
+    assert chosen is not None and "checked" in chosen.group(0), form
+    # A forged or broken note is refused at start, and never shown.
+    for bad in ({"slice": "t4-5g"}, {**returned, "units": -1}, {**returned, "slice": 5}, "x"):
+        with pytest.raises(SpawnRefused) as err:
+            await start_options(make(), {"profile": "t4-5g", "gpushare_returned": bad})
+        assert err.value.status_code == 400 and "gpushare_returned" in err.value.jupyterhub_message
+    sp = make(ledger=ledger_with())
+    sp.user_options = {
+        "profile": "t4-5g",
+        "gpushare_returned": {"slice": "t4-whole", "units": 15, "idle_seconds": 9},
+    }
+    assert "gpushare-returned" not in await sp.get_options_form()  # only for the power group
 
 
 async def test_form_data_becomes_the_profile_slug(make):

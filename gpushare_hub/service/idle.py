@@ -1,0 +1,162 @@
+"""Idle slices come back: what happens to each slice idle on the GPU, and when. Pure.
+
+The device plugin publishes since when each pod has been idle on its card (``idleSince``, see
+:mod:`gpushare_hub.isolation.usage`); the ledger document carries it per allocation as
+``gpu_idle_seconds``. Here an :class:`IdleRule` (the service's settings) turns that into an
+:class:`IdleState` per slice: the action that applies (``notify``, ``stop`` or ``park``), the
+deadline, and the words the user reads. Nothing here acts: the service does
+(:mod:`gpushare_hub.service.returner`).
+
+An *idle stretch* is one run of idleness of one server's pod, named by the pod's card
+assignment time (``since``) and the idle clock's start: any GPU work ends it, and Keep
+postpones a stretch once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+NONE, NOTIFY, STOP, PARK = "none", "notify", "stop", "park"
+ACTIONS = (NONE, NOTIFY, STOP, PARK)
+# Where a user's groups ask different actions, the mildest applies: a group is a grant.
+MILDNESS = {NONE: 0, NOTIFY: 1, PARK: 2, STOP: 3}
+
+# Phases of a slice idle on the GPU.
+IDLE, WARNING, DUE = "idle", "warning", "due"
+
+
+def duration_words(seconds: int) -> str:
+    """``1 h 50 min``, ``2 h``, ``7 min``, ``40 s``."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    if not hours:
+        return f"{minutes} min"
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """The service's idle settings (``GPUShareService.gpu_idle_*``)."""
+
+    action: str = NOTIFY
+    per_group: Mapping[str, str] = field(default_factory=dict)
+    per_slice: Mapping[str, str] = field(default_factory=dict)
+    exempt_groups: Collection[str] = ()
+    return_after: int = 7200  # seconds idle before the action
+    warn_before: int = 600  # the warning shows this long before
+    keep_seconds: int = 3600  # Keep postpones the deadline to this long after it is pressed
+    park_profile: str = ""
+
+    def action_for(self, groups: Iterable[str], slice_slug: str) -> str:
+        """Exempt groups first, then the slice's action, then the mildest of the user's groups'
+        actions, then the default."""
+        groups = list(groups)
+        if any(g in self.exempt_groups for g in groups):
+            return NONE
+        if slice_slug in self.per_slice:
+            return self.per_slice[slice_slug]
+        asked = [self.per_group[g] for g in groups if g in self.per_group]
+        return min(asked, key=MILDNESS.__getitem__) if asked else self.action
+
+
+@dataclass(frozen=True)
+class IdleState:
+    """One slice idle on the GPU and what is coming to it."""
+
+    user: str
+    server: str
+    namespace: str
+    pod: str
+    slice: str
+    units: int
+    idle_seconds: int
+    action: str
+    deadline: int  # Unix seconds: when the action is due
+    stretch: str  # names this idle stretch (see the module docstring)
+    kept_until: int | None  # set once Keep was pressed for this stretch
+    phase: str
+
+    @property
+    def can_keep(self) -> bool:
+        return self.kept_until is None and self.action in (STOP, PARK)
+
+    def words(self, now: int) -> str:
+        """What the user reads (``api/v1/me``, the notebook's status bar, the Warning event)."""
+        idle = duration_words(self.idle_seconds)
+        left = duration_words(self.deadline - now)
+        if self.action == NOTIFY:
+            return (
+                f"your GPU slice has been idle for {idle}: nothing has run on it and it holds no "
+                "data. Stop your server when you are done, so that someone else can use the card."
+            )
+        what = (
+            "your server restarts without a GPU (your files and image stay)"
+            if self.action == PARK
+            else "your server stops (your files stay)"
+        )
+        if self.phase == DUE:
+            return f"your GPU slice has been idle for {idle} and is being returned: {what}."
+        unless = "unless you use it" + (" or press Keep" if self.can_keep else "")
+        kept = " (you pressed Keep once)" if self.kept_until is not None else ""
+        return f"your GPU has been idle for {idle}; in {left} it goes back and {what}{kept}, {unless}."
+
+    def to_json(self, now: int) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "phase": self.phase,
+            "idle_seconds": self.idle_seconds,
+            "deadline": self.deadline,
+            "seconds_left": max(0, self.deadline - now),
+            "kept": self.kept_until is not None,
+            "can_keep": self.can_keep,
+            "words": self.words(now),
+        }
+
+
+def idle_states(
+    allocations: Iterable[Mapping[str, Any]],
+    groups: Mapping[str, list[str]],
+    rule: IdleRule,
+    keeps: Mapping[tuple[str, str, str], int],
+    now: int,
+) -> list[IdleState]:
+    """Each hub user's slice idle on the GPU (``gpu_idle_since`` set), with its action and phase.
+    ``keeps``: (user, server, stretch) -> until, for the stretches Keep put off. Slices of no hub
+    user, and those of exempt groups or with action ``none``, are left out."""
+    out = []
+    for a in allocations:
+        user, since = a.get("hub_user"), a.get("gpu_idle_since")
+        if not user or not isinstance(since, int):
+            continue
+        idle = max(0, now - since)
+        action = rule.action_for(groups.get(user, []), str(a.get("slice") or ""))
+        if action == NONE:
+            continue
+        stretch = f"{a.get('since', '')}/{since}"
+        server = str(a.get("server") or "")
+        kept = keeps.get((user, server, stretch))
+        deadline = min(since, now) + rule.return_after
+        if kept is not None:
+            deadline = max(deadline, kept)
+        phase = DUE if now >= deadline else WARNING if now >= deadline - rule.warn_before else IDLE
+        out.append(
+            IdleState(
+                user=user,
+                server=server,
+                namespace=str(a.get("namespace", "")),
+                pod=str(a.get("pod", "")),
+                slice=str(a.get("slice") or ""),
+                units=int(a.get("units", 0)),
+                idle_seconds=idle,
+                action=action,
+                deadline=deadline,
+                stretch=stretch,
+                kept_until=kept,
+                phase=phase,
+            )
+        )
+    return out

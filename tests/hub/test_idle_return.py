@@ -1,0 +1,158 @@
+"""Idle slices come back, in a real hub: two users' 5 GiB notebooks sit idle on the GPU (no
+process on the card, as the nodes' device plugins read it). Both are warned in ``api/v1/me``;
+one presses Keep (once: a second press is refused) and keeps the slice; the other's server is
+parked: the service stops it through the hub's REST API and starts it again on the CPU-only
+profile, with a Warning event on the pod for the warning and for the action, a log line with
+the numbers, and ``api/v1/me`` saying what happened and how to get the slice back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpushare_hub.localcluster.hub import LocalHub
+from gpushare_hub.service.returner import RETURNED_REASON, WARNING_REASON
+from tests.conftest import wait_for
+
+from .conftest import NAMESPACE, SCHEDULER, SLICES, hub_spawner_config, pod_of
+
+SERVICE = "gpushare"
+RETURN_AFTER, WARN_BEFORE = 40, 35  # seconds: warned from 5 s idle, parked at 40 s
+
+
+def idle_hub(cluster: Any, return_after: int = RETURN_AFTER, warn_before: int = WARN_BEFORE) -> LocalHub:
+    """A hub of the test's own whose service parks slices idle ``return_after`` seconds on the GPU
+    on the CPU-only profile ``cpu``, warning ``warn_before`` seconds ahead."""
+    # The catalogue's slices, and one plain CPU-only profile (KubeSpawner merges a profile's dict
+    # overrides into the defaults, so the session hub's default GPU limit is left out here).
+    spawner = {**hub_spawner_config(), "slices": SLICES, "gpushare_scheduler_name": SCHEDULER}
+    del spawner["extra_resource_limits"]
+    spawner["profile_list"] = [
+        {"display_name": "CPU only (where idle GPU servers are parked)", "slug": "cpu"}
+    ]
+    settings = {
+        "gpu_idle_action": "park",
+        "gpu_idle_park_profile": "cpu",
+        "gpu_idle_after": 5,
+        "gpu_idle_return_after": return_after,
+        "gpu_idle_warn_before": warn_before,
+        "gpu_idle_keep_seconds": 3600,
+        "gpu_idle_check_seconds": 2,
+        "state_db": str(cluster.workdir / "hub-idle" / "gpushare-service.sqlite"),
+    }
+    config = "\n".join(
+        [
+            "from gpushare_hub.service import configure_hub",
+            *(f"c.GPUShareService.{k} = {v!r}" for k, v in settings.items()),
+            f"configure_hub(c, name={SERVICE!r})",
+        ]
+    )
+    return LocalHub(
+        cluster,
+        NAMESPACE,
+        spawner,
+        spawner_class="gpushare_hub.GPUShareSpawner",
+        extra_config=config,
+        name="hub-idle",
+    ).start()
+
+
+def me(hub: LocalHub, token: str) -> dict[str, Any]:
+    status, doc = hub.request("GET", f"{hub.url}/services/{SERVICE}/api/v1/me", token)
+    assert status == 200, (status, doc)
+    return doc  # type: ignore[no-any-return]
+
+
+def idle_return(hub: LocalHub, token: str) -> dict[str, Any] | None:
+    allocations = me(hub, token)["allocations"]
+    return allocations[0].get("idle_return") if allocations else None
+
+
+def events(cluster: Any, pod: str) -> dict[str, str]:
+    items = cluster.get_json(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+    return {e["reason"]: e["message"] for e in items if e["involvedObject"]["name"] == pod}
+
+
+def test_an_idle_slice_is_parked_on_the_cpu_profile_after_the_warning_and_keep_puts_it_off(
+    local_cluster, hub, notebook_nodes
+):
+    del hub  # the session's hub made the namespace; this test runs its own, with the idle rule
+    idle = idle_hub(local_cluster)
+    users = ("parker", "keeper")
+    try:
+        tokens = {u: idle.user_token(u) for u in users}
+        for u in users:
+            status, body = idle.api("POST", f"/users/{u}/server", {"profile": "t4-5g"})
+            assert status in (201, 202), (status, body)
+        for u in users:
+            idle.wait_ready(u)
+        slices = {
+            u: pod_of(local_cluster, u)["metadata"]["annotations"]["gpushare-hub.io/slice"] for u in users
+        }
+        assert slices == {"parker": "t4-5g", "keeper": "t4-5g"}
+
+        # Both are warned once the plugin has seen them idle (a reading every 15 s).
+        for u in users:
+            warned = wait_for(
+                lambda u=u: (idle_return(idle, tokens[u]) or {}).get("phase") == "warning", timeout=90
+            )
+            assert warned, me(idle, tokens[u])
+        warning = idle_return(idle, tokens["keeper"])
+        assert warning is not None and warning["action"] == "park" and warning["can_keep"], warning
+        assert "unless you use it or press Keep" in warning["words"], warning
+
+        # keeper presses Keep: put off by an hour; a second press is refused.
+        url = f"{idle.url}/services/{SERVICE}/api/v1/me/keep"
+        status, kept = idle.request("POST", url, tokens["keeper"], {"server": ""})
+        assert status == 200 and kept["seconds_left"] > 3000, (status, kept)
+        status, again = idle.request("POST", url, tokens["keeper"], {"server": ""})
+        assert status == 409 and "already pressed once" in again["message"], (status, again)
+        status, bad = idle.request("POST", url, tokens["keeper"], {"server": 5})
+        assert status == 400 and '"server" must be a server name' in bad["message"], (status, bad)
+        after = idle_return(idle, tokens["keeper"])
+        assert after is not None and after["kept"] and not after["can_keep"] and after["phase"] == "idle", (
+            after
+        )
+
+        # parker is parked: the server comes back on the CPU-only profile, without a slice.
+        old_pod = pod_of(local_cluster, "parker")
+        assert old_pod is not None
+
+        def parked() -> bool:
+            pod = pod_of(local_cluster, "parker")
+            return pod is not None and pod["metadata"]["uid"] != old_pod["metadata"]["uid"]
+
+        assert wait_for(parked, timeout=RETURN_AFTER + 120), idle.hub_log.read_text()[-4000:]
+        idle.wait_ready("parker")
+        model = idle.api("GET", "/users/parker")[1]
+        options = model["servers"][""]["user_options"]
+        assert options.get("profile") == "cpu", options
+        # What the spawn form reads to say which slice went back and offer it again.
+        returned = options.get("gpushare_returned") or {}
+        assert (returned.get("slice"), returned.get("units")) == ("t4-5g", 5), options
+        assert returned.get("idle_seconds", 0) >= RETURN_AFTER, options
+        new_pod = pod_of(local_cluster, "parker")
+        assert new_pod is not None and "gpushare-hub.io/slice" not in new_pod["metadata"]["annotations"]
+        limits = new_pod["spec"]["containers"][0]["resources"].get("limits") or {}
+        assert not any(k.startswith("aliyun.com/") for k in limits), limits
+        said = events(local_cluster, old_pod["metadata"]["name"])
+        assert WARNING_REASON in said and RETURNED_REASON in said, said
+        assert "being returned" in said[RETURNED_REASON], said
+        back = me(idle, tokens["parker"])["returned"]
+        assert back and back[0]["what"] == "parked" and back[0]["slice"] == "t4-5g", back
+        assert "start your 5 GiB slice (t4-5g) again" in back[0]["words"], back
+        log = idle.hub_log.read_text()
+        assert "idle GPU slice of parker" in log and "rule: park after 40 s" in log
+
+        # keeper kept the slice through it all.
+        keeper = pod_of(local_cluster, "keeper")
+        assert (
+            keeper is not None and keeper["metadata"]["annotations"].get("gpushare-hub.io/slice") == "t4-5g"
+        )
+        assert "idle GPU slice of keeper" not in log
+    finally:
+        for u in users:
+            if idle.api("GET", f"/users/{u}")[1].get("servers"):
+                idle.api("DELETE", f"/users/{u}/server")
+        for u in users:
+            wait_for(lambda u=u: pod_of(local_cluster, u) is None, timeout=120)
+        idle.stop()
