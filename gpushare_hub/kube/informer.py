@@ -48,6 +48,7 @@ from ..core.errors import GPUShareError, InvalidObject
 from ..core.ledger import Ledger
 from ..core.objects import NodeObject, PodObject, pod_key
 from ..core.records import IgnoredRecord
+from ..core.releases import Release, ReleaseHistory
 from ..core.resources import DEFAULT_NAMES, ResourceNames
 from ..core.shapes import read_node, read_pod
 from .api import DEFAULT_TIMEOUTS, PAGE, ApiError, Resource, Timeouts, paged
@@ -77,6 +78,7 @@ class LedgerInformer:
         clock: Callable[[], float] = time.monotonic,
         keep_pod: PodFilter | None = None,
         page_size: int = PAGE,
+        releases: ReleaseHistory | None = None,
     ) -> None:
         """``api`` None: no API server (unit tests feed events with :meth:`apply`).
 
@@ -87,6 +89,9 @@ class LedgerInformer:
         ``keep_pod(pod)``: the pods subscribers hear of (see the module docstring); None: all.
 
         ``page_size``: objects per list answer (a relist holds one page at a time).
+
+        ``releases``: where each allocation that ends (its pod deleted or finished) is recorded,
+        on ``clock``'s time, for the waiting spawns' estimates; it may outlive this informer.
         """
         self.ledger = Ledger(names)
         self.names = names
@@ -94,6 +99,7 @@ class LedgerInformer:
         self.protect = protect
         self.keep_pod = keep_pod
         self.page_size = page_size
+        self.releases = releases
         self._clock = clock
         self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
         self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
@@ -245,6 +251,7 @@ class LedgerInformer:
             self._unreadable(obj.name, str(err))
 
     def _apply_pod(self, obj: PodObject, deleted: bool) -> None:
+        before = self.ledger.allocation(obj.key) if self.releases is not None else None
         try:
             ignored = self.ledger.observe_pod(obj, deleted=deleted)
         except GPUShareError as err:
@@ -252,6 +259,12 @@ class LedgerInformer:
         else:
             if ignored is not None:
                 self._tell_ignored([ignored])
+        if before is not None and self.releases is not None and self.ledger.allocation(obj.key) is None:
+            node = self.ledger.node(before.node)
+            card = node.card(before.cards[0].uuid) if node is not None and before.cards else None
+            if card is not None:
+                units = min(share.units for share in before.cards)
+                self.releases.add(Release(self._clock(), card.model, units, len(before.cards)))
 
     async def relist(self, kind: str) -> None:
         """List ``kind`` and bring the same ledger in line with it (no event is skipped:

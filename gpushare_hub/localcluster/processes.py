@@ -42,6 +42,32 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text[-lines:])
 
 
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """The processes below ``pid`` (children, their children, ...), read from /proc (Linux)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir(proc)
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
 class Component:
     """One long-running program of the local cluster."""
 
@@ -107,6 +133,9 @@ class Component:
     def stop(self, grace: float = 10.0) -> None:
         if self.proc is None:
             return
+        # Children that left the group (JupyterHub starts each managed service in a session of
+        # its own) would outlive a hub killed before its own clean-up: they go at the end too.
+        children = descendants(self.proc.pid)
         self.signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=grace)
@@ -116,6 +145,9 @@ class Component:
         # Anything the component forked into its group goes too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         _LIVE.discard(self)
 
     def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:

@@ -50,6 +50,8 @@ from traitlets.config import Application, Config
 
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
+from gpushare_hub.core.queue import holds_back
+from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.core.report import (
     NodeFacts,
     PendingPod,
@@ -84,12 +86,13 @@ log = logging.getLogger("gpushare.service")
 ME_CACHE_SECONDS = 2.0
 
 
-def service_informer(api: Any, names: ResourceNames) -> Any:
+def service_informer(api: Any, names: ResourceNames, releases: ReleaseHistory | None = None) -> Any:
     """The service's informer: it hears only of the pods that can hold or wait for a slice
-    (the ledger still reads every pod event, so no allocation is missed)."""
+    (the ledger still reads every pod event, so no allocation is missed). ``releases``: where
+    ended allocations are recorded, for the waiting spawns' estimates."""
     from gpushare_hub.kube.informer import LedgerInformer
 
-    return LedgerInformer(api, names, keep_pod=partial(may_hold_slice, names=names))
+    return LedgerInformer(api, names, keep_pod=partial(may_hold_slice, names=names), releases=releases)
 
 
 class Cluster:
@@ -363,6 +366,14 @@ class GPUShareService(Application):
         spawner (no slice). Needed when any idle action is "park".""",
     )
     gpu_idle_check_seconds = Float(30.0, config=True, help="How often the idle rule is applied.")
+    queue_estimate_after = Float(
+        600.0,
+        min=0,
+        config=True,
+        help="""Seconds the service must have watched the cluster before api/v1/me estimates a
+        waiting spawn's wait (from how often slices as large were released lately, 6 h at most);
+        never with fewer than two such releases.""",
+    )
     state_db = Unicode(
         "gpushare-service.sqlite",
         config=True,
@@ -481,7 +492,7 @@ class GPUShareService(Application):
 
     # ---- wiring --------------------------------------------------------------------------------
     def _make_informer(self) -> Any:
-        return service_informer(self._api, self.resource_names)
+        return service_informer(self._api, self.resource_names, self.releases)
 
     def make_app(self, cluster: Cluster, hub: HubServers) -> web.Application:
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/gpushare/")
@@ -568,6 +579,7 @@ class GPUShareService(Application):
             )
 
     async def run(self) -> None:
+        self.releases = ReleaseHistory(started=time.monotonic(), min_span=self.queue_estimate_after)
         self.cluster = Cluster(
             self._make_informer,
             self.resource_names,
@@ -749,7 +761,27 @@ class MeHandler(BaseHandler):
         ledger = self.cluster.recent("ledger", self.ledger_doc)
         spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
         doc = me_document(ledger, name, free, spawn)
+        add_queue_places(doc, self.cluster, getattr(svc, "releases", None))
         self.send(add_idle_returns(doc, svc, ledger, groups, name))
+
+
+def add_queue_places(doc: dict[str, Any], cluster: Cluster, releases: ReleaseHistory | None) -> None:
+    """Each of the caller's pending spawns gains ``ahead`` (older pending spawns as large or
+    larger, of a card model it could use) and ``estimate`` (None without history)."""
+    waiting = [(f.row.since, key, f.pending.demand) for key, f in cluster.pods.items() if f.pending and f.row]
+    now = time.monotonic()
+    for p in doc["pending"]:
+        key = f"{p['namespace']}/{p['pod']}"
+        mine = next((w for w in waiting if w[1] == key), None)
+        if mine is None:
+            p["ahead"], p["estimate"] = None, None
+            continue
+        ahead = sum(
+            1 for since, k, d in waiting if k != key and (since, k) < mine[:2] and holds_back(d, mine[2])
+        )
+        estimate = releases.estimate(mine[2], ahead, now) if releases is not None else None
+        p["ahead"] = ahead
+        p["estimate"] = estimate.to_json() if estimate is not None else None
 
 
 def add_idle_returns(

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from gpushare_hub.core import AllocationRecord, Demand, GPUShareError, Ledger, PodObject, demand_from_pod
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
+from gpushare_hub.core.queue import holds_back
+from gpushare_hub.core.releases import Estimate, ReleaseHistory
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,8 @@ class Bound:
 class Waiting:
     demand: Demand
     availability: Availability
-    ahead: int
+    ahead: int  # spawns of the same or a larger size, of an overlapping model, that wait before it
+    estimate: Estimate | None = None
 
 
 @dataclass(frozen=True)
@@ -47,34 +50,45 @@ def _created(pod: PodObject) -> tuple[str, str]:
     return (pod.creation_timestamp, pod.name)
 
 
-def _models_overlap(a: Demand, b: Demand) -> bool:
-    if not a.models or not b.models:
-        return True
-    return bool({m.lower() for m in a.models} & {m.lower() for m in b.models})
-
-
 def queue_position(pod: PodObject, queue: Iterable[PodObject], demand: Demand) -> int:
-    """Pods created before ``pod``, not yet bound, asking GPU memory of an overlapping model."""
-    mine = _created(pod)
+    """Pods created before ``pod``, not yet bound, asking as much GPU memory (or more) of an
+    overlapping model: a smaller spawn ahead does not hold this one back."""
+    return waiting_ahead(queue, demand, pod.scheduler_name, before=pod)
+
+
+def waiting_ahead(
+    queue: Iterable[PodObject], demand: Demand, scheduler: str, before: PodObject | None = None
+) -> int:
+    """Pods of ``scheduler`` not yet bound that ask as much as ``demand`` (or more) of an
+    overlapping model; with ``before``, only those created before that pod (a new spawn would
+    wait behind all of them)."""
+    mine = _created(before) if before is not None else None
     ahead = 0
     for other in queue:
-        if other.key == pod.key or other.node_name or other.scheduler_name != pod.scheduler_name:
+        if before is not None and other.key == before.key:
             continue
-        if other.phase in ("Succeeded", "Failed"):
+        if other.node_name or other.scheduler_name != scheduler or other.phase in ("Succeeded", "Failed"):
             continue
-        if _created(other) >= mine:
+        if mine is not None and _created(other) >= mine:
             continue
         try:
             theirs = demand_from_pod(other)
         except GPUShareError:
             continue
-        if theirs is not None and _models_overlap(demand, theirs):
+        if theirs is not None and holds_back(theirs, demand):
             ahead += 1
     return ahead
 
 
-def spawn_status(ledger: Ledger, pod: PodObject, queue: Iterable[PodObject] = ()) -> SpawnStatus | None:
-    """Where the server's pod stands. ``None``: it asks for no GPU memory."""
+def spawn_status(
+    ledger: Ledger,
+    pod: PodObject,
+    queue: Iterable[PodObject] = (),
+    history: ReleaseHistory | None = None,
+    now: float = 0.0,
+) -> SpawnStatus | None:
+    """Where the server's pod stands. ``None``: it asks for no GPU memory. ``history`` and
+    ``now`` (its clock): the recent releases a waiting spawn's estimate comes from."""
     demand = demand_from_pod(pod, ledger.names)
     if demand is None:
         return None
@@ -96,7 +110,9 @@ def spawn_status(ledger: Ledger, pod: PodObject, queue: Iterable[PodObject] = ()
     a = availability(ledger, demand, pod.node_selector)
     if a.permanent:
         return NeverFits(demand, a)
-    return Waiting(demand, a, queue_position(pod, queue, demand))
+    ahead = queue_position(pod, queue, demand)
+    estimate = history.estimate(demand, ahead, now) if history is not None else None
+    return Waiting(demand, a, ahead, estimate)
 
 
 def render(status: SpawnStatus, unit: str = "GiB") -> str:
@@ -135,5 +151,10 @@ def render(status: SpawnStatus, unit: str = "GiB") -> str:
         )
     queue = ""
     if status.ahead:
-        queue = f"; {status.ahead} pod{'s are' if status.ahead > 1 else ' is'} ahead of you"
+        queue = (
+            f"; {status.ahead} spawn{'s' if status.ahead > 1 else ''} of this size or larger "
+            f"{'are' if status.ahead > 1 else 'is'} ahead of you"
+        )
+    if status.estimate is not None:
+        queue += f"; {status.estimate.words()}"
     return f"{what[0].upper()}{what[1:]}: {why}{queue}."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +20,12 @@ from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from tornado import web
 from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
 
-from gpushare_hub.core import PodObject, ResourceNames
+from gpushare_hub.core import Demand, PodObject, ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from gpushare_hub.core.names import SERVICE_URL_ENV
+from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
 
@@ -38,7 +40,7 @@ from .options import (
     returned_problem,
 )
 from .pod import SlicePod, apply_slice
-from .progress import Bound, NeverFits, spawn_status
+from .progress import Bound, NeverFits, spawn_status, waiting_ahead
 from .progress import render as render_status
 from .stored import guard_stored_options
 
@@ -183,6 +185,18 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         configured.
         """,
     )
+    queue_estimate_after = Float(
+        600.0,
+        min=0,
+        config=True,
+        help="""
+        Seconds this hub process must have watched the cluster before a waiting spawn (its
+        progress page, and the form beside a full slice) gets an estimate of its wait, made from
+        how often slices as large were released lately (6 h at most). No estimate is shown
+        before, nor with fewer than two such releases.
+        """,
+    )
+
     gpushare_scheduler_name = Unicode(
         "gpushare-scheduler",
         config=True,
@@ -248,6 +262,8 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     )
 
     _shared_ledger: SharedLedger | None = None
+    # Allocations that ended, seen by this hub process's watch: the waiting spawns' estimates.
+    _releases: ReleaseHistory | None = None
 
     never_fits_check_interval = Float(
         2.0,
@@ -332,7 +348,10 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
 
         # The ledger reads every pod event; only pods that can hold a slice are remembered.
         keep = partial(may_hold_slice, names=self.resource_names)
-        return LedgerInformer(self.api.api_client, self.resource_names, keep_pod=keep)
+        cls = type(self)
+        if cls._releases is None:  # one history for every informer of this process (relists too)
+            cls._releases = ReleaseHistory(started=time.monotonic(), min_span=self.queue_estimate_after)
+        return LedgerInformer(self.api.api_client, self.resource_names, keep_pod=keep, releases=cls._releases)
 
     async def ensure_ledger(self) -> None:
         """Start the shared watch on first use (when no ``ledger_provider`` is configured)."""
@@ -368,6 +387,15 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                 )
         return base, catalogue
 
+    def _queue_words(self, demand: Demand) -> str:
+        """Beside a slice that is full now: how many spawns of its size or larger wait, and the
+        estimate from recent releases (none without history)."""
+        ahead = waiting_ahead(self._queue(), demand, self.gpushare_scheduler_name)
+        words = f"; {ahead} waiting ahead" if ahead else ""
+        history = type(self)._releases
+        estimate = history.estimate(demand, ahead, time.monotonic()) if history is not None else None
+        return words + (f"; {estimate.words()}" if estimate is not None else "")
+
     def availability_of(self, s: Slice) -> Availability | None:
         ledger = self._ledger()
         if ledger is None:
@@ -391,13 +419,11 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                 state = "unknown" if a is None else "free" if a.placeable else "unavailable"
                 note = render_availability(a)
                 tier = s.isolation or "cooperative"
-                if (
-                    a is not None
-                    and not a.placeable
-                    and not a.permanent
-                    and self.when_unavailable == "refuse"
-                ):
-                    note += " (cannot start now)"
+                if a is not None and not a.placeable and not a.permanent:
+                    if self.when_unavailable == "refuse":
+                        note += " (cannot start now)"
+                    else:
+                        note += self._queue_words(s.demand())
                 p = {
                     **p,
                     "display_name": f'{p["display_name"]} <span class="gpushare-availability '
@@ -587,7 +613,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
             from gpushare_hub.core import Ledger
 
             ledger = Ledger(self.resource_names)  # a bound pod still says where it went
-        status = spawn_status(ledger, pod, self._queue())
+        status = spawn_status(ledger, pod, self._queue(), type(self)._releases, time.monotonic())
         if status is None or (self._ledger() is None and not isinstance(status, Bound)):
             return None
         return render_status(status)

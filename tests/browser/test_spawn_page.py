@@ -68,7 +68,8 @@ def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_tak
         page.wait_for_selector("span.gpushare-availability")
         after = notes(page)
         page.screenshot(path=str(OUT / "spawn-after.png"), full_page=True)
-        assert after["t4-7g"] == "none free: the largest free block is 5 GiB", after
+        # (the session's earlier releases may add an estimate of the wait after these words)
+        assert after["t4-7g"].startswith("none free: the largest free block is 5 GiB"), after
         assert after["t4-5g"] == "1 free", after
         unavailable = page.locator('span.gpushare-unavailable[data-gpushare-slice="t4-7g"]')
         assert unavailable.count() == 1

@@ -92,6 +92,8 @@ def service_config() -> str:
             # The service's own settings pass through configure_hub; a slice with no GPU work
             # for 20 s is flagged idle (the dashboard test waits for that).
             f"c.GPUShareService.gpu_idle_after = {GPU_IDLE_AFTER}",
+            # Estimates of a waiting spawn's wait from any history at all (600 s by default).
+            "c.GPUShareService.queue_estimate_after = 0",
             f"configure_hub(c, name={SERVICE!r}, admin_users=[{SERVICE_ADMIN!r}], "
             "metrics_services=['scraper'])",
         ]
@@ -110,6 +112,7 @@ def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNode
         "slices": SLICES,
         "quota_gib_per_user": QUOTA_GIB,
         "gpushare_scheduler_name": SCHEDULER,
+        "queue_estimate_after": 0,
     }
     h = LocalHub(
         local_cluster,

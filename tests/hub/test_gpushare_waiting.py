@@ -15,7 +15,7 @@ from typing import Any
 from gpushare_hub.localcluster.hub import LocalHub
 from tests.conftest import wait_for
 
-from .conftest import pod_of, stop_server
+from .conftest import SERVICE, pod_of, stop_server
 
 
 def slice_note(page: str, slug: str) -> str:
@@ -101,12 +101,19 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
 ):
     # Two cards of 15 GiB; binpack puts 7 + 7 on one (1 GiB left) and 5 + 5 + 5 on the other.
     holders = {"fay": "t4-7g", "gus": "t4-7g", "hal": "t4-5g", "ida": "t4-5g", "kai": "t4-5g"}
-    waiter = "jon"
+    waiter, second = "jon", "lea"
     started: list[str] = []
     try:
         before = spawn_form(hub, waiter)
         assert slice_note(before, "t4-5g") == "6 free", before  # 3 on each empty card
         assert slice_note(before, "t4-7g") == "4 free"
+        # History for the estimate: two 7 GiB slices come and go (the hub and the service record
+        # each allocation that ends; the session's hub estimates from any history at all).
+        for user in ("fay", "gus"):
+            post_server(hub, user, "t4-7g")
+            hub.wait_ready(user, timeout=400)
+        for user in ("fay", "gus"):
+            stop_server(hub, local_cluster, user)
         for user, slug in holders.items():
             post_server(hub, user, slug)
             started.append(user)
@@ -123,8 +130,11 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
 
         # The form, before the click: no 5 GiB (nor 7 GiB) slice can be placed now.
         full = spawn_form(hub, waiter)
-        assert slice_note(full, "t4-5g") == "none free: the largest free block is 1 GiB", full
-        assert slice_note(full, "t4-7g") == "none free: the largest free block is 1 GiB"
+        # ... with the estimate the two releases above allow (nobody waits yet).
+        note = slice_note(full, "t4-5g")
+        assert note.startswith("none free: the largest free block is 1 GiB; estimate: about"), note
+        assert "such slices were released in the last" in note, note
+        assert slice_note(full, "t4-7g").startswith("none free: the largest free block is 1 GiB")
         assert 'gpushare-unavailable" data-gpushare-slice="t4-5g"' in full
 
         # ... and the spawn does what the form said: it waits (the hub's when_unavailable).
@@ -142,6 +152,28 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
         pod = pod_of(local_cluster, waiter)
         assert pod is not None and not pod["spec"].get("nodeName"), "the pod should be pending"
         assert hub.api("GET", f"/users/{waiter}")[1]["pending"] == "spawn"
+        estimate = re.compile(r"estimate: about [0-9.]+ (min|h) \(\d+ such slices were released in the last ")
+        assert wait_for(lambda: any(estimate.search(m) for m in progress.messages()), timeout=60), (
+            progress.messages()
+        )
+
+        # A second 5 GiB spawn waits behind the first: its place and the estimate, on its
+        # progress page and in api/v1/me; the form says the same beside the full slice.
+        post_server(hub, second, "t4-5g")
+        started.append(second)
+        behind = Progress(hub, second)
+        behind.start()
+        place = "1 spawn of this size or larger is ahead of you; estimate: about"
+        assert wait_for(lambda: any(place in m for m in behind.messages()), timeout=120), behind.messages()
+        status, me = hub.request("GET", f"{hub.url}/services/{SERVICE}/api/v1/me", hub.user_token(second))
+        assert status == 200, me
+        [pending] = me["pending"]
+        assert pending["ahead"] == 1 and pending["estimate"]["releases"] >= 2, pending
+        assert pending["estimate"]["words"].startswith("estimate: about"), pending
+        note = slice_note(spawn_form(hub, "mo"), "t4-5g")
+        assert note.startswith(
+            "none free: the largest free block is 1 GiB; 2 waiting ahead; estimate: about"
+        ), note
 
         # Another user stops a 5 GiB server: the form says so, and the waiting pod gets the card.
         freed = cards["hal"]
@@ -160,8 +192,8 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
         assert first_wait < first_card, msgs
         progress.join(timeout=60)
         assert progress.events[-1].get("ready") is True, progress.events[-3:]
-        after = spawn_form(hub, "lea")
-        assert slice_note(after, "t4-5g") == "none free: the largest free block is 1 GiB", after
+        after = slice_note(spawn_form(hub, "mo"), "t4-5g")
+        assert after.startswith("none free: the largest free block is 1 GiB; 1 waiting ahead"), after
     finally:
         for user in started:
             stop_server(hub, local_cluster, user)

@@ -143,7 +143,15 @@ def test_usage_over_the_slice_is_published_on_the_node_and_in_metrics_and_warned
 
         rows = wait_for(lambda: published(6963), timeout=30)
         assert rows == [
-            {"pod": f"{namespace}/heavy", "uid": uid, "card": card, "usedMiB": 6963, "sliceMiB": 5120}
+            {
+                "pod": f"{namespace}/heavy",
+                "uid": uid,
+                "card": card,
+                "usedMiB": 6963,
+                "sliceMiB": 5120,
+                "smUtil": 0,  # the usage file declares no work
+                "idleSince": None,  # holding more than an idle context: not idle
+            }
         ]
 
         def warnings():

@@ -246,3 +246,26 @@ async def test_a_pod_gone_when_an_expired_list_starts_again_is_told_deleted_and_
     assert seen[-1] == ("DELETED", "gone") and seen.count(("DELETED", "gone")) == 1
     assert ("DELETED", "kept") not in seen
     assert inf._rv["pods"] == "list-0"
+
+
+def test_each_allocation_that_ends_is_recorded_for_the_waiting_spawns_estimates():
+    from gpushare_hub.core.releases import Release, ReleaseHistory
+
+    uuid = "GPU-sim-gpu-1-0"
+    history = ReleaseHistory(started=0.0)
+    clock = [100.0]
+    inf = LedgerInformer(None, clock=lambda: clock[0], releases=history)
+    inf.apply("nodes", "ADDED", node_obj("gpu-1"))
+    a, b = bound("a", "gpu-1", uuid, 5, "1"), bound("b", "gpu-1", uuid, 7, "2")
+    inf.apply("pods", "ADDED", a)
+    inf.apply("pods", "ADDED", b)
+    inf.apply("pods", "MODIFIED", a)  # still held: nothing ended
+    assert len(history) == 0
+    clock[0] = 700.0
+    inf.apply("pods", "DELETED", a)
+    done = {**b, "status": {**b["status"], "phase": "Succeeded"}}
+    clock[0] = 900.0
+    inf.apply("pods", "MODIFIED", done)  # a finished pod frees its slice too
+    inf.apply("pods", "DELETED", done)  # and is not counted twice
+    inf.apply("pods", "DELETED", pod_obj("never-held", 5))
+    assert list(history._items) == [Release(700.0, "Tesla-T4", 5, 1), Release(900.0, "Tesla-T4", 7, 1)]

@@ -894,3 +894,28 @@ def test_the_services_own_settings_written_beside_the_spawners_reach_it_and_a_wr
         ValueError, match=r"c.GPUShareService has no setting gpu_idle_afterr; .*gpu_idle_after"
     ):
         configure_hub(c, port=12345)
+
+
+def test_me_gives_each_pending_spawn_its_place_and_an_estimate_only_with_history():
+    from gpushare_hub.core.releases import Release, ReleaseHistory
+    from gpushare_hub.service.app import add_queue_places
+
+    cluster, informer = fed_cluster()  # dave waits for 16 GiB
+    for name, units, created in [("jupyter-erin", 5, "12:00:00"), ("jupyter-fay", 3, "12:00:30"),
+                                 ("jupyter-gus", 5, "12:01:00")]:  # fmt: skip
+        pod = pod_obj(name, units, annotations={"hub.jupyter.org/username": name[8:]})
+        pod["metadata"]["creationTimestamp"] = f"2026-11-22T{created}Z"
+        informer.apply("pods", "ADDED", pod)
+    report = cluster.report()
+    doc = me_document(ledger_document(report, SERVERS, read_catalogue(SLICES), NOW), "gus")
+    history = ReleaseHistory(started=time.monotonic() - 3600)
+    add_queue_places(doc, cluster, history)
+    [gus] = doc["pending"]
+    # erin (5 GiB, older) and dave (16 GiB, older) hold gus back; fay (3 GiB) does not
+    assert (gus["pod"], gus["ahead"], gus["estimate"]) == ("jupyter-gus", 2, None)  # no history yet
+    for ago in (3000, 1200):
+        history.add(Release(time.monotonic() - ago, "Tesla-T4", 7))
+    add_queue_places(doc, cluster, history)
+    [gus] = doc["pending"]
+    assert gus["estimate"]["releases"] == 2 and 4800 <= gus["estimate"]["seconds"] <= 5500, gus
+    assert gus["estimate"]["words"].startswith("estimate: about 1.5 h (2 such slices were released"), gus

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpushare_hub.core import Demand, Ledger, Placer
 from gpushare_hub.core.availability import availability, render
+from gpushare_hub.core.releases import Release, ReleaseHistory
 from gpushare_hub.spawner.progress import Bound, NeverFits, Waiting, queue_position, spawn_status
 from gpushare_hub.spawner.progress import render as render_status
 from tests.objects import read_nodes, read_pod, read_pods
@@ -97,14 +98,54 @@ def test_waiting_pod_is_told_why_and_how_many_are_ahead():
     later["metadata"]["creationTimestamp"] = "2026-11-22T12:01:00Z"
     other_scheduler = pod_obj("cpu", 5)
     other_scheduler["metadata"]["creationTimestamp"] = "2026-11-22T11:00:00Z"
-    queue = [*earlier, later, other_scheduler, mine]
-    assert queue_position(read_pod(mine), read_pods(queue), t4(5)) == 2
+    smaller = pod_obj("jupyter-eve", 3, annotations=ann)  # a smaller spawn does not hold this one back
+    smaller["spec"].update(sched)
+    smaller["metadata"]["creationTimestamp"] = "2026-11-22T11:59:00Z"
+    larger = pod_obj("jupyter-fred", 7)  # a larger one does (no model named: any card)
+    larger["spec"].update(sched)
+    larger["metadata"]["creationTimestamp"] = "2026-11-22T11:59:30Z"
+    queue = [*earlier, later, other_scheduler, smaller, larger, mine]
+    assert queue_position(read_pod(mine), read_pods(queue), t4(5)) == 3
     status = spawn_status(ledger, read_pod(mine), read_pods(queue))
-    assert isinstance(status, Waiting) and status.ahead == 2
+    assert isinstance(status, Waiting) and status.ahead == 3 and status.estimate is None
     assert render_status(status) == (
         "Waiting for a Tesla-T4 with 5 GiB free: every card has less (the largest free block is 3 GiB); "
-        "2 pods are ahead of you."
+        "3 spawns of this size or larger are ahead of you."
     )
+    # With history: releases of 5 GiB or more on a T4 in the last hour give an estimate.
+    history = ReleaseHistory(started=0.0)
+    for at, model, units in [
+        (1000, "Tesla-T4", 5),
+        (2000, "Tesla-T4", 7),
+        (2500, "Tesla-T4", 3),
+        (3000, "A10", 5),
+    ]:
+        history.add(Release(at, model, units))
+    status = spawn_status(ledger, read_pod(mine), read_pods(queue), history, now=3600.0)
+    assert isinstance(status, Waiting) and status.estimate is not None
+    # 2 such releases in 3600 s: one every 30 min; 3 ahead, so the 4th: about 2 h
+    assert (status.estimate.seconds, status.estimate.releases) == (7200, 2)
+    assert render_status(status).endswith(
+        "3 spawns of this size or larger are ahead of you; estimate: about 2.0 h "
+        "(2 such slices were released in the last 60 min)."
+    )
+
+
+def test_there_is_no_estimate_without_history():
+    history = ReleaseHistory(started=0.0)
+    assert history.estimate(t4(5), 0, now=3600.0) is None  # nothing released
+    history.add(Release(100.0, "Tesla-T4", 5))
+    assert history.estimate(t4(5), 0, now=3600.0) is None  # one release is no rate
+    history.add(Release(200.0, "Tesla-T4", 5))
+    assert history.estimate(t4(5), 0, now=3600.0) is not None
+    young = ReleaseHistory(started=3300.0)  # watched for 5 minutes only
+    young.add(Release(3400.0, "Tesla-T4", 5))
+    young.add(Release(3500.0, "Tesla-T4", 5))
+    assert young.estimate(t4(5), 0, now=3600.0) is None
+    old = ReleaseHistory(started=0.0, window=600.0)  # releases older than the window do not count
+    old.add(Release(100.0, "Tesla-T4", 5))
+    old.add(Release(200.0, "Tesla-T4", 5))
+    assert old.estimate(t4(5), 0, now=3600.0) is None
 
 
 def test_bound_pod_is_told_its_node_and_card():
