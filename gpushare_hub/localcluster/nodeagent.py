@@ -41,6 +41,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# The agent forks a process per plugin and per container while its gRPC threads serve the
+# kubelet's side: gRPC's fork handlers then run in the child between fork and exec, and were seen
+# to leave a plugin that never started ("epoll_wait error: Bad file descriptor"). Every child
+# execs at once, so gRPC needs no fork support here; it reads this before it is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from ..core.demand import demand_from_pod
 from ..core.errors import GPUShareError
 from ..core.objects import pod_key

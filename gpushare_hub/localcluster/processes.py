@@ -101,7 +101,8 @@ class Component:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
-                env=self.env,
+                # Each component execs at once: no gRPC fork handlers in it or its children.
+                env={**(os.environ if self.env is None else self.env), "GRPC_ENABLE_FORK_SUPPORT": "false"},
                 pass_fds=self.pass_fds,
             )
         except OSError as err:
