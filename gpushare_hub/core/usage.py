@@ -26,11 +26,6 @@ class PodUse:
     idle_since: int | None = None  # Unix seconds it has been idle from; None: active or not measured
     uid: str = ""
 
-    def idle_seconds(self, now: float) -> int | None:
-        """How long the pod has been idle on the GPU (0 for a clock that went backwards); None
-        while it is active or utilisation is not measured."""
-        return None if self.idle_since is None else max(0, int(now - self.idle_since))
-
 
 @dataclass(frozen=True)
 class NodeUsage:

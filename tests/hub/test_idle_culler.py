@@ -10,7 +10,6 @@ minutes by default) and ``GPU_IDLE_LIMIT`` in its environment (20 minutes in the
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -64,21 +63,19 @@ def test_the_examples_idle_culler_starts_and_culls_an_idle_gpu_slice_sooner(
         status, body = culler.api("POST", f"/users/{USER}/server", {"profile": "t4-5g"})
         assert status in (201, 202), (status, body)
         culler.wait_ready(USER)
-        started = time.monotonic()
         pod = pod_of(local_cluster, USER)
         assert pod is not None and pod["metadata"]["annotations"].get("gpushare-hub.io/slice") == "t4-5g"
 
-        # Nobody uses the server: the culler stops it after GPU_IDLE_LIMIT, not --timeout's hour.
+        # Nobody uses the server: the culler stops it within two minutes, where --timeout alone
+        # would keep it an hour: only the config file's hook culls that soon.
         assert wait_for(lambda: not culler.api("GET", f"/users/{USER}")[1]["servers"], timeout=120), (
             "the idle culler never stopped the idle GPU server; the hub's log:\n"
             + culler.hub_log.read_text()[-4000:]
         )
-        culled_after = time.monotonic() - started
         assert wait_for(lambda: pod_of(local_cluster, USER) is None, timeout=120), "the slice's pod stayed"
         log = culler.hub_log.read_text()
         assert "unrecognized arguments" not in log, log[-4000:]
         assert f"Culling server {USER} (inactive for" in log, log[-4000:]
-        assert culled_after < 3600
     finally:
         if culler.api("GET", f"/users/{USER}")[1].get("servers"):
             culler.api("DELETE", f"/users/{USER}/server")
