@@ -112,11 +112,12 @@ class RealStack:
         return proc.stdout
 
     # ---- our chart ----------------------------------------------------------------------
-    def gpushare_install_argv(self) -> list[str]:
-        """``helm install`` of helm/gpushare-hub exactly as docs/install.md's "Try the chart
-        without GPUs" writes it (the node tier checks the two agree)."""
+    def gpushare_install_argvs(self) -> list[list[str]]:
+        """The hub's namespace (the chart puts a Role there), then ``helm install`` of
+        helm/gpushare-hub, exactly as docs/install.md's "Try the chart without GPUs" writes them
+        (the node tier checks the two agree)."""
         registry = self.names["extender"].rsplit("/", 1)[0]
-        return [
+        return [["kubectl", "create", "namespace", HUB_NAMESPACE], [
             "helm", "install", "gpushare-hub", "helm/gpushare-hub", "--namespace", GPUSHARE_NAMESPACE,
             "--create-namespace",
             "--set", f"hub.serviceAccount.namespace={HUB_NAMESPACE}",
@@ -124,11 +125,12 @@ class RealStack:
             "--set", f"devicePlugin.image.repository={registry}/gpushare-device-plugin",
             "--set-string", f"devicePlugin.simulate={SIMULATED_CARDS}",
             "--wait",
-        ]  # fmt: skip
+        ]]  # fmt: skip
 
     def install_gpushare(self) -> None:
-        argv = self.gpushare_install_argv()
-        self.run(argv[0], *argv[1:], "--timeout=8m")
+        namespace, install = self.gpushare_install_argvs()
+        self.run(namespace[0], *namespace[1:])
+        self.run(install[0], *install[1:], "--timeout=8m")
 
     # ---- Zero to JupyterHub -------------------------------------------------------------
     def prepare_hub_volume(self, node: str) -> None:

@@ -178,7 +178,7 @@ class Installed:
         self.api = cluster.api_client()
         self.kubectl = Kubectl(cluster.kubeconfig)
         self.docs = helm.template(*INSTALL_VALUES, namespace=NS, release=RELEASE)
-        for ns in (HUB_NS, "alice", LAB_NS):
+        for ns in ("alice", LAB_NS):  # the install block makes the hub's namespace (HUB_NS)
             cluster.create_namespace(ns)
         self.old_pod = aliyun_stand_ins(cluster)
         (self.found,) = self.run_doc("aliyun-find")
@@ -186,7 +186,7 @@ class Installed:
         # As the device plugin labels MPS nodes (the nodeOptions mps, mpsMultiUser of docs/isolation.md).
         for node, labels in MPS_NODES.items():
             self.admin.patch_node(node, {"metadata": {"labels": labels}})
-        _, self.install_output = self.run_doc("install")
+        _, _, self.install_output = self.run_doc("install")
         self.node_check, self.inspect = self.run_doc("install-check")
         self.run_doc("mps")
         (self.inspect_after_migration,) = self.run_doc("aliyun-check")
