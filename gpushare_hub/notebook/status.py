@@ -86,7 +86,9 @@ def short(problem: str) -> str:
     return problem.split(":", 1)[0]
 
 
-def status_text(info: SliceInfo, allocation: Mapping[str, Any] | None, problem: str) -> str:
+def status_text(
+    info: SliceInfo, allocation: Mapping[str, Any] | None, problem: str, hub: Mapping[str, Any] | None = None
+) -> str:
     """One line for the status bar."""
     if not info.has_gpu:
         return "no GPU slice"
@@ -110,10 +112,31 @@ def status_text(info: SliceInfo, allocation: Mapping[str, Any] | None, problem: 
     neighbours = _count(_mapping(allocation.get("neighbours")).get("count"))
     if neighbours is not None:
         parts.append(_others(neighbours))
-    warning = idle_warning(allocation)
+    warning = budget_warning(hub) or idle_warning(allocation)
     if warning:
         parts.insert(0, warning)
     return " · ".join(parts)
+
+
+def budget_warning(hub: Mapping[str, Any] | None) -> str:
+    """``GPU budget spent: returned at 14:05`` once the user's GiB·h budget is spent."""
+    budget = _mapping((hub or {}).get("budget"))
+    if budget.get("spent") is not True:
+        return ""
+    over = _mapping(budget.get("overrun"))
+    due = _text(over.get("due_at"))
+    if over.get("action") in ("stop", "park") and len(due) >= 16:
+        return f"GPU budget spent: returned at {due[11:16]}"
+    return "GPU budget spent"
+
+
+def budget_problem(hub: Mapping[str, Any] | None) -> str:
+    """The service's words for a spent budget, with when it resets (the panel shows them)."""
+    if not budget_warning(hub):
+        return ""
+    budget = _mapping((hub or {}).get("budget"))
+    words, resets = _text(budget.get("words")), _text(budget.get("resets_words"))
+    return f"GPU budget spent: {words}; it resets {resets}" if words and resets else "GPU budget spent"
 
 
 def idle_warning(allocation: Mapping[str, Any] | None) -> str:
@@ -143,11 +166,11 @@ def status_document(
             f"{NOT_LISTED}: the service's view of the cluster may not have caught up with this "
             f"server yet (server name {server_name!r})"
         )
-    problem = problem or idle_problem(allocation)
+    problem = problem or budget_problem(hub) or idle_problem(allocation)
     return {
         "slice": as_json(info),
         "hub": dict(hub) if hub is not None else None,
         "allocation": dict(allocation) if allocation is not None else None,
         "problem": problem,
-        "text": status_text(info, allocation, problem),
+        "text": status_text(info, allocation, problem, hub),
     }

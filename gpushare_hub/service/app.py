@@ -28,6 +28,7 @@ import logging
 import os
 import sys
 import time
+import zoneinfo
 from collections.abc import Callable, Collection, Hashable
 from datetime import UTC, datetime
 from functools import partial
@@ -48,7 +49,9 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Enum, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Application, Config
 
+from gpushare_hub.accounting.store import BudgetStore
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
+from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
@@ -64,6 +67,7 @@ from gpushare_hub.core.report import (
 )
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
+from .budgets import BudgetKeeper, BudgetRule
 from .hubconfig import CONFIG_ENV
 from .idle import ACTIONS, NOTIFY, PARK, IdleRule, duration_words
 from .metrics import pending_labels, render_metrics
@@ -189,6 +193,34 @@ class HubServers:
         self.error = ""
         self._last_read = float("-inf")  # monotonic time of the last read's start
         self._reading: asyncio.Task[None] | None = None
+        self._inactive_groups: dict[str, tuple[float, list[str]]] = {}
+
+    # How long the groups of a user with no active server, read for api/v1/me, are believed.
+    groups_ttl = 30.0
+
+    async def groups_of(self, user: str) -> list[str]:
+        """``user``'s hub groups: from the last poll when they have an active server, else read
+        from the hub (kept :attr:`groups_ttl` seconds; none when the hub cannot say)."""
+        if user in self.groups:
+            return self.groups[user]
+        now = time.monotonic()
+        hit = self._inactive_groups.get(user)
+        if hit is not None and now - hit[0] < self.groups_ttl:
+            return hit[1]
+        from .returner import HubAPI
+
+        try:
+            status, model = await HubAPI(self.api_url, self.token).user(user)
+        except Exception as err:
+            log.warning("cannot read %s's groups from the hub: %s", user, err)
+            return hit[1] if hit is not None else []
+        groups = (
+            [str(g) for g in model.get("groups") or []] if status == 200 and isinstance(model, dict) else []
+        )
+        if len(self._inactive_groups) > 5000:
+            self._inactive_groups.clear()
+        self._inactive_groups[user] = (now, groups)
+        return groups
 
     def read_soon(self, holders: Collection[tuple[str, str]]) -> None:
         """Read the hub again now if it has not named one of ``holders`` ((user, server) pairs
@@ -273,6 +305,40 @@ class GPUShareService(Application):
         value_trait=Integer(),
         config=True,
         help="As GPUShareSpawner's; the metrics report each group's use against it.",
+    )
+    quota_gib_hours = Float(
+        None,
+        allow_none=True,
+        min=0,
+        config=True,
+        help="As GPUShareSpawner's (configure_hub passes it): each user's GiB·h per window.",
+    )
+    quota_gib_hours_per_group = Dict(
+        key_trait=Unicode(),
+        value_trait=Float(min=0),
+        config=True,
+        help="As GPUShareSpawner's: per-group overrides of quota_gib_hours (the largest applies).",
+    )
+    quota_gib_hours_window = Enum(
+        WINDOWS, default_value="week", config=True, help="As GPUShareSpawner's: day, week or month."
+    )
+    quota_gib_hours_timezone = Unicode(
+        "UTC", config=True, help="As GPUShareSpawner's: the IANA zone whose midnight starts a window."
+    )
+    budget_action = Enum(
+        list(BUDGET_ACTIONS),
+        default_value="stop",
+        config=True,
+        help="""
+        What happens to a user's servers that still hold GPU slices once their GiB·h budget is
+        spent: they are warned (an event on each pod, api/v1/me, the log), then, after
+        budget_grace_seconds, "stop" stops them, "park" restarts them on gpu_idle_park_profile
+        (a CPU-only profile: files and image stay), "notify" leaves them. An admin's addition
+        within the grace cancels it.
+        """,
+    )
+    budget_grace_seconds = Float(
+        900.0, min=0, config=True, help="Seconds between the budget-spent warning and budget_action."
     )
     gpu_memory_resource = Unicode("aliyun.com/gpu-mem", config=True, help="Extended resource of GPU memory.")
     gpu_count_resource = Unicode(
@@ -377,7 +443,8 @@ class GPUShareService(Application):
     state_db = Unicode(
         "gpushare-service.sqlite",
         config=True,
-        help="""The service's SQLite file (Keep presses, what was done to idle slices), relative to
+        help="""The service's SQLite file (Keep presses, what was done to idle slices, the GiB·h
+        book of budgets, which the spawner reads as its budget_db), relative to
         its working folder: the hub's, whose volume keeps JupyterHub's own database.""",
     )
     refresh_seconds = Integer(
@@ -448,6 +515,31 @@ class GPUShareService(Application):
         self.update_config(self.cli_config)  # the command line wins
         self.catalogue: Catalogue = read_catalogue(self.slices, (), self.resource_names)
         self.idle_rule = self._idle_rule()
+        self.budget_rule = self._budget_rule()
+
+    def _budget_rule(self) -> BudgetRule:
+        try:
+            tz = zoneinfo.ZoneInfo(self.quota_gib_hours_timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
+            raise ServiceConfigError(
+                f"quota_gib_hours_timezone {self.quota_gib_hours_timezone!r} is not a time zone ({err}); "
+                "use an IANA name such as 'UTC' or 'Europe/Berlin'"
+            ) from None
+        rule = BudgetRule(
+            per_user=self.quota_gib_hours,
+            per_group=dict(self.quota_gib_hours_per_group),
+            window=self.quota_gib_hours_window,
+            tz=tz,
+            grace=self.budget_grace_seconds,
+            action=self.budget_action,
+            park_profile=self.gpu_idle_park_profile,
+        )
+        if rule.configured and rule.action == PARK and not rule.park_profile:
+            raise ServiceConfigError(
+                'budget_action is "park" but gpu_idle_park_profile is empty: name the spawner\'s '
+                "CPU-only profile_list slug a parked server starts on"
+            )
+        return rule
 
     def _idle_rule(self) -> IdleRule:
         rule = IdleRule(
@@ -510,6 +602,8 @@ class GPUShareService(Application):
             (url_path_join(prefix, "api/v1/availability"), AvailabilityHandler),
             (url_path_join(prefix, "api/v1/me"), MeHandler),
             (url_path_join(prefix, "api/v1/me/keep"), KeepHandler),
+            (url_path_join(prefix, "api/v1/budgets"), BudgetsHandler),
+            (url_path_join(prefix, "api/v1/budgets/([^/]+)"), BudgetAddHandler),
             (url_path_join(prefix, "metrics"), MetricsHandler),
             (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
             (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
@@ -561,7 +655,8 @@ class GPUShareService(Application):
         await core.create_namespaced_event(namespace, body)
 
     async def apply_idle_rule(self) -> None:
-        """One pass of the idle loop, on fresh figures only (see :mod:`.returner`)."""
+        """One pass of the idle loop and the budgets' book, on fresh figures only (see
+        :mod:`.returner` and :mod:`.budgets`)."""
         if self.cluster.ledger() is None:  # the watch is failing: never act on old figures
             return
         doc = ledger_document(
@@ -576,6 +671,12 @@ class GPUShareService(Application):
         except Exception:
             log.exception(
                 "the idle rule failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
+            )
+        try:
+            await self.budgets.tick(doc["allocations"], self.hub_servers.groups)
+        except Exception:
+            log.exception(
+                "the GiB·h book failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
             )
 
     async def run(self) -> None:
@@ -600,6 +701,7 @@ class GPUShareService(Application):
         self.hub_servers = hub
         try:
             self.store = ServiceStore(self.state_db)
+            book = BudgetStore(self.state_db)
         except Exception as err:  # sqlite3.Error, OSError: a folder that cannot be written
             log.error(
                 "cannot open the service's database %s (%s); set state_db to a writable file",
@@ -609,6 +711,13 @@ class GPUShareService(Application):
             sys.exit(2)
         self.returner = IdleReturner(
             self.idle_rule, self.store, HubAPI(hub.api_url, hub.token), self.post_event
+        )
+        self.budgets = BudgetKeeper(
+            self.budget_rule,
+            book,
+            HubAPI(hub.api_url, hub.token),
+            self.post_event,
+            gap=max(90.0, 3 * self.gpu_idle_check_seconds),
         )
         connecting = asyncio.create_task(self._connect())
         await hub.poll()
@@ -745,12 +854,12 @@ class AvailabilityHandler(BaseHandler):
 
 
 class MeHandler(BaseHandler):
-    def get(self) -> None:
+    async def get(self) -> None:
         user = self.caller()
         self.filters(())
         svc = self.service
         name = str(user.get("name"))
-        groups = self.hub.groups.get(name, [])
+        groups = await self.hub.groups_of(name)
         allowed = tuple(s for s in svc.catalogue.slices if s.allows(groups))
         free = self.cluster.recent(
             ("availability", tuple(s.slug for s in allowed)),
@@ -762,6 +871,7 @@ class MeHandler(BaseHandler):
         spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
         doc = me_document(ledger, name, free, spawn)
         add_queue_places(doc, self.cluster, getattr(svc, "releases", None))
+        doc["budget"] = svc.budgets.document(name, groups) if svc.budget_rule.configured else None
         self.send(add_idle_returns(doc, svc, ledger, groups, name))
 
 
@@ -884,13 +994,114 @@ class KeepHandler(BaseHandler):
         return server
 
 
+MAX_BUDGET_BODY = 4096
+MAX_ADD_GIB_HOURS = 1_000_000.0
+
+
+async def budget_groups(svc: GPUShareService, hub: HubServers) -> dict[str, list[str]]:
+    """The groups of every user the budgets' view lists: those with an active server (the last
+    poll), and those in this window's book without one (read from the hub, cached)."""
+    groups = dict(hub.groups)
+    for user in svc.budgets.booked_users():
+        if user not in groups:
+            groups[user] = await hub.groups_of(user)
+    return groups
+
+
+class BudgetsHandler(BaseHandler):
+    """``GET api/v1/budgets`` (admin scope): every user's GiB·h in the current window."""
+
+    async def get(self) -> None:
+        self.caller()
+        self.filters(())
+        self.require(self.service.admin_scope, "Reading every user's GPU budget")
+        self.send(self.service.budgets.everyone(await budget_groups(self.service, self.hub)))
+
+
+class BudgetAddHandler(BaseHandler):
+    """``POST api/v1/budgets/<user>`` ``{"add_gib_hours": 20}`` (admin scope): add to a hub
+    user's current window."""
+
+    async def post(self, quoted: str) -> None:
+        admin = self.caller()
+        self.filters(())
+        self.require(self.service.admin_scope, "Adding to a user's GPU budget")
+        svc = self.service
+        if not svc.budget_rule.configured:
+            raise web.HTTPError(
+                409,
+                "no GiB·h budgets are set (c.GPUShareSpawner.quota_gib_hours or its _per_group): "
+                "nothing to add to",
+            )
+        amount = self._amount()
+        from urllib.parse import unquote
+
+        user = unquote(quoted)
+        groups = await self._groups(user)
+        keeper = svc.budgets
+        now = time.time()
+        budget = keeper.budget(user, groups, now)
+        if budget is None:
+            raise web.HTTPError(
+                409, f"{user} has no GiB·h budget (none of their groups has one): nothing to add to"
+            )
+        keeper.store.add(user, budget.start, amount, str(admin.get("name")), now)
+        log.info(
+            "%s added %g GiB·h to %s's GPU budget for the %s from %s",
+            admin.get("name"),
+            amount,
+            user,
+            budget.window,
+            datetime.fromtimestamp(budget.start, UTC).isoformat(),
+        )
+        self.send({"user": user, "added": amount, "budget": keeper.document(user, groups, now)})
+
+    def _amount(self) -> float:
+        raw = self.request.body or b""
+        if len(raw) > MAX_BUDGET_BODY:
+            raise web.HTTPError(
+                400, f'the body is larger than {MAX_BUDGET_BODY} bytes; send {{"add_gib_hours": 20}}'
+            )
+        try:
+            body = json.loads(raw or b"null")
+        except ValueError:
+            raise web.HTTPError(400, 'the body is not JSON; send {"add_gib_hours": 20}') from None
+        if not isinstance(body, dict) or set(body) != {"add_gib_hours"}:
+            raise web.HTTPError(400, 'send a JSON object with only "add_gib_hours" (GiB·h to add, e.g. 20)')
+        amount = body["add_gib_hours"]
+        if (
+            isinstance(amount, bool)
+            or not isinstance(amount, int | float)
+            or not 0 < amount <= MAX_ADD_GIB_HOURS
+            or amount != amount
+        ):
+            raise web.HTTPError(
+                400, f'"add_gib_hours" must be a number above 0 and at most {MAX_ADD_GIB_HOURS:.0f}, e.g. 20'
+            )
+        return float(amount)
+
+    async def _groups(self, user: str) -> list[str]:
+        """The hub user's groups, read from the hub now (404 for a name the hub does not know)."""
+        if len(user) > 255:
+            raise web.HTTPError(404, "no such hub user: a user name has at most 255 characters")
+        status, model = await HubAPI(self.hub.api_url, self.hub.token).user(user)
+        if status == 404:
+            raise web.HTTPError(404, f"no hub user {user!r}: add to the budget of a user the hub knows")
+        if status != 200 or not isinstance(model, dict):
+            raise web.HTTPError(503, f"cannot read {user!r}'s groups from the hub (HTTP {status}); try again")
+        return [str(g) for g in model.get("groups") or []]
+
+
 class MetricsHandler(BaseHandler):
-    def get(self) -> None:
+    async def get(self) -> None:
         self.caller()
         self.filters(())
         self.require(self.service.metrics_scope, "Reading the metrics")
         labels = pending_labels(self.cluster.pending(), self.cluster.ledger())
-        body = render_metrics(self.ledger_doc(), self.hub.groups, self.service.quota_gib_per_group, labels)
+        svc = self.service
+        configured = svc.budget_rule.configured
+        budgets = svc.budgets.everyone(await budget_groups(svc, self.hub)) if configured else None
+        body = render_metrics(self.ledger_doc(), self.hub.groups, svc.quota_gib_per_group, labels, budgets)
         self.set_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         self.finish(body)
 
@@ -899,7 +1110,8 @@ class NotFoundHandler(BaseHandler):
     def get(self) -> None:
         raise web.HTTPError(
             404,
-            "no such endpoint; the API has api/v1/ledger, api/v1/availability, api/v1/me and api/v1/me/keep",
+            "no such endpoint; the API has api/v1/ledger, api/v1/availability, api/v1/me, "
+            "api/v1/me/keep, api/v1/budgets and api/v1/budgets/<user>",
         )
 
 

@@ -7,7 +7,8 @@ the custom scopes, and three roles:
 - ``<name>-service``: the service's own token. It reads the hub's users, their groups and
   servers (started, last activity) and nothing else: no ``admin:*``, no ``servers`` write,
   unless an idle action (``c.GPUShareService.gpu_idle_action`` and its per-group and per-slice
-  forms) stops or parks servers: then it also holds ``servers``.
+  forms) or the action on a spent GiB·h budget (``budget_action``) stops or parks servers:
+  then it also holds ``servers``.
 - ``<name>-admins``: ``custom:<name>:admin`` (the dashboard and ``api/v1/ledger``) for
   ``admin_users`` / ``admin_groups``.
 - the default ``user`` role gains ``access:services!service=<name>``: every user may open the
@@ -30,6 +31,13 @@ from typing import Any
 from .address import free_port, listen_on
 
 CONFIG_ENV = "GPUSHARE_SERVICE_CONFIG"
+# The spawner's GiB·h budget settings, which the service applies as well.
+BUDGET_SETTINGS = (
+    "quota_gib_hours",
+    "quota_gib_hours_per_group",
+    "quota_gib_hours_window",
+    "quota_gib_hours_timezone",
+)
 DISPLAY_NAME = "GPU slices"
 # A page.html that extends JupyterHub's and names a service by its info["display_name"].
 TEMPLATES = str(Path(__file__).parent / "templates")
@@ -116,6 +124,8 @@ def configure_hub(
     service_config = _service_config(name, spawner, kube, slices, node_selector)
     service_config.update(_own_settings(_section(c, "GPUShareService")))
     service_config.setdefault("state_db", _beside_hub_db(_current(c, "db_url", "")))
+    if "budget_db" not in spawner:  # the spawner reads the GiB·h book the service keeps there
+        c.GPUShareSpawner.budget_db = os.path.abspath(service_config["state_db"])
     env = _kube_access(kubeconfig, service_config)
     url = _service_url(url, port, service_config)
     env[CONFIG_ENV] = json.dumps({"GPUShareService": service_config})
@@ -180,7 +190,13 @@ def _service_config(
     for section in (kube, spawner):
         if isinstance(section.get("namespace"), str) and section["namespace"]:
             service_config["hub_namespaces"] = [section["namespace"]]
-    for key in ("quota_gib_per_user", "quota_gib_per_group", "gpu_memory_resource", "gpu_count_resource"):
+    for key in (
+        "quota_gib_per_user",
+        "quota_gib_per_group",
+        "gpu_memory_resource",
+        "gpu_count_resource",
+        *BUDGET_SETTINGS,
+    ):
         if key in spawner:
             service_config[key] = spawner[key]
     # Check the catalogue now, with the spawner's rules, so a mistake stops the hub at start.
@@ -269,10 +285,16 @@ def _beside_hub_db(db_url: str) -> str:
 
 
 def _returns(service_config: Mapping[str, Any]) -> bool:
-    """Whether an idle action of the service stops or parks servers (then its role may)."""
+    """Whether an idle action, or the action on a spent GiB·h budget, stops or parks servers
+    (then the service's role may)."""
     actions = [service_config.get("gpu_idle_action", "notify")]
     for key in ("gpu_idle_action_per_group", "gpu_idle_action_per_slice"):
         actions += list((service_config.get(key) or {}).values())
+    budgets = service_config.get("quota_gib_hours") is not None or service_config.get(
+        "quota_gib_hours_per_group"
+    )
+    if budgets:
+        actions.append(service_config.get("budget_action", "stop"))
     return any(a in ("stop", "park") for a in actions)
 
 

@@ -143,6 +143,7 @@ def render_metrics(
     groups: Mapping[str, list[str]],
     per_group: Mapping[str, int],
     waits: Mapping[str, str],
+    budgets: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The text exposition format of the metrics for one (unfiltered) ledger document.
     ``waits``: the label of each pending pod by ``namespace/name`` (:func:`pending_labels`)."""
@@ -230,4 +231,41 @@ def render_metrics(
     for group, (used, limit) in quota_use(doc, groups, per_group).items():
         quota_used.labels(group).set(used)
         quota_limit.labels(group).set(limit)
+    if budgets is not None and budgets.get("configured"):
+        budget_used = Gauge(
+            f"{PREFIX}_user_budget_used_gib_hours",
+            "GiB·h the hub user held in the current budget window (quota_gib_hours_window)",
+            ["user"],
+            registry=reg,
+        )
+        budget_total = Gauge(
+            f"{PREFIX}_user_budget_gib_hours",
+            "The hub user's GiB·h budget for the current window, with what admins added",
+            ["user"],
+            registry=reg,
+        )
+        for user, (gib_hours, total) in per_user_budgets(budgets["users"]).items():
+            budget_used.labels(user).set(gib_hours)
+            budget_total.labels(user).set(total)
     return generate_latest(reg)
+
+
+def per_user_budgets(
+    users: list[Mapping[str, Any]], limit: int = MAX_USER_SERIES
+) -> dict[str, tuple[float, float]]:
+    """Used and total GiB·h per user (api/v1/budgets' rows), bounded as :func:`per_user` is:
+    the users who used most keep their series, the rest are summed under OTHERS."""
+    rows = {
+        str(u["user"]): (
+            float(u["used_gib_hours"]),
+            float(u["limit_gib_hours"]) + float(u["added_gib_hours"]),
+        )
+        for u in users
+    }
+    if len(rows) <= limit:
+        return rows
+    ranked = sorted(rows.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    kept = dict(ranked[: limit - 1])
+    rest = ranked[limit - 1 :]
+    kept[OTHERS] = (sum(u for _, (u, _t) in rest), sum(t for _, (_u, t) in rest))
+    return kept

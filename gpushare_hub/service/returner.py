@@ -77,6 +77,10 @@ class HubAPI:
     async def start(self, user: str, server: str, options: Mapping[str, Any]) -> tuple[int, Any]:
         return await self._call("POST", self._server_path(user, server), dict(options))
 
+    async def user(self, user: str) -> tuple[int, Any]:
+        """The hub's model of ``user`` (name, groups, servers)."""
+        return await self._call("GET", f"/users/{quote(user, safe='')}")
+
     async def running(self, user: str, server: str) -> bool | None:
         """Whether the server is running or stopping (None: the hub could not be asked)."""
         status, model = await self._call("GET", f"/users/{quote(user, safe='')}")

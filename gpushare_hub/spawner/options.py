@@ -64,6 +64,7 @@ class Reason(Enum):
     BAD_CHOICE = "bad choice"
     GROUP = "not in group"
     QUOTA = "over quota"
+    BUDGET = "budget spent"
     UNAVAILABLE = "unavailable"
     NEVER_FITS = "never fits"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import html
 import time
+import zoneinfo
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -18,11 +19,12 @@ from jupyterhub.utils import maybe_future  # type: ignore[import-untyped]
 from kubernetes_asyncio.client import V1Pod
 from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from tornado import web
-from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, Unicode, default, validate
+from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, TraitError, Unicode, default, validate
 
 from gpushare_hub.core import Demand, PodObject, ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
+from gpushare_hub.core.budget import WINDOWS, Budget, limit_for, refusal, spend_line, window_bounds
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from gpushare_hub.core.names import SERVICE_URL_ENV
 from gpushare_hub.core.releases import ReleaseHistory
@@ -64,6 +66,7 @@ _STATUS = {
     Reason.BAD_CHOICE: 400,
     Reason.GROUP: 403,
     Reason.QUOTA: 403,
+    Reason.BUDGET: 403,
     Reason.UNAVAILABLE: 409,
     Reason.NEVER_FITS: 409,
 }
@@ -173,6 +176,79 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         several listed groups gets the largest of their quotas.
         """,
     )
+
+    quota_gib_hours = Float(
+        None,
+        allow_none=True,
+        min=0,
+        config=True,
+        help="""
+        GiB·h of GPU memory one user may hold within each budget window
+        (``quota_gib_hours_window``): a 5 GiB slice held 8 hours uses 40, busy or not.
+        ``None`` (default): no budget. The spawn form shows what is used and what a slice would
+        use; a spawn with the budget spent is refused until the window resets, and the hub
+        service warns, then stops or parks, servers still holding slices
+        (``c.GPUShareService.budget_action``). Admins add to a user's window on the dashboard.
+        Counted by the hub service (``configure_hub``) from the API server's record of each
+        pod, in its database (``budget_db``).
+        """,
+    )
+    quota_gib_hours_per_group = Dict(
+        key_trait=Unicode(),
+        value_trait=Float(min=0),
+        config=True,
+        help="""
+        Per-group overrides of ``quota_gib_hours``: ``{"thesis-students": 400}``. Each member
+        gets that budget of their own (a group's members do not share one); a member of several
+        listed groups gets the largest.
+        """,
+    )
+    quota_gib_hours_window = Enum(
+        WINDOWS,
+        default_value="week",
+        config=True,
+        help="""
+        The window a GiB·h budget covers: ``"day"`` (from midnight), ``"week"`` (from Monday
+        00:00) or ``"month"`` (from the 1st), in ``quota_gib_hours_timezone``. Use the hub
+        service's value too (``configure_hub`` passes it on).
+        """,
+    )
+    quota_gib_hours_timezone = Unicode(
+        "UTC",
+        config=True,
+        help="""
+        The IANA time zone (``"Europe/Berlin"``) whose midnight starts a budget window, so that a
+        week ends when your users' week ends.
+        """,
+    )
+    quota_gib_hours_session = Float(
+        8.0,
+        min=0.1,
+        config=True,
+        help="""
+        Hours the spawn form prices a slice at: "a 5 GiB slice for 8 h would use 40".
+        """,
+    )
+    budget_db = Unicode(
+        "",
+        config=True,
+        help="""
+        The hub service's database (``c.GPUShareService.state_db``), where it counts GiB·h;
+        the spawner only reads it. ``configure_hub`` sets it. Needed with ``quota_gib_hours``.
+        """,
+    )
+
+    @validate("quota_gib_hours_timezone")
+    def _validate_timezone(self, proposal: Any) -> str:
+        name = str(proposal["value"])
+        try:
+            zoneinfo.ZoneInfo(name)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
+            raise TraitError(
+                f"quota_gib_hours_timezone {name!r} is not a time zone ({err}); use an IANA name "
+                "such as 'UTC' or 'Europe/Berlin'"
+            ) from None
+        return name
 
     service_url = Unicode(
         "",
@@ -439,7 +515,66 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
             form = str(self._render_options_form(shown))
         finally:
             setattr(self, "user_options", last)  # noqa: B010
-        return FORM_STYLE + banner + form
+        return FORM_STYLE + banner + self._budget_banner(catalogue, groups, returned) + form
+
+    # ---- GiB-hour budgets -----------------------------------------------------------------
+    _budget_stores: dict[str, Any] = {}  # noqa: RUF012 - one reader per database for the process
+
+    def _budget_zone(self) -> zoneinfo.ZoneInfo:
+        return zoneinfo.ZoneInfo(self.quota_gib_hours_timezone)
+
+    def _budget(self, now: float | None = None) -> Budget | None:
+        """The user's budget in the current window (None: they have none)."""
+        limit = limit_for(self.quota_gib_hours, self.quota_gib_hours_per_group, self._group_names())
+        if limit is None:
+            return None
+        if not self.budget_db:
+            raise CatalogueError(
+                "quota_gib_hours is set but budget_db is not: the hub service counts GiB·h in its "
+                "database; call configure_hub in jupyterhub_config.py (it sets "
+                "c.GPUShareSpawner.budget_db), or set budget_db to c.GPUShareService.state_db"
+            )
+        from gpushare_hub.accounting.store import BudgetStore
+
+        stores = type(self)._budget_stores
+        if self.budget_db not in stores:
+            stores[self.budget_db] = BudgetStore(self.budget_db)
+        store = stores[self.budget_db]
+        now = time.time() if now is None else now
+        start, end = window_bounds(now, self.quota_gib_hours_window, self._budget_zone())
+        user = str(self.user.name)
+        return Budget(
+            self.quota_gib_hours_window,
+            start,
+            end,
+            limit=limit,
+            used=store.used(user, start, end, now),
+            added=store.added(user, start),
+        )
+
+    def _budget_banner(self, catalogue: Catalogue, groups: list[str], preferred: str) -> str:
+        """The form's budget line, priced for the slice the form selects (or the first GPU
+        slice), or the refusal when the budget is spent."""
+        budget = self._budget()
+        if budget is None:
+            return ""
+        allowed = [s for s in catalogue.slices if s.allows(groups)]
+        chosen = catalogue.for_profile(preferred) if preferred else None
+        chosen = chosen or next((s for s in allowed if s.default), None) or (allowed[0] if allowed else None)
+        attrs = (
+            f'data-used="{budget.used:.3f}" data-total="{budget.total:.3f}" '
+            f'data-window="{budget.window}" data-resets="{int(budget.end)}"'
+        )
+        if budget.spent:
+            words = refusal(budget, self._budget_zone())
+        elif chosen is None:
+            words = budget.used_words()
+        else:
+            gib = chosen.quota_gib(self.resource_names)
+            words = spend_line(budget, f"a {gib} GiB slice", gib, self.quota_gib_hours_session)
+        words = escape(words[0].upper() + words[1:] + ".")
+        kind = "warning" if budget.spent else "info"
+        return f'<div class="alert alert-{kind} gpushare-budget" id="gpushare-budget" {attrs}>{words}</div>\n'
 
     def _returned_banner(self, catalogue: Catalogue, groups: list[str]) -> tuple[str, str]:
         """When this server was last started by the hub service's idle rule (parked on a CPU-only
@@ -501,6 +636,10 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         over = check_quota(chosen, gib, limit, self._holdings())
         if over is not None:
             raise SpawnRefused(over)
+        budget = self._budget()
+        if budget is not None and budget.spent:
+            detail, _, fix = refusal(budget, self._budget_zone()).partition("; ")
+            raise SpawnRefused(Refused(Reason.BUDGET, detail, fix))
         if a is not None and not a.placeable and self.when_unavailable == "refuse":
             raise SpawnRefused(
                 Refused(

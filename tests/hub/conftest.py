@@ -80,6 +80,11 @@ SERVICE = "gpushare"
 SERVICE_ADMIN = "gpu-admin"
 SCRAPER_TOKEN = secrets.token_hex(32)
 GPU_IDLE_AFTER = 20  # seconds
+# GiB·h budgets: members of BUDGET_GROUP have none until an admin adds some (0 GiB·h a week);
+# once spent, their GPU servers are stopped BUDGET_GRACE seconds after the warning.
+BUDGET_GROUP = "gpu-budget"
+BUDGET_USERS = ("budget-bob", "budget-cy")
+BUDGET_GRACE = 5
 
 
 def service_config() -> str:
@@ -94,6 +99,10 @@ def service_config() -> str:
             f"c.GPUShareService.gpu_idle_after = {GPU_IDLE_AFTER}",
             # Estimates of a waiting spawn's wait from any history at all (600 s by default).
             "c.GPUShareService.queue_estimate_after = 0",
+            # The idle rule and the GiB·h book look every 5 s (30 s by default).
+            "c.GPUShareService.gpu_idle_check_seconds = 5",
+            f"c.GPUShareService.budget_grace_seconds = {BUDGET_GRACE}",
+            f"c.JupyterHub.load_groups = {{{BUDGET_GROUP!r}: {{'users': {list(BUDGET_USERS)!r}}}}}",
             f"configure_hub(c, name={SERVICE!r}, admin_users=[{SERVICE_ADMIN!r}], "
             "metrics_services=['scraper'])",
         ]
@@ -111,6 +120,7 @@ def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNode
         **hub_spawner_config(),
         "slices": SLICES,
         "quota_gib_per_user": QUOTA_GIB,
+        "quota_gib_hours_per_group": {BUDGET_GROUP: 0.0},
         "gpushare_scheduler_name": SCHEDULER,
         "queue_estimate_after": 0,
     }

@@ -343,3 +343,27 @@ def test_a_slice_about_to_be_returned_says_so_first_and_the_panel_gets_the_servi
     for quiet in ({**ret, "phase": "idle"}, {**ret, "action": "notify"}, None, "junk"):
         assert status_text(SLICE, allocation(idle_return=quiet), "").startswith("GPU 3.1 / 5 GiB"), quiet
         assert status_document(SLICE, me(allocation(idle_return=quiet)), "", "")["problem"] == ""
+
+
+def test_a_spent_budget_leads_the_status_line_and_the_panel_says_when_it_resets():
+    overrun = {
+        "action": "stop",
+        "warned_at": "2026-11-26T13:50:00+00:00",
+        "due_at": "2026-11-26T14:05:00+00:00",
+    }
+    budget = {"spent": True, "words": "101 of 100 GiB·h used this week", "overrun": overrun}
+    spent = {**me(allocation()), "budget": {**budget, "resets_words": "Monday 30 November 00:00 UTC"}}
+    doc = status_document(SLICE, spent, "", "")
+    assert (
+        doc["text"]
+        == "GPU budget spent: returned at 14:05 · GPU 3.1 / 5 GiB · hook cap · 2 others on this card"
+    )
+    assert doc["problem"] == (
+        "GPU budget spent: 101 of 100 GiB·h used this week; it resets Monday 30 November 00:00 UTC"
+    )
+    notify = {**spent, "budget": {**spent["budget"], "overrun": {"action": "notify", "due_at": None}}}
+    assert status_document(SLICE, notify, "", "")["text"].startswith("GPU budget spent · GPU 3.1")
+    fine = {**spent, "budget": {"spent": False, "words": "3 of 100 GiB·h used this week"}}
+    assert status_document(SLICE, fine, "", "")["text"].startswith("GPU 3.1 / 5 GiB")
+    odd = {**spent, "budget": {"spent": "yes", "overrun": 5}}  # another process's JSON: types checked
+    assert status_document(SLICE, odd, "", "")["problem"] == ""

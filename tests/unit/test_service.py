@@ -896,6 +896,30 @@ def test_the_services_own_settings_written_beside_the_spawners_reach_it_and_a_wr
         configure_hub(c, port=12345)
 
 
+def test_configure_hub_passes_the_spawners_budgets_to_the_service_and_points_the_spawner_at_its_book():
+    c = hub_config()
+    c.GPUShareSpawner.quota_gib_hours_per_group = {"course": 50.0}
+    c.GPUShareSpawner.quota_gib_hours_window = "month"
+    c.JupyterHub.db_url = "sqlite:////srv/jupyterhub/jupyterhub.sqlite"
+    configure_hub(c, port=12345)
+    svc = next(s for s in c.JupyterHub.services if s["name"] == "gpushare")
+    passed = json.loads(svc["environment"][CONFIG_ENV])["GPUShareService"]
+    assert (
+        passed["quota_gib_hours_per_group"] == {"course": 50.0}
+        and passed["quota_gib_hours_window"] == "month"
+    )
+    assert c.GPUShareSpawner.budget_db == "/srv/jupyterhub/gpushare-service.sqlite"
+    # Budgets stop servers once spent and the grace is over (budget_action "stop" by default).
+    assert "servers" in next(r for r in c.JupyterHub.load_roles if r["name"] == "gpushare-service")["scopes"]
+    c = hub_config()
+    c.GPUShareSpawner.quota_gib_hours = 100.0
+    c.GPUShareService.budget_action = "notify"
+    configure_hub(c, port=12345)
+    assert (
+        "servers" not in next(r for r in c.JupyterHub.load_roles if r["name"] == "gpushare-service")["scopes"]
+    )
+
+
 def test_me_gives_each_pending_spawn_its_place_and_an_estimate_only_with_history():
     from gpushare_hub.core.releases import Release, ReleaseHistory
     from gpushare_hub.service.app import add_queue_places

@@ -392,3 +392,43 @@ async def test_progress_tells_why_it_waits_then_which_card_it_got(make, monkeypa
 
 async def test_no_catalogue_and_no_profiles_means_no_form(make):
     assert make(slices=[]).options_form == ""
+
+
+async def test_the_form_prices_a_slice_against_the_budget_and_a_spent_budget_refuses_with_the_reset(
+    make, tmp_path
+):
+    import time as _time
+    from datetime import UTC
+
+    from gpushare_hub.accounting.store import BudgetStore
+    from gpushare_hub.core.budget import Held, window_bounds
+
+    db = str(tmp_path / "gpushare-service.sqlite")
+    sp = make(ledger=ledger_with(), quota_gib_hours=100.0, budget_db=db, quota_gib_hours_window="week")
+    user = str(sp.user.name)
+    now = _time.time()
+    start, _ = window_bounds(now, "week", UTC)
+    book = BudgetStore(db)
+    book.observe([Held("hub/jupyter-x@1", user, 38, max(start, now - 3600))], now=now, gap=90)
+    form = await sp.get_options_form()
+    line = re.search(
+        r'<div class="alert alert-info gpushare-budget" id="gpushare-budget"[^>]*>([^<]*)<', form
+    )
+    assert line is not None, form
+    # 38 GiB for an hour (or since Monday 00:00 when that is nearer), priced for the first slice.
+    assert re.fullmatch(
+        r"\d+ of 100 GiB·h used this week; a 3 GiB slice for 8 h would use 24\.", line.group(1)
+    )
+    await start_options(sp, {"profile": "t4-5g"})  # not spent: starts
+    book.add(user, start, -100, by="test")  # the book takes any figure (the API only positive ones)
+    with pytest.raises(SpawnRefused) as err:
+        await start_options(sp, {"profile": "t4-5g"})
+    assert err.value.status_code == 403
+    assert "your GPU budget is spent" in str(err.value) and "It resets Monday" in str(err.value)
+    assert "choose a profile without a GPU, or ask an admin to add GiB·h" in str(err.value)
+    form = await sp.get_options_form()
+    assert 'class="alert alert-warning gpushare-budget"' in form and "It resets Monday" in form
+    # Without a budget for the user, no line; budgets without the service's book: a clear error.
+    assert "gpushare-budget" not in await make(ledger=ledger_with()).get_options_form()
+    with pytest.raises(CatalogueError, match="budget_db is not"):
+        await start_options(make(quota_gib_hours=1.0), {"profile": "t4-5g"})

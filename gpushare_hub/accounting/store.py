@@ -1,0 +1,173 @@
+"""The GiB-hour book: every slice a hub user held, what admins added, what was done.
+
+A SQLite file beside the hub's own database (``GPUShareService.state_db``; in Zero to
+JupyterHub the hub's volume), the service's other records beside it. The hub service is the
+only writer: every pass it records the slices the API server says are held
+(:meth:`BudgetStore.observe`), so an interval's start is the pod's placement and its end the
+pass that no longer saw it. The spawner, in the hub's process, only reads.
+
+A restart loses at most the time the service was down: an interval still open in the file
+whose pod is gone when the service next looks ends when it was last seen, not at the restart.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from gpushare_hub.core.budget import Held, gib_hours
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS held (
+    key TEXT PRIMARY KEY, user TEXT NOT NULL, server TEXT NOT NULL, gib REAL NOT NULL,
+    start REAL NOT NULL, seen REAL NOT NULL, "end" REAL);
+CREATE INDEX IF NOT EXISTS held_user ON held (user, start);
+CREATE TABLE IF NOT EXISTS budget_added (
+    user TEXT NOT NULL, window_start REAL NOT NULL, gib_hours REAL NOT NULL, by TEXT NOT NULL,
+    at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS budget_actions (
+    user TEXT NOT NULL, window_start REAL NOT NULL, what TEXT NOT NULL, at REAL NOT NULL,
+    detail TEXT NOT NULL, PRIMARY KEY (user, window_start, what));
+"""
+
+
+class BudgetStore:
+    """The book on disk (module docstring). Safe to share between threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        self._lock = threading.Lock()
+        with self._lock:
+            if self.path != ":memory:":
+                # Readers (the spawner) never wait for the writer (the service), nor it for them.
+                self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ---- what is held -------------------------------------------------------------------------
+    def observe(self, held: Iterable[Held], now: float, gap: float) -> list[Held]:
+        """Record one look at what is held now; returns the intervals it closed.
+
+        Each of ``held`` is opened (at its own start) or marked seen. An open interval not among
+        them ended: ``now`` when the last look was at most ``gap`` seconds ago, else when it was
+        last seen (the service was down in between and cannot tell when it went).
+        """
+        current = {h.key: h for h in held}
+        closed: list[Held] = []
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._db.execute(
+                    'SELECT key, user, server, gib, start, seen FROM held WHERE "end" IS NULL'
+                ).fetchall()
+                for key, user, server, gib, start, seen in rows:
+                    if key in current:
+                        continue
+                    end = now if now - seen <= gap else seen
+                    end = max(end, start)
+                    self._db.execute('UPDATE held SET "end" = ? WHERE key = ?', (end, key))
+                    closed.append(Held(key, user, gib, start, end, server))
+                for h in current.values():
+                    self._db.execute(
+                        "INSERT INTO held (key, user, server, gib, start, seen) VALUES (?, ?, ?, ?, ?, ?) "
+                        'ON CONFLICT (key) DO UPDATE SET seen = excluded.seen WHERE "end" IS NULL',
+                        (h.key, h.user, h.server, h.gib, min(h.start, now), now),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return closed
+
+    def intervals(self, start: float, end: float, user: str | None = None) -> list[Held]:
+        """Every interval that overlaps ``[start, end)`` (one user's, or everyone's)."""
+        query = (
+            'SELECT key, user, gib, start, "end", server FROM held '
+            'WHERE start < ? AND ("end" IS NULL OR "end" > ?)'
+        )
+        args: tuple[object, ...] = (end, start)
+        if user is not None:
+            query += " AND user = ?"
+            args += (user,)
+        with self._lock:
+            rows = self._db.execute(query, args).fetchall()
+        return [Held(*row) for row in rows]
+
+    def used(self, user: str, start: float, end: float, now: float) -> float:
+        """GiB·h ``user`` held within ``[start, end)``, open intervals counted up to ``now``."""
+        return gib_hours(self.intervals(start, end, user), start, end, now)
+
+    def used_by_user(self, start: float, end: float, now: float) -> dict[str, float]:
+        by_user: dict[str, list[Held]] = {}
+        for h in self.intervals(start, end):
+            by_user.setdefault(h.user, []).append(h)
+        return {user: gib_hours(held, start, end, now) for user, held in by_user.items()}
+
+    # ---- what admins added ----------------------------------------------------------------------
+    def add(
+        self, user: str, window_start: float, gib_hours: float, by: str, now: float | None = None
+    ) -> float:
+        """Add ``gib_hours`` to ``user``'s window; returns all that was added to it."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO budget_added VALUES (?, ?, ?, ?, ?)",
+                (user, window_start, gib_hours, by, time.time() if now is None else now),
+            )
+        return self.added(user, window_start)
+
+    def added(self, user: str, window_start: float) -> float:
+        with self._lock:
+            (total,) = self._db.execute(
+                "SELECT COALESCE(SUM(gib_hours), 0) FROM budget_added WHERE user = ? AND window_start = ?",
+                (user, window_start),
+            ).fetchone()
+        return float(total)
+
+    def added_by_user(self, window_start: float) -> dict[str, float]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT user, SUM(gib_hours) FROM budget_added WHERE window_start = ? GROUP BY user",
+                (window_start,),
+            ).fetchall()
+        return {user: float(total) for user, total in rows}
+
+    # ---- what was done about a spent budget -----------------------------------------------------
+    def record(self, user: str, window_start: float, what: str, at: float, detail: str = "") -> bool:
+        """Record ``warned``, ``notified``, ``stopped`` or ``parked``; False when already recorded."""
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO budget_actions VALUES (?, ?, ?, ?, ?)",
+                (user, window_start, what, at, detail),
+            )
+            return cur.rowcount == 1
+
+    def actions(self, user: str, window_start: float) -> dict[str, float]:
+        """What was done about ``user``'s spent window, with when."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT what, at FROM budget_actions WHERE user = ? AND window_start = ?",
+                (user, window_start),
+            ).fetchall()
+        return {what: at for what, at in rows}
+
+    def forget(self, what: str, user: str, window_start: float) -> None:
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM budget_actions WHERE user = ? AND window_start = ? AND what = ?",
+                (user, window_start, what),
+            )
+
+    def forget_before(self, when: float) -> None:
+        """Drop what ended before ``when`` (the file stays small; keep at least one window)."""
+        with self._lock:
+            self._db.execute('DELETE FROM held WHERE "end" IS NOT NULL AND "end" < ?', (when,))
+            self._db.execute("DELETE FROM budget_added WHERE at < ? AND window_start < ?", (when, when))
+            self._db.execute("DELETE FROM budget_actions WHERE at < ?", (when,))

@@ -1,0 +1,320 @@
+"""GiB-hour budgets, the service's side: keep the book, and act on budgets spent.
+
+Every pass (``gpu_idle_check_seconds``, on fresh figures only) :class:`BudgetKeeper` records the
+slices held now, from the ledger document (one interval per pod placement: the pod's
+``since``, which the API server holds, to the pass that no longer sees it; see
+:mod:`gpushare_hub.accounting.store`). A user still holding slices with their budget spent is
+warned (an event on each of their GPU pods, a line in the log, ``budget.overrun`` in
+``api/v1/me``), and ``budget_grace_seconds`` later their GPU servers are stopped, or parked on
+the CPU-only profile, as ``budget_action`` says ("notify": only the warning). An admin's
+addition within the grace cancels it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Any
+
+from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.core.budget import (
+    NOTIFY,
+    PARK,
+    STOP,
+    Budget,
+    Held,
+    Overrun,
+    iso,
+    limit_for,
+    reset_words,
+    window_bounds,
+)
+
+from .returner import EventPoster, HubAPI
+
+log = logging.getLogger("gpushare.service.budgets")
+
+SPENT_REASON = "GPUShareBudgetSpent"
+RETURNED_REASON = "GPUShareBudgetReturned"
+# Closed intervals and additions are kept this long (two months: any window, and the last).
+KEEP_SECONDS = 62 * 86400
+
+
+@dataclass(frozen=True)
+class BudgetRule:
+    """The budgets' settings (the spawner's ``quota_gib_hours*`` and the service's own)."""
+
+    per_user: float | None = None
+    per_group: Mapping[str, float] = field(default_factory=dict)
+    window: str = "week"
+    tz: tzinfo | None = None
+    grace: float = 900.0
+    action: str = NOTIFY
+    park_profile: str = ""
+
+    @property
+    def configured(self) -> bool:
+        return self.per_user is not None or bool(self.per_group)
+
+    def limit(self, groups: Iterable[str]) -> float | None:
+        return limit_for(self.per_user, self.per_group, groups)
+
+
+def _epoch(since: str, now: float) -> float:
+    if not since:
+        return now
+    try:
+        return datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return now
+
+
+def held_now(allocations: Iterable[Mapping[str, Any]], now: float) -> list[Held]:
+    """The hub users' slices in a ledger document's allocations: one per pod placement (a pod
+    on several cards sums them)."""
+    held: dict[str, Held] = {}
+    for a in allocations:
+        if not a.get("hub_user"):
+            continue
+        start = _epoch(str(a.get("since") or ""), now)
+        key = f"{a['namespace']}/{a['pod']}@{int(start)}"
+        prior = held.get(key)
+        gib = float(a["units"]) + (prior.gib if prior else 0.0)
+        held[key] = Held(key, str(a["hub_user"]), gib, start, None, str(a.get("server") or ""))
+    return list(held.values())
+
+
+class BudgetKeeper:
+    def __init__(
+        self,
+        rule: BudgetRule,
+        store: BudgetStore,
+        hub: HubAPI | None = None,
+        post_event: EventPoster | None = None,
+        clock: Callable[[], float] = time.time,
+        gap: float = 90.0,
+    ) -> None:
+        self.rule = rule
+        self.store = store
+        self.hub = hub
+        self.post_event = post_event
+        self.clock = clock
+        self.gap = gap
+        self._acting: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._last_prune = 0.0
+
+    @property
+    def tz(self) -> tzinfo:
+        from datetime import UTC
+
+        return self.rule.tz or UTC
+
+    def window(self, now: float) -> tuple[float, float]:
+        return window_bounds(now, self.rule.window, self.tz)
+
+    def budget(self, user: str, groups: Iterable[str], now: float | None = None) -> Budget | None:
+        """``user``'s budget in the current window (None: they have none)."""
+        limit = self.rule.limit(groups)
+        if limit is None:
+            return None
+        now = self.clock() if now is None else now
+        start, end = self.window(now)
+        return Budget(
+            self.rule.window,
+            start,
+            end,
+            limit=limit,
+            used=self.store.used(user, start, end, now),
+            added=self.store.added(user, start),
+        )
+
+    def overrun(self, user: str, budget: Budget) -> Overrun | None:
+        """The warning already given about ``user``'s spent budget, if any."""
+        if not budget.spent:
+            return None
+        warned = self.store.actions(user, budget.start).get("warned")
+        return Overrun(user, budget, warned, self.rule.grace)
+
+    def document(self, user: str, groups: Iterable[str], now: float | None = None) -> dict[str, Any] | None:
+        """``api/v1/me``'s ``budget``: the numbers, and what happens when it is spent."""
+        now = self.clock() if now is None else now
+        budget = self.budget(user, groups, now)
+        if budget is None:
+            return None
+        doc: dict[str, Any] = budget.document(self.tz)
+        doc["resets_words"] = reset_words(budget.end, self.tz)
+        doc["words"] = budget.used_words()
+        over = self.overrun(user, budget)
+        if over is not None and over.warned_at is not None and over.due_at is not None:
+            doc["overrun"] = {
+                "action": self.rule.action,
+                "warned_at": iso(over.warned_at, self.tz),
+                "due_at": iso(over.due_at, self.tz) if self.rule.action != NOTIFY else None,
+            }
+        return doc
+
+    # ---- the pass ------------------------------------------------------------------------------
+    async def tick(self, allocations: list[Mapping[str, Any]], groups: Mapping[str, list[str]]) -> list[str]:
+        """Record what is held now, then warn or act on spent budgets; the users acted on."""
+        now = self.clock()
+        held = held_now(allocations, now)
+        self.store.observe(held, now, self.gap)
+        if now - self._last_prune > 3600:
+            self.store.forget_before(now - KEEP_SECONDS)
+            self._last_prune = now
+        if not self.rule.configured:
+            return []
+        acted = []
+        by_user: dict[str, list[Mapping[str, Any]]] = {}
+        for a in allocations:
+            if a.get("hub_user"):
+                by_user.setdefault(str(a["hub_user"]), []).append(a)
+        for user, mine in sorted(by_user.items()):
+            budget = self.budget(user, groups.get(user, []), now)
+            if budget is None:
+                continue
+            over = self.overrun(user, budget)
+            if over is None:
+                # Not spent (an admin added to it): a warning given earlier no longer stands.
+                if self.store.actions(user, budget.start).get("warned") is not None:
+                    self.store.forget("warned", user, budget.start)
+                    log.info(
+                        "%s's GPU budget is no longer spent (%s): warning withdrawn",
+                        user,
+                        budget.used_words(),
+                    )
+                continue
+            phase = over.phase(now)
+            if phase == "warn":
+                self.store.record(user, budget.start, "warned", now, budget.used_words())
+                words = self._warning(budget, now)
+                log.warning("GPU budget of %s spent (%s): %s", user, self._numbers(budget, mine), words)
+                await self._events(mine, SPENT_REASON, words)
+                acted.append(user)
+            elif phase == "due" and self.rule.action in (STOP, PARK) and user not in self._acting:
+                self._acting.add(user)
+                task = asyncio.get_running_loop().create_task(self._return(user, budget, mine))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                acted.append(user)
+        return acted
+
+    def _warning(self, budget: Budget, now: float) -> str:
+        spent = (
+            f"Your GPU budget is spent ({budget.used_words()}); it resets {reset_words(budget.end, self.tz)}."
+        )
+        if self.rule.action == NOTIFY:
+            return spent
+        when = datetime.fromtimestamp(now + self.rule.grace, self.tz).strftime("%H:%M %Z")
+        what = "stopped" if self.rule.action == STOP else "restarted without a GPU (your files stay)"
+        return f"{spent} Your servers with a GPU are {what} at {when} unless an admin adds GiB·h."
+
+    def _numbers(self, budget: Budget, mine: list[Mapping[str, Any]]) -> str:
+        pods = ", ".join(f"{a['namespace']}/{a['pod']} ({a['units']} GiB)" for a in mine)
+        return (
+            f"{budget.used:.2f} GiB·h used of {budget.limit:g} + {budget.added:g} added in the "
+            f"{budget.window} from {iso(budget.start, self.tz)}; holding {pods}; "
+            f"rule: {self.rule.action} after {self.rule.grace:.0f} s"
+        )
+
+    async def _events(self, mine: list[Mapping[str, Any]], reason: str, message: str) -> None:
+        if self.post_event is None:
+            return
+        for a in {(a["namespace"], a["pod"]): a for a in mine}.values():
+            try:
+                await self.post_event(a["namespace"], a["pod"], reason, message)
+            except Exception as err:
+                log.warning(
+                    "cannot post the %s event on pod %s/%s: %s", reason, a["namespace"], a["pod"], err
+                )
+
+    async def _return(self, user: str, budget: Budget, mine: list[Mapping[str, Any]]) -> None:
+        try:
+            servers = sorted({str(a.get("server") or "") for a in mine})
+            log.warning(
+                "GPU budget of %s spent and the grace of %.0f s over (%s): %s server(s) %s",
+                user,
+                self.rule.grace,
+                self._numbers(budget, mine),
+                "parking" if self.rule.action == PARK else "stopping",
+                ", ".join(repr(s) for s in servers),
+            )
+            await self._events(
+                mine, RETURNED_REASON, f"GPU budget spent ({budget.used_words()}): slice returned"
+            )
+            for server in servers:
+                await self._return_server(user, server)
+            # A fresh overrun later in the window (after an addition) is warned again.
+            self.store.forget("warned", user, budget.start)
+            self.store.record(user, budget.start, "returned", self.clock(), self.rule.action)
+        finally:
+            self._acting.discard(user)
+
+    async def _return_server(self, user: str, server: str) -> None:
+        if self.hub is None:
+            return
+        status, body = await self.hub.stop(user, server)
+        if status not in (202, 204):
+            log.error(
+                "the hub refused to stop %s's server %r (HTTP %d: %s); the slice stays. The service's "
+                "role needs the 'servers' scope (configure_hub grants it when budget_action stops or parks).",
+                user,
+                server,
+                status,
+                (body or {}).get("message") if isinstance(body, dict) else body,
+            )
+            return
+        if self.rule.action != PARK:
+            return
+        for _ in range(300):
+            if await self.hub.running(user, server) is False:
+                break
+            await asyncio.sleep(1)
+        else:
+            log.error("%s's server %r did not stop in 300 s; not started on the CPU profile", user, server)
+            return
+        status, body = await self.hub.start(user, server, {"profile": self.rule.park_profile})
+        if status not in (201, 202):
+            log.error(
+                "the hub refused to start %s's server %r on profile %r (HTTP %d: %s)",
+                user,
+                server,
+                self.rule.park_profile,
+                status,
+                (body or {}).get("message") if isinstance(body, dict) else body,
+            )
+
+    # ---- the admins' view ----------------------------------------------------------------------
+    def booked_users(self, now: float | None = None) -> set[str]:
+        """Users who held a slice, or were given GiB·h, in the current window."""
+        now = self.clock() if now is None else now
+        start, end = self.window(now)
+        return {h.user for h in self.store.intervals(start, end)} | set(self.store.added_by_user(start))
+
+    def everyone(self, groups: Mapping[str, list[str]], now: float | None = None) -> dict[str, Any]:
+        """``api/v1/budgets``: every user who has a budget and is known to the hub or used some
+        this window, with their numbers."""
+        now = self.clock() if now is None else now
+        start, end = self.window(now)
+        used = self.store.used_by_user(start, end, now)
+        added = self.store.added_by_user(start)
+        users = []
+        for user in sorted(set(groups) | set(used) | set(added)):
+            limit = self.rule.limit(groups.get(user, []))
+            if limit is None:
+                continue
+            b = Budget(self.rule.window, start, end, limit, used.get(user, 0.0), added.get(user, 0.0))
+            users.append({"user": user, **b.document(self.tz), "words": b.used_words()})
+        return {
+            "configured": self.rule.configured,
+            "window": self.rule.window,
+            "window_start": iso(start, self.tz),
+            "resets_at": iso(end, self.tz),
+            "resets_words": reset_words(end, self.tz),
+            "users": users,
+        }
