@@ -1114,6 +1114,8 @@ class NotFoundHandler(BaseHandler):
             "api/v1/me/keep, api/v1/budgets and api/v1/budgets/<user>",
         )
 
+    post = put = patch = delete = get
+
 
 class DashboardHandler(BaseHandler):
     json_errors = False

@@ -13,12 +13,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.hub.conftest import SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
+from tests.hub.conftest import BUDGET_USERS, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
 
 from .conftest import LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
-ROUTES = ["api/v1/ledger", "api/v1/availability", "api/v1/me", "metrics", "", "api/v1/nothing"]
+ROUTES = [
+    "api/v1/ledger",
+    "api/v1/availability",
+    "api/v1/me",
+    "api/v1/budgets",
+    "metrics",
+    "",
+    "api/v1/nothing",
+]
 KEYS = st.sampled_from(["node", "model", "user", "refresh", "x", "node[]", ""]) | st.text(max_size=20)
 VALUES = st.sampled_from(["nb-1", "Tesla-T4", "alice", "5", "0", "99999", "-1", "\x00", "a" * 300]) | st.text(
     max_size=40
@@ -117,3 +125,67 @@ def test_keep_answers_every_body_without_a_5xx_and_keeps_nothing_it_refused(hub)
     report(tally.line(tracebacks))
     assert tracebacks == 0, text[text.find("Traceback") :][:3000]
     assert "pressed Keep" not in text
+
+
+BUDGET_BODIES = (
+    st.sampled_from([b"", b"{}", b"null", b"[]", b'{"add_gib_hours": "5"}', b'{"add_gib_hours": -1}'])
+    | st.sampled_from([b'{"add_gib_hours": 1e999}', b'{"add_gib_hours": NaN}', b'{"add_gib_hours": true}'])
+    | st.binary(max_size=64)
+    | st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+        max_leaves=8,
+    ).map(lambda v: json.dumps({"add_gib_hours": v}).encode())
+    | st.floats(allow_nan=False, allow_infinity=False).map(
+        lambda v: json.dumps({"add_gib_hours": v}).encode()
+    )
+)
+# Names the hub has no budget for: fuzzy-budget exists in no budget group, the rest do not exist.
+BUDGET_NAMES = st.sampled_from(
+    ["fuzzy-budget", "fuzzy-budget", "nobody", "a" * 300, "%00", "..", "x/y"]
+) | st.text(max_size=30)
+
+
+@pytest.mark.parametrize("who", ["user", "admin"])
+def test_budget_additions_answer_every_body_and_name_without_a_5xx_and_add_nothing_they_refused(hub, who):
+    """``POST api/v1/budgets/<user>``, the admins' door that writes: any body, any name. A user
+    gets 403; the admin gets 400 for a body that is not ``{"add_gib_hours": <number>}``, 404 for a
+    name the hub does not know, 409 for a user without a budget; nothing is added to anyone."""
+    token = hub.user_token("fuzzy-budget" if who == "user" else SERVICE_ADMIN)
+    admin = hub.user_token(SERVICE_ADMIN)
+    u = urllib.parse.urlparse(hub.url)
+    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    watch = LogWatch(hub.hub_log)
+    tally = Tally(f"hub service budget additions as {who}")
+
+    @seeded
+    @given(name=BUDGET_NAMES, body=BUDGET_BODIES)
+    def case(name: str, body: bytes) -> None:
+        nonlocal conn
+        if name in BUDGET_USERS:
+            return
+        path = f"/services/{SERVICE}/api/v1/budgets/" + urllib.parse.quote(name, safe="")
+        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
+        try:
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except (http.client.HTTPException, ConnectionError):
+            conn.close()
+            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+            conn.request("POST", path, body=body, headers=headers)
+            resp = conn.getresponse()
+        raw = resp.read()
+        tally.add(resp.status)
+        assert 400 <= resp.status < 500, (resp.status, name, body[:100], raw[:300])
+        assert json.loads(raw)["message"], raw
+        if who == "user":
+            assert resp.status in (403, 404), (resp.status, raw)
+
+    case()
+    text = watch.added()
+    tracebacks = text.count("Traceback")
+    report(tally.line(tracebacks))
+    assert tracebacks == 0, text[text.find("Traceback") :][:3000]
+    assert "'s GPU budget for the" not in text  # the service logs every addition
+    status, doc = hub.request("GET", f"{hub.url}/services/{SERVICE}/api/v1/budgets", admin)
+    assert status == 200 and not any(row["added_gib_hours"] for row in doc["users"]), doc
