@@ -67,6 +67,13 @@ c.JupyterHub.load_groups = {"gpu-power-users": {"users": []}}
 c.GPUShareSpawner.quota_gib_per_user = 7
 c.GPUShareSpawner.quota_gib_per_group = {"gpu-power-users": 15}
 c.JupyterHub.allow_named_servers = True
+# GiB·h each user may hold per week (a 5 GiB slice held 8 h uses 40), busy or not; the spawn form
+# shows what is used, a spawn with it spent is refused until Monday 00:00, and running GPU servers
+# are warned, then stopped 15 min later (c.GPUShareService.budget_action). Admins add to a user's
+# week on the dashboard. Counted by the service that configure_hub adds below.
+c.GPUShareSpawner.quota_gib_hours = 200
+c.GPUShareSpawner.quota_gib_hours_per_group = {"gpu-power-users": 600}
+c.GPUShareSpawner.quota_gib_hours_window = "week"
 
 # When no card has room for the chosen slice: "wait" (the pod queues and the progress page
 # says why) or "refuse" (the spawn fails at once with the reason).

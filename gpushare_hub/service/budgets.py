@@ -40,6 +40,9 @@ log = logging.getLogger("gpushare.service.budgets")
 
 SPENT_REASON = "GPUShareBudgetSpent"
 RETURNED_REASON = "GPUShareBudgetReturned"
+# After a user's servers were stopped for a spent budget, their pods may take a while to go:
+# no new warning for them meanwhile.
+RETURN_SETTLE_SECONDS = 300.0
 # Closed intervals and additions are kept this long (two months: any window, and the last).
 KEEP_SECONDS = 62 * 86400
 
@@ -178,10 +181,13 @@ class BudgetKeeper:
             budget = self.budget(user, groups.get(user, []), now)
             if budget is None:
                 continue
+            done = self.store.actions(user, budget.start)
+            if now - done.get("returned", float("-inf")) < RETURN_SETTLE_SECONDS:
+                continue  # servers just stopped: their pods may still be going
             over = self.overrun(user, budget)
             if over is None:
                 # Not spent (an admin added to it): a warning given earlier no longer stands.
-                if self.store.actions(user, budget.start).get("warned") is not None:
+                if done.get("warned") is not None:
                     self.store.forget("warned", user, budget.start)
                     log.info(
                         "%s's GPU budget is no longer spent (%s): warning withdrawn",
@@ -251,6 +257,7 @@ class BudgetKeeper:
                 await self._return_server(user, server)
             # A fresh overrun later in the window (after an addition) is warned again.
             self.store.forget("warned", user, budget.start)
+            self.store.forget("returned", user, budget.start)
             self.store.record(user, budget.start, "returned", self.clock(), self.rule.action)
         finally:
             self._acting.discard(user)

@@ -268,6 +268,8 @@ async def test_a_spent_budget_is_warned_on_the_pod_then_the_server_is_stopped_af
     await asyncio.gather(*k._tasks)
     assert hub.calls == [("stop", "alice", "")]
     assert [e[2] for e in events] == ["GPUShareBudgetSpent", "GPUShareBudgetReturned"]
+    clock[0] += 30  # the pod is still going: no second warning for it
+    assert await k.tick(mine, {"alice": []}) == [] and len(events) == 2
 
 
 async def test_an_admins_addition_within_the_grace_withdraws_the_warning(tmp_path: Path) -> None:
