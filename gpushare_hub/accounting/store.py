@@ -34,6 +34,11 @@ CREATE TABLE IF NOT EXISTS budget_actions (
 """
 
 
+def pod_of(key: str) -> str:
+    """The pod of an interval's key, ``<namespace>/<pod>@<start>``."""
+    return key.rpartition("@")[0] or key
+
+
 class BudgetStore:
     """The book on disk (module docstring). Safe to share between threads."""
 
@@ -56,11 +61,13 @@ class BudgetStore:
     def observe(self, held: Iterable[Held], now: float, gap: float) -> list[Held]:
         """Record one look at what is held now; returns the intervals it closed.
 
-        Each of ``held`` is opened (at its own start) or marked seen. An open interval not among
-        them ended: ``now`` when the last look was at most ``gap`` seconds ago, else when it was
-        last seen (the service was down in between and cannot tell when it went).
+        Each of ``held`` is opened (at its own start) or marked seen; a closed one is opened
+        again (a pass missed it). An open interval not among them ended: ``now`` when the last
+        look was at most ``gap`` seconds ago, else when it was last seen (the service was down
+        in between and cannot tell when it went).
         """
         current = {h.key: h for h in held}
+        by_pod = {pod_of(h.key): h.key for h in held}
         closed: list[Held] = []
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -71,15 +78,23 @@ class BudgetStore:
                 for key, user, server, gib, start, seen in rows:
                     if key in current:
                         continue
+                    renamed = by_pod.get(pod_of(key))
+                    if renamed is not None and renamed in current and current[renamed].user == user:
+                        # The same pod under another start (its start time was read later):
+                        # one placement, kept under the key it was first seen with.
+                        current[key] = current.pop(renamed)
+                        continue
                     end = now if now - seen <= gap else seen
                     end = max(end, start)
                     self._db.execute('UPDATE held SET "end" = ? WHERE key = ?', (end, key))
                     closed.append(Held(key, user, gib, start, end, server))
-                for h in current.values():
+                for key, h in current.items():
+                    # A placement seen again after a pass that missed it (a relist) was held all
+                    # along: its interval is opened again.
                     self._db.execute(
                         "INSERT INTO held (key, user, server, gib, start, seen) VALUES (?, ?, ?, ?, ?, ?) "
-                        'ON CONFLICT (key) DO UPDATE SET seen = excluded.seen WHERE "end" IS NULL',
-                        (h.key, h.user, h.server, h.gib, min(h.start, now), now),
+                        'ON CONFLICT (key) DO UPDATE SET seen = excluded.seen, "end" = NULL',
+                        (key, h.user, h.server, h.gib, min(h.start, now), now),
                     )
                 self._db.execute("COMMIT")
             except BaseException:

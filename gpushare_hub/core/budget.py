@@ -113,9 +113,6 @@ class Budget:
     def spent(self) -> bool:
         return self.left <= 0
 
-    def would_use(self, gib: float, hours: float) -> float:
-        return gib * hours
-
     def hours_left(self, gib: float) -> float:
         """How long a slice of ``gib`` GiB may still be held in this window (0 when spent)."""
         return max(self.left, 0.0) / gib if gib > 0 else math.inf

@@ -196,7 +196,7 @@ class HubServers:
         self._inactive_groups: dict[str, tuple[float, list[str]]] = {}
 
     # How long the groups of a user with no active server, read for api/v1/me, are believed.
-    groups_ttl = 30.0
+    groups_ttl = 60.0
 
     async def groups_of(self, user: str) -> list[str]:
         """``user``'s hub groups: from the last poll when they have an active server, else read
@@ -334,7 +334,7 @@ class GPUShareService(Application):
         spent: they are warned (an event on each pod, api/v1/me, the log), then, after
         budget_grace_seconds, "stop" stops them, "park" restarts them on gpu_idle_park_profile
         (a CPU-only profile: files and image stay), "notify" leaves them. An admin's addition
-        within the grace cancels it.
+        that leaves the budget unspent, within the grace, withdraws the warning.
         """,
     )
     budget_grace_seconds = Float(
@@ -673,7 +673,11 @@ class GPUShareService(Application):
                 "the idle rule failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
             )
         try:
-            await self.budgets.tick(doc["allocations"], self.hub_servers.groups)
+            holders = {str(a["hub_user"]) for a in doc["allocations"] if a["hub_user"]}
+            groups = dict(self.hub_servers.groups)
+            for user in holders - set(groups):  # started since the last poll of the hub
+                groups[user] = await self.hub_servers.groups_of(user)
+            await self.budgets.tick(doc["allocations"], groups)
         except Exception:
             log.exception(
                 "the GiB·h book failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
@@ -980,7 +984,7 @@ class KeepHandler(BaseHandler):
             )
         try:
             body = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting deeper than the parser's stack: not ours
             raise web.HTTPError(
                 400, 'the body is not JSON; send {"server": "<name>"} ("" for the default server)'
             ) from None
@@ -1034,9 +1038,7 @@ class BudgetAddHandler(BaseHandler):
                 "nothing to add to",
             )
         amount = self._amount()
-        from urllib.parse import unquote
-
-        user = unquote(quoted)
+        user = quoted  # tornado has decoded the path's %-escapes once already
         groups = await self._groups(user)
         keeper = svc.budgets
         now = time.time()
@@ -1064,7 +1066,7 @@ class BudgetAddHandler(BaseHandler):
             )
         try:
             body = json.loads(raw or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting deeper than the parser's stack: not ours
             raise web.HTTPError(400, 'the body is not JSON; send {"add_gib_hours": 20}') from None
         if not isinstance(body, dict) or set(body) != {"add_gib_hours"}:
             raise web.HTTPError(400, 'send a JSON object with only "add_gib_hours" (GiB·h to add, e.g. 20)')
@@ -1072,8 +1074,7 @@ class BudgetAddHandler(BaseHandler):
         if (
             isinstance(amount, bool)
             or not isinstance(amount, int | float)
-            or not 0 < amount <= MAX_ADD_GIB_HOURS
-            or amount != amount
+            or not 0 < amount <= MAX_ADD_GIB_HOURS  # NaN fails this too
         ):
             raise web.HTTPError(
                 400, f'"add_gib_hours" must be a number above 0 and at most {MAX_ADD_GIB_HOURS:.0f}, e.g. 20'
@@ -1084,7 +1085,12 @@ class BudgetAddHandler(BaseHandler):
         """The hub user's groups, read from the hub now (404 for a name the hub does not know)."""
         if len(user) > 255:
             raise web.HTTPError(404, "no such hub user: a user name has at most 255 characters")
-        status, model = await HubAPI(self.hub.api_url, self.hub.token).user(user)
+        try:
+            status, model = await HubAPI(self.hub.api_url, self.hub.token).user(user)
+        except Exception as err:  # the hub restarting, a timeout
+            raise web.HTTPError(
+                503, f"cannot read {user!r}'s groups from the hub ({err}); try again"
+            ) from None
         if status == 404:
             raise web.HTTPError(404, f"no hub user {user!r}: add to the budget of a user the hub knows")
         if status != 200 or not isinstance(model, dict):

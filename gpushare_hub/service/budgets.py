@@ -7,7 +7,7 @@ slices held now, from the ledger document (one interval per pod placement: the p
 warned (an event on each of their GPU pods, a line in the log, ``budget.overrun`` in
 ``api/v1/me``), and ``budget_grace_seconds`` later their GPU servers are stopped, or parked on
 the CPU-only profile, as ``budget_action`` says ("notify": only the warning). An admin's
-addition within the grace cancels it.
+addition that leaves the budget unspent withdraws the warning.
 """
 
 from __future__ import annotations
@@ -253,18 +253,21 @@ class BudgetKeeper:
             await self._events(
                 mine, RETURNED_REASON, f"GPU budget spent ({budget.used_words()}): slice returned"
             )
-            for server in servers:
-                await self._return_server(user, server)
-            # A fresh overrun later in the window (after an addition) is warned again.
-            self.store.forget("warned", user, budget.start)
+            stopped = [await self._return_server(user, server) for server in servers]
+            if all(stopped):
+                # A fresh overrun later in the window (after an addition) is warned again.
+                self.store.forget("warned", user, budget.start)
+            # Not tried again for RETURN_SETTLE_SECONDS (a hub that refused is asked again then).
             self.store.forget("returned", user, budget.start)
             self.store.record(user, budget.start, "returned", self.clock(), self.rule.action)
         finally:
             self._acting.discard(user)
 
-    async def _return_server(self, user: str, server: str) -> None:
+    async def _return_server(self, user: str, server: str) -> bool:
+        """Stop (and for park, start again on the CPU profile) one server; False when the hub
+        refused to stop it."""
         if self.hub is None:
-            return
+            return False
         status, body = await self.hub.stop(user, server)
         if status not in (202, 204):
             log.error(
@@ -275,16 +278,16 @@ class BudgetKeeper:
                 status,
                 (body or {}).get("message") if isinstance(body, dict) else body,
             )
-            return
+            return False
         if self.rule.action != PARK:
-            return
+            return True
         for _ in range(300):
             if await self.hub.running(user, server) is False:
                 break
             await asyncio.sleep(1)
         else:
             log.error("%s's server %r did not stop in 300 s; not started on the CPU profile", user, server)
-            return
+            return True
         status, body = await self.hub.start(user, server, {"profile": self.rule.park_profile})
         if status not in (201, 202):
             log.error(
@@ -295,6 +298,7 @@ class BudgetKeeper:
                 status,
                 (body or {}).get("message") if isinstance(body, dict) else body,
             )
+        return True
 
     # ---- the admins' view ----------------------------------------------------------------------
     def booked_users(self, now: float | None = None) -> set[str]:

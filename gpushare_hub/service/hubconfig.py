@@ -203,7 +203,29 @@ def _service_config(
     from gpushare_hub.core.catalogue import read_catalogue
 
     read_catalogue(slices)
+    _check_budget_settings(service_config)
     return service_config
+
+
+def _check_budget_settings(settings: Mapping[str, Any]) -> None:
+    """A budget window or time zone the spawner and the service would refuse stops the hub at start."""
+    import zoneinfo
+
+    from gpushare_hub.core.budget import WINDOWS
+
+    window = settings.get("quota_gib_hours_window", "week")
+    if window not in WINDOWS:
+        raise ValueError(
+            f"c.GPUShareSpawner.quota_gib_hours_window is {window!r}: use one of {', '.join(WINDOWS)}"
+        )
+    zone = settings.get("quota_gib_hours_timezone", "UTC")
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError) as err:
+        raise ValueError(
+            f"c.GPUShareSpawner.quota_gib_hours_timezone {zone!r} is not a time zone ({err}); use an "
+            "IANA name such as 'UTC' or 'Europe/Berlin'"
+        ) from None
 
 
 def _kube_access(kubeconfig: str | None, service_config: dict[str, Any]) -> dict[str, str]:

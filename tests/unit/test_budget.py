@@ -159,13 +159,28 @@ def test_a_restart_loses_at_most_the_time_the_service_was_down(tmp_path: Path) -
     assert book.used_by_user(*day, now=t0 + 4 * 3600) == pytest.approx({"alice": 5, "bob": 12})
 
 
-def test_a_pod_seen_again_after_it_closed_does_not_reopen_its_interval(tmp_path: Path) -> None:
+def test_a_placement_a_pass_missed_is_counted_all_along_and_a_new_one_of_the_same_pod_apart(
+    tmp_path: Path,
+) -> None:
     book = BudgetStore(tmp_path / "state.sqlite")
-    pod = Held("a", "alice", 5, 0)
+    pod = Held("hub/jupyter-alice@0", "alice", 5, 0)
     book.observe([pod], now=100, gap=90)
-    book.observe([], now=150, gap=90)
-    book.observe([pod], now=200, gap=90)  # a late event: the key names one placement, once
-    assert book.used("alice", 0, 86400, now=1000) == pytest.approx(5 * 150 / H)
+    book.observe([], now=150, gap=90)  # a relist that missed it
+    book.observe([pod], now=200, gap=90)  # the key names one placement: it was held all along
+    assert book.used("alice", 0, 86400, now=1000) == pytest.approx(5 * 1000 / H)
+    # Stopped, then started again under the same pod name: a new placement, the gap not counted.
+    book.observe([pod], now=990, gap=90)
+    book.observe([], now=1000, gap=90)
+    book.observe([Held("hub/jupyter-alice@2000", "alice", 5, 2000)], now=2010, gap=90)
+    assert book.used("alice", 0, 86400, now=3000) == pytest.approx(5 * 2000 / H)
+
+
+def test_a_pod_whose_start_is_read_later_stays_one_placement(tmp_path: Path) -> None:
+    book = BudgetStore(tmp_path / "state.sqlite")
+    book.observe([Held("hub/p@100", "alice", 5, 100)], now=120, gap=90)  # its creation, at first
+    book.observe([Held("hub/p@110", "alice", 5, 110)], now=150, gap=90)  # then its start time
+    assert [(h.key, h.start, h.end) for h in book.intervals(0, 86400)] == [("hub/p@100", 100, None)]
+    assert book.used("alice", 0, 86400, now=3700) == pytest.approx(5 * 3600 / H)
 
 
 def test_what_an_admin_adds_belongs_to_one_window_and_survives_a_restart(tmp_path: Path) -> None:

@@ -911,6 +911,14 @@ def test_configure_hub_passes_the_spawners_budgets_to_the_service_and_points_the
     assert c.GPUShareSpawner.budget_db == "/srv/jupyterhub/gpushare-service.sqlite"
     # Budgets stop servers once spent and the grace is over (budget_action "stop" by default).
     assert "servers" in next(r for r in c.JupyterHub.load_roles if r["name"] == "gpushare-service")["scopes"]
+    for key, wrong, words in (
+        ("quota_gib_hours_timezone", "Mars/Olympus", "is not a time zone"),
+        ("quota_gib_hours_window", "year", "use one of day, week, month"),
+    ):
+        c = hub_config()
+        setattr(c.GPUShareSpawner, key, wrong)
+        with pytest.raises(ValueError, match=f"c.GPUShareSpawner.{key}.*{words}"):
+            configure_hub(c, port=12345)
     c = hub_config()
     c.GPUShareSpawner.quota_gib_hours = 100.0
     c.GPUShareService.budget_action = "notify"
