@@ -12,26 +12,49 @@ whose pod is gone when the service next looks ends when it was last seen, not at
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpushare_hub.core.budget import Held, gib_hours
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS held (
     key TEXT PRIMARY KEY, user TEXT NOT NULL, server TEXT NOT NULL, gib REAL NOT NULL,
-    start REAL NOT NULL, seen REAL NOT NULL, "end" REAL);
+    start REAL NOT NULL, seen REAL NOT NULL, "end" REAL,
+    slice TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '', created REAL,
+    groups TEXT NOT NULL DEFAULT '[]');
 CREATE INDEX IF NOT EXISTS held_user ON held (user, start);
 CREATE TABLE IF NOT EXISTS budget_added (
     user TEXT NOT NULL, window_start REAL NOT NULL, gib_hours REAL NOT NULL, by TEXT NOT NULL,
     at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS secrets (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS budget_actions (
     user TEXT NOT NULL, window_start REAL NOT NULL, what TEXT NOT NULL, at REAL NOT NULL,
     detail TEXT NOT NULL, PRIMARY KEY (user, window_start, what));
 """
+
+
+COLUMNS = 'key, user, gib, start, "end", server, slice, model, created, groups'
+
+
+def _held(row: Sequence[Any]) -> Held:
+    """A row of COLUMNS as the interval it records."""
+    key, user, gib, start, end, server, slice_, model, created, groups = row
+    try:
+        names = json.loads(groups)
+    except ValueError:
+        names = []
+    group_names = tuple(str(g) for g in names) if isinstance(names, list) else ()
+    return Held(key, user, gib, start, end, server, slice_, model, created, group_names)
 
 
 def pod_of(key: str) -> str:
@@ -48,6 +71,7 @@ class BudgetStore:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
         self._lock = threading.Lock()
+        self._key: bytes | None = None  # the pseudonyms' secret, read once
         with self._lock:
             if self.path != ":memory:":
                 # Readers (the spawner) never wait for the writer (the service), nor it for them.
@@ -72,10 +96,10 @@ class BudgetStore:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                rows = self._db.execute(
-                    'SELECT key, user, server, gib, start, seen FROM held WHERE "end" IS NULL'
-                ).fetchall()
-                for key, user, server, gib, start, seen in rows:
+                rows = self._db.execute(f'SELECT {COLUMNS}, seen FROM held WHERE "end" IS NULL').fetchall()
+                for *row, seen in rows:
+                    old = _held(row)
+                    key, user, start = old.key, old.user, old.start
                     if key in current:
                         continue
                     renamed = by_pod.get(pod_of(key))
@@ -87,14 +111,26 @@ class BudgetStore:
                     end = now if now - seen <= gap else seen
                     end = max(end, start)
                     self._db.execute('UPDATE held SET "end" = ? WHERE key = ?', (end, key))
-                    closed.append(Held(key, user, gib, start, end, server))
+                    closed.append(replace(old, end=end))
                 for key, h in current.items():
                     # A placement seen again after a pass that missed it (a relist) was held all
                     # along: its interval is opened again.
                     self._db.execute(
-                        "INSERT INTO held (key, user, server, gib, start, seen) VALUES (?, ?, ?, ?, ?, ?) "
+                        "INSERT INTO held (key, user, server, gib, start, seen, slice, model, created, "
+                        "groups) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                         'ON CONFLICT (key) DO UPDATE SET seen = excluded.seen, "end" = NULL',
-                        (key, h.user, h.server, h.gib, min(h.start, now), now),
+                        (
+                            key,
+                            h.user,
+                            h.server,
+                            h.gib,
+                            min(h.start, now),
+                            now,
+                            h.slice,
+                            h.model,
+                            h.created,
+                            json.dumps(sorted(h.groups)),
+                        ),
                     )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -104,17 +140,16 @@ class BudgetStore:
 
     def intervals(self, start: float, end: float, user: str | None = None) -> list[Held]:
         """Every interval that overlaps ``[start, end)`` (one user's, or everyone's)."""
-        query = (
-            'SELECT key, user, gib, start, "end", server FROM held '
-            'WHERE start < ? AND ("end" IS NULL OR "end" > ?)'
-        )
+        query = f'SELECT {COLUMNS} FROM held WHERE start < ? AND ("end" IS NULL OR "end" > ?)'
+
         args: tuple[object, ...] = (end, start)
         if user is not None:
             query += " AND user = ?"
             args += (user,)
+        query += " ORDER BY start, key"
         with self._lock:
             rows = self._db.execute(query, args).fetchall()
-        return [Held(*row) for row in rows]
+        return [_held(row) for row in rows]
 
     def used(self, user: str, start: float, end: float, now: float) -> float:
         """GiB·h ``user`` held within ``[start, end)``, open intervals counted up to ``now``."""
@@ -179,6 +214,22 @@ class BudgetStore:
                 "DELETE FROM budget_actions WHERE user = ? AND window_start = ? AND what = ?",
                 (user, window_start, what),
             )
+
+    # ---- pseudonyms for the history's export ------------------------------------------------------
+    def pseudonym(self, user: str) -> str:
+        """A stable stand-in for ``user``: the same in every export from this database, and
+        not to be turned back into the name without the database's own secret."""
+        return "user-" + hmac.new(self._secret(), user.encode(), hashlib.sha256).hexdigest()[:12]
+
+    def _secret(self) -> bytes:
+        if self._key is None:
+            with self._lock:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO secrets VALUES ('pseudonyms', ?)", (secrets.token_hex(32),)
+                )
+                (value,) = self._db.execute("SELECT value FROM secrets WHERE name = 'pseudonyms'").fetchone()
+            self._key = bytes.fromhex(value)
+        return self._key
 
     def forget_before(self, when: float) -> None:
         """Drop what ended before ``when`` (the file stays small; keep at least one window)."""

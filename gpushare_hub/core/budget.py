@@ -60,6 +60,12 @@ class Held:
     start: float
     end: float | None = None
     server: str = ""
+    # For the hub's history (capacity planning), not the budgets: the catalogue slice, the card
+    # model, when the pod was made (the spawn waited ``start - created``), the user's groups.
+    slice: str = ""
+    model: str = ""
+    created: float | None = None
+    groups: tuple[str, ...] = ()
 
 
 def gib_hours(held: Iterable[Held], start: float, end: float, now: float) -> float:

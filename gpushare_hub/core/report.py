@@ -50,6 +50,7 @@ class PodRow:
     reason: str = ""
     slice: str = ""  # the hub's catalogue slug, when the spawner wrote one
     since: str = ""  # RFC 3339 UTC: when the card was assigned (else the pod started or was made)
+    created: str = ""  # RFC 3339 UTC: when the pod was made (a spawn's wait is since - created)
     used_mib: int | None = None  # GPU memory its processes hold on the card (None: not measured)
     sm_util: int | None = None  # percent of the card's SMs its processes keep busy (None: not measured)
     idle_since: int | None = None  # Unix seconds it has been idle on the GPU from (None: active, or unknown)
@@ -272,6 +273,7 @@ def pod_facts(
         reason="" if node else "not scheduled yet" if message is None else message,
         slice=ann.get(SLICE_ANNOTATION, ""),
         since=_since(pod),
+        created=pod.creation_timestamp,
     )
     return PodFacts(key=key, node=node, row=row, pending=None if node else _pending(pod, demand, message))
 

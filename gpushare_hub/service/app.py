@@ -53,6 +53,7 @@ from gpushare_hub.accounting.store import BudgetStore
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
+from gpushare_hub.core.history import WAITED_AFTER, history_rows, to_csv
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.core.report import (
@@ -337,6 +338,14 @@ class GPUShareService(Application):
         that leaves the budget unspent, within the grace, withdraws the warning.
         """,
     )
+    history_retention_days = Integer(
+        90,
+        min=62,
+        config=True,
+        help="""Days the record of every slice held (api/v1/history, for capacity planning; the
+        GiB·h budgets count from it too) is kept in state_db. At least 62: the budgets need the
+        last month.""",
+    )
     budget_grace_seconds = Float(
         900.0, min=0, config=True, help="Seconds between the budget-spent warning and budget_action."
     )
@@ -603,6 +612,7 @@ class GPUShareService(Application):
             (url_path_join(prefix, "api/v1/me"), MeHandler),
             (url_path_join(prefix, "api/v1/me/keep"), KeepHandler),
             (url_path_join(prefix, "api/v1/budgets"), BudgetsHandler),
+            (url_path_join(prefix, "api/v1/history"), HistoryHandler),
             (url_path_join(prefix, "api/v1/budgets/([^/]+)"), BudgetAddHandler),
             (url_path_join(prefix, "metrics"), MetricsHandler),
             (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
@@ -677,7 +687,8 @@ class GPUShareService(Application):
             groups = dict(self.hub_servers.groups)
             for user in holders - set(groups):  # started since the last poll of the hub
                 groups[user] = await self.hub_servers.groups_of(user)
-            await self.budgets.tick(doc["allocations"], groups)
+            models = {c["uuid"]: c["model"] for n in doc["nodes"] for c in n["cards"]}
+            await self.budgets.tick(doc["allocations"], groups, models)
         except Exception:
             log.exception(
                 "the GiB·h book failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
@@ -722,6 +733,7 @@ class GPUShareService(Application):
             HubAPI(hub.api_url, hub.token),
             self.post_event,
             gap=max(90.0, 3 * self.gpu_idle_check_seconds),
+            keep_seconds=self.history_retention_days * 86400,
         )
         connecting = asyncio.create_task(self._connect())
         await hub.poll()
@@ -1098,6 +1110,80 @@ class BudgetAddHandler(BaseHandler):
         return [str(g) for g in model.get("groups") or []]
 
 
+HISTORY_QUERY = {"format": ("json", "csv"), "names": ("pseudonyms", "real")}
+
+
+class HistoryHandler(BaseHandler):
+    """``GET api/v1/history`` (admin scope): every slice held, for capacity planning."""
+
+    def get(self) -> None:
+        self.caller()
+        self.require(self.service.admin_scope, "Reading the hub's history of slices held")
+        query = self._query()
+        keeper = self.service.budgets
+        now = time.time()
+        since = query.get("since", now - keeper.keep_seconds)
+        until = query.get("until", now + 1)
+        real = query.get("names") == "real"
+        store = keeper.store
+        held = store.intervals(float(since), float(until))
+        rows = history_rows(held, now, str if real else store.pseudonym)
+        if real:
+            log.info(
+                "%s exported the history of slices held with real user names", self.current_user.get("name")
+            )
+        if query.get("format") == "csv":
+            self.set_header("Content-Type", "text/csv; charset=UTF-8")
+            self.set_header("Content-Disposition", 'attachment; filename="gpushare-history.csv"')
+            self.set_header("Cache-Control", "no-store")
+            self.finish(to_csv(rows))
+            return
+        self.send(
+            {
+                "version": "v1",
+                "generated": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "names": "real" if real else "pseudonyms",
+                "retention_days": round(keeper.keep_seconds / 86400),
+                "waited_after_seconds": WAITED_AFTER,
+                "rows": rows,
+            }
+        )
+
+    def _query(self) -> dict[str, Any]:
+        """``format`` (json, csv), ``names`` (pseudonyms, real), ``since`` and ``until``
+        (ISO 8601 dates or times, UTC unless they say otherwise); 400 naming any other."""
+        out: dict[str, Any] = {}
+        allowed = (*HISTORY_QUERY, "since", "until")
+        for key, values in self.request.query_arguments.items():
+            if key not in allowed:
+                raise web.HTTPError(
+                    400, f"unknown query parameter {key[:40]!r}; this endpoint takes {', '.join(allowed)}"
+                )
+            if len(values) != 1:
+                raise web.HTTPError(
+                    400, f"query parameter {key!r} is given {len(values)} times; give it once"
+                )
+            value = values[0].decode(errors="replace")
+            if key in HISTORY_QUERY:
+                if value not in HISTORY_QUERY[key]:
+                    raise web.HTTPError(
+                        400,
+                        f"query parameter {key}={value[:40]!r}: use one of {', '.join(HISTORY_QUERY[key])}",
+                    )
+                out[key] = value
+                continue
+            try:
+                when = datetime.fromisoformat(value)
+            except ValueError:
+                raise web.HTTPError(
+                    400,
+                    f"query parameter {key}={value[:40]!r} is not a date or time; e.g. 2026-11-01 "
+                    "or 2026-11-01T08:00:00Z",
+                ) from None
+            out[key] = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+        return out
+
+
 class MetricsHandler(BaseHandler):
     async def get(self) -> None:
         self.caller()
@@ -1117,7 +1203,7 @@ class NotFoundHandler(BaseHandler):
         raise web.HTTPError(
             404,
             "no such endpoint; the API has api/v1/ledger, api/v1/availability, api/v1/me, "
-            "api/v1/me/keep, api/v1/budgets and api/v1/budgets/<user>",
+            "api/v1/me/keep, api/v1/budgets, api/v1/budgets/<user> and api/v1/history",
         )
 
     post = put = patch = delete = get

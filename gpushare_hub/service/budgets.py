@@ -43,7 +43,8 @@ RETURNED_REASON = "GPUShareBudgetReturned"
 # After a user's servers were stopped for a spent budget, their pods may take a while to go:
 # no new warning for them meanwhile.
 RETURN_SETTLE_SECONDS = 300.0
-# Closed intervals and additions are kept this long (two months: any window, and the last).
+# Closed intervals and additions are kept at least this long (two months: any window, and the
+# last); the history's retention (history_retention_days) may keep them longer.
 KEEP_SECONDS = 62 * 86400
 
 
@@ -76,18 +77,37 @@ def _epoch(since: str, now: float) -> float:
         return now
 
 
-def held_now(allocations: Iterable[Mapping[str, Any]], now: float) -> list[Held]:
+def held_now(
+    allocations: Iterable[Mapping[str, Any]],
+    now: float,
+    models: Mapping[str, str] | None = None,
+    groups: Mapping[str, list[str]] | None = None,
+) -> list[Held]:
     """The hub users' slices in a ledger document's allocations: one per pod placement (a pod
-    on several cards sums them)."""
+    on several cards sums them), with the card model (``models``: by card UUID) and the user's
+    groups for the history."""
     held: dict[str, Held] = {}
     for a in allocations:
         if not a.get("hub_user"):
             continue
+        user = str(a["hub_user"])
         start = _epoch(str(a.get("since") or ""), now)
         key = f"{a['namespace']}/{a['pod']}@{int(start)}"
         prior = held.get(key)
         gib = float(a["units"]) + (prior.gib if prior else 0.0)
-        held[key] = Held(key, str(a["hub_user"]), gib, start, None, str(a.get("server") or ""))
+        created = _epoch(str(a["created"]), now) if a.get("created") else None
+        held[key] = Held(
+            key,
+            user,
+            gib,
+            start,
+            None,
+            str(a.get("server") or ""),
+            slice=str(a.get("slice") or ""),
+            model=(models or {}).get(str(a.get("card_uuid") or ""), ""),
+            created=created,
+            groups=tuple((groups or {}).get(user, [])),
+        )
     return list(held.values())
 
 
@@ -100,6 +120,7 @@ class BudgetKeeper:
         post_event: EventPoster | None = None,
         clock: Callable[[], float] = time.time,
         gap: float = 90.0,
+        keep_seconds: float = KEEP_SECONDS,
     ) -> None:
         self.rule = rule
         self.store = store
@@ -107,6 +128,7 @@ class BudgetKeeper:
         self.post_event = post_event
         self.clock = clock
         self.gap = gap
+        self.keep_seconds = max(keep_seconds, KEEP_SECONDS)  # budgets need the last month
         self._acting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_prune = 0.0
@@ -162,13 +184,18 @@ class BudgetKeeper:
         return doc
 
     # ---- the pass ------------------------------------------------------------------------------
-    async def tick(self, allocations: list[Mapping[str, Any]], groups: Mapping[str, list[str]]) -> list[str]:
+    async def tick(
+        self,
+        allocations: list[Mapping[str, Any]],
+        groups: Mapping[str, list[str]],
+        models: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """Record what is held now, then warn or act on spent budgets; the users acted on."""
         now = self.clock()
-        held = held_now(allocations, now)
+        held = held_now(allocations, now, models, groups)
         self.store.observe(held, now, self.gap)
         if now - self._last_prune > 3600:
-            self.store.forget_before(now - KEEP_SECONDS)
+            self.store.forget_before(now - self.keep_seconds)
             self._last_prune = now
         if not self.rule.configured:
             return []

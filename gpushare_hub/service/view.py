@@ -177,6 +177,7 @@ def _alloc(
         "card_uuid": card.uuid,
         "units": pod.units,
         "since": pod.since,
+        "created": pod.created,
         "started": srv.started if srv else "",
         "last_activity": last,
         "idle_seconds": idle_seconds(last, now),

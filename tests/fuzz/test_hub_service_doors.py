@@ -23,6 +23,7 @@ ROUTES = [
     "api/v1/availability",
     "api/v1/me",
     "api/v1/budgets",
+    "api/v1/history",
     "metrics",
     "",
     "api/v1/nothing",

@@ -1,0 +1,80 @@
+"""The hub's history of slices held (issue: capacity planning, part 1): what the book records
+beside the budgets' figures, the export's rows and CSV, and pseudonyms that stay the same across
+restarts of one database and differ between databases."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.core.budget import Held
+from gpushare_hub.core.history import COLUMNS, history_rows, to_csv
+from gpushare_hub.service.budgets import held_now
+
+pytestmark = pytest.mark.unit
+T0 = 1_795_000_000.0  # 2026-11-18T...Z
+
+
+def alloc(pod: str, uuid: str, units: int, since: str, created: str, user: str = "alice") -> dict:
+    return {
+        "hub_user": user, "namespace": "hub", "pod": pod, "server": "", "slice": "t4-5g", "units": units,
+        "card_uuid": uuid, "since": since, "created": created,
+    }  # fmt: skip
+
+
+def test_the_book_records_slice_model_wait_and_groups_beside_the_figures(tmp_path: Path) -> None:
+    models = {"GPU-a": "Tesla-T4", "GPU-b": "Tesla-T4"}
+    held = held_now(
+        [
+            alloc("jupyter-alice", "GPU-a", 5, "2026-11-26T10:00:40Z", "2026-11-26T10:00:00Z"),
+            alloc("jupyter-bob", "GPU-b", 7, "2026-11-26T10:00:02Z", "2026-11-26T10:00:00Z", user="bob"),
+        ],
+        now=T0,
+        models=models,
+        groups={"alice": ["course", "a-lab"]},
+    )
+    book = BudgetStore(tmp_path / "state.sqlite")
+    book.observe(held, now=held[0].start + 60, gap=90)
+    stored = {h.user: h for h in book.intervals(0, 2e9)}
+    assert stored["alice"].model == "Tesla-T4" and stored["alice"].slice == "t4-5g"
+    assert stored["alice"].groups == ("a-lab", "course") and stored["bob"].groups == ()
+    rows = {
+        r["server"] + r["user"]: r for r in history_rows(stored.values(), now=stored["alice"].start + 3600)
+    }
+    alice, bob = rows["alice"], rows["bob"]
+    assert alice["wait_seconds"] == 40 and alice["waited"] is True  # 40 s for a card
+    assert bob["wait_seconds"] == 2 and bob["waited"] is False
+    assert alice["end"] is None and alice["held_seconds"] == 3600 and alice["gib"] == 5
+    assert alice["start"] == "2026-11-26T10:00:40Z" and alice["created"] == "2026-11-26T10:00:00Z"
+
+
+def test_pseudonyms_are_stable_in_one_database_and_differ_between_databases(tmp_path: Path) -> None:
+    first = BudgetStore(tmp_path / "a.sqlite")
+    name = first.pseudonym("alice")
+    assert name.startswith("user-") and "alice" not in name and name != first.pseudonym("bob")
+    first.close()
+    assert BudgetStore(tmp_path / "a.sqlite").pseudonym("alice") == name  # after a restart
+    assert BudgetStore(tmp_path / "b.sqlite").pseudonym("alice") != name  # another hub's
+
+
+def test_the_csv_has_the_columns_and_no_cell_a_spreadsheet_would_run() -> None:
+    held = [
+        Held(
+            "hub/p@1", "alice", 5, T0, T0 + 7200, '=HYPERLINK("x")', "t4-5g", "Tesla-T4", T0 - 5, ("b", "a")
+        ),
+        Held("hub/q@2", "bob", 7, T0, None, "", "", "", None, ()),
+    ]
+    text = to_csv(history_rows(held, now=T0 + 60, name=lambda u: "user-" + u))
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert tuple(rows[0]) == COLUMNS
+    assert rows[0]["server"] == '\'=HYPERLINK("x")' and rows[0]["groups"] == "a;b"
+    assert (
+        rows[0]["held_seconds"] == "7200.0"
+        and rows[0]["waited"] == "false"
+        and rows[0]["user"] == "user-alice"
+    )
+    assert rows[1]["end"] == "" and rows[1]["wait_seconds"] == "" and rows[1]["held_seconds"] == "60.0"
