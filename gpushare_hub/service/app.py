@@ -846,6 +846,17 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
         self.set_header("Content-Type", "text/html; charset=UTF-8")
         self.finish(ERROR_PAGE.format(status=status_code, message=escape(message), home=escape(hub_home())))
 
+    def json_body(self, limit: int, example: str, empty: bytes) -> Any:
+        """The request's body as JSON (``empty`` stands for no body); 400 saying to send
+        ``example`` when it is larger than ``limit`` bytes or not JSON."""
+        raw = self.request.body or empty
+        if len(raw) > limit:
+            raise web.HTTPError(400, f"the body is larger than {limit} bytes; send {example}")
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):  # nesting deeper than the parser's stack: not ours
+            raise web.HTTPError(400, f"the body is not JSON; send {example}") from None
+
     def send(self, doc: Any) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.set_header("Cache-Control", "no-store")
@@ -989,17 +1000,7 @@ class KeepHandler(BaseHandler):
         )
 
     def _server(self) -> str:
-        raw = self.request.body or b"{}"
-        if len(raw) > MAX_KEEP_BODY:
-            raise web.HTTPError(
-                400, f'the body is larger than {MAX_KEEP_BODY} bytes; send {{"server": "<name>"}}'
-            )
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):  # nesting deeper than the parser's stack: not ours
-            raise web.HTTPError(
-                400, 'the body is not JSON; send {"server": "<name>"} ("" for the default server)'
-            ) from None
+        body = self.json_body(MAX_KEEP_BODY, '{"server": "<name>"} ("" for the default server)', b"{}")
         if not isinstance(body, dict) or set(body) - {"server"}:
             raise web.HTTPError(
                 400, 'send a JSON object with only "server" (a server name, "" for the default server)'
@@ -1071,15 +1072,7 @@ class BudgetAddHandler(BaseHandler):
         self.send({"user": user, "added": amount, "budget": keeper.document(user, groups, now)})
 
     def _amount(self) -> float:
-        raw = self.request.body or b""
-        if len(raw) > MAX_BUDGET_BODY:
-            raise web.HTTPError(
-                400, f'the body is larger than {MAX_BUDGET_BODY} bytes; send {{"add_gib_hours": 20}}'
-            )
-        try:
-            body = json.loads(raw or b"null")
-        except (ValueError, RecursionError):  # nesting deeper than the parser's stack: not ours
-            raise web.HTTPError(400, 'the body is not JSON; send {"add_gib_hours": 20}') from None
+        body = self.json_body(MAX_BUDGET_BODY, '{"add_gib_hours": 20}', b"null")
         if not isinstance(body, dict) or set(body) != {"add_gib_hours"}:
             raise web.HTTPError(400, 'send a JSON object with only "add_gib_hours" (GiB·h to add, e.g. 20)')
         amount = body["add_gib_hours"]

@@ -7,7 +7,9 @@ state unchanged by what it refused. It prints the counts per door (run with ``-s
 
 from __future__ import annotations
 
+import http.client
 import os
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +81,31 @@ class LogWatch:
             ours += 1
             first = first or "\n".join(lines[max(0, i - 1) : i + 40])
         return ours, theirs, first
+
+
+class HubClient:
+    """One keep-alive connection to the hub's proxy, with a token; opened again once when the
+    other side closed it (a case may make the server drop the connection)."""
+
+    def __init__(self, url: str, token: str, timeout: float = 30) -> None:
+        u = urllib.parse.urlparse(url)
+        self.host, self.port, self.timeout = u.hostname or "127.0.0.1", u.port or 80, timeout
+        self.token = token
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    def send(self, method: str, path: str, body: bytes | None = None) -> http.client.HTTPResponse:
+        """The response, its body not read yet."""
+        headers = {"Authorization": f"token {self.token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        try:
+            self.conn.request(method, path, body=body, headers=headers)
+            return self.conn.getresponse()
+        except (http.client.HTTPException, ConnectionError):
+            self.conn.close()
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            self.conn.request(method, path, body=body, headers=headers)
+            return self.conn.getresponse()
 
 
 class Tally:

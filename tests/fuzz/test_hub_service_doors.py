@@ -5,7 +5,6 @@ log (where the service writes) that is a traceback."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import urllib.parse
 
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.hub.conftest import BUDGET_USERS, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
 
-from .conftest import LogWatch, Tally, report, seeded
+from .conftest import HubClient, LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
 ROUTES = [
@@ -44,8 +43,7 @@ def test_the_hub_service_answers_every_query_without_a_5xx(hub, who):
         "admin": hub.user_token(SERVICE_ADMIN),
         "scraper": SCRAPER_TOKEN,
     }[who]
-    u = urllib.parse.urlparse(hub.url)
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    client = HubClient(hub.url, token)
     watch = LogWatch(hub.hub_log)
     tally = Tally(f"hub service as {who}")
 
@@ -56,16 +54,8 @@ def test_the_hub_service_answers_every_query_without_a_5xx(hub, who):
         suffix=st.sampled_from(["", "", "", "", "", "", "/", "/x", "//..", "%00"]),
     )
     def case(route: str, query: str, suffix: str) -> None:
-        nonlocal conn
         path = f"/services/{SERVICE}/{route}{suffix if route else ''}" + (f"?{query}" if query else "")
-        try:
-            conn.request("GET", path, headers={"Authorization": f"token {token}"})
-            resp = conn.getresponse()
-        except (http.client.HTTPException, ConnectionError):
-            conn.close()
-            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
-            conn.request("GET", path, headers={"Authorization": f"token {token}"})
-            resp = conn.getresponse()
+        resp = client.send("GET", path)
         raw = resp.read()
         tally.add(resp.status)
         assert resp.status < 500, (resp.status, path, raw[:300])
@@ -98,8 +88,7 @@ def test_keep_answers_every_body_without_a_5xx_and_keeps_nothing_it_refused(hub)
     idle slice. Every answer is a 4xx naming the problem (400 for a body that is not the form,
     404 for a well-formed one: nothing of this user's is idle), and no Keep is stored."""
     token = hub.user_token("fuzzy-keeper")
-    u = urllib.parse.urlparse(hub.url)
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    client = HubClient(hub.url, token)
     watch = LogWatch(hub.hub_log)
     tally = Tally("hub service keep")
     path = f"/services/{SERVICE}/api/v1/me/keep"
@@ -107,16 +96,7 @@ def test_keep_answers_every_body_without_a_5xx_and_keeps_nothing_it_refused(hub)
     @seeded
     @given(body=BODIES)
     def case(body: bytes) -> None:
-        nonlocal conn
-        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
-        try:
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
-        except (http.client.HTTPException, ConnectionError):
-            conn.close()
-            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
+        resp = client.send("POST", path, body)
         raw = resp.read()
         tally.add(resp.status)
         assert 400 <= resp.status < 500, (resp.status, body[:100], raw[:300])
@@ -157,27 +137,17 @@ def test_budget_additions_answer_every_body_and_name_without_a_5xx_and_add_nothi
     name the hub does not know, 409 for a user without a budget; nothing is added to anyone."""
     token = hub.user_token("fuzzy-budget" if who == "user" else SERVICE_ADMIN)
     admin = hub.user_token(SERVICE_ADMIN)
-    u = urllib.parse.urlparse(hub.url)
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
+    client = HubClient(hub.url, token)
     watch = LogWatch(hub.hub_log)
     tally = Tally(f"hub service budget additions as {who}")
 
     @seeded
     @given(name=BUDGET_NAMES, body=BUDGET_BODIES)
     def case(name: str, body: bytes) -> None:
-        nonlocal conn
         if name in BUDGET_USERS:
             return
         path = f"/services/{SERVICE}/api/v1/budgets/" + urllib.parse.quote(name, safe="")
-        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
-        try:
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
-        except (http.client.HTTPException, ConnectionError):
-            conn.close()
-            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=30)
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
+        resp = client.send("POST", path, body)
         raw = resp.read()
         tally.add(resp.status)
         assert 400 <= resp.status < 500, (resp.status, name, body[:100], raw[:300])

@@ -6,9 +6,7 @@ never a 5xx or a traceback in the hub's log; no pod is created and no server is 
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.parse
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ from hypothesis import strategies as st
 from tests.hub.conftest import NAMESPACE, SLICES, hub_spawner_config
 from tests.mutate import paths, replaced
 
-from .conftest import LogWatch, Tally, report, seeded
+from .conftest import HubClient, LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
 USER = "fuzz-options"
@@ -87,23 +85,13 @@ def bodies(draw: Any) -> bytes:
 
 def test_the_spawn_api_refuses_malformed_user_options_with_a_4xx(hub, local_cluster):
     token = hub.user_token(USER)
-    u = urllib.parse.urlparse(hub.url)
     path = f"/hub/api/users/{USER}/server"
-    conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=60)
+    client = HubClient(hub.url, token, timeout=60)
     watch = LogWatch(hub.hub_log)
     tally = Tally("spawner user_options")
 
     def post(body: bytes) -> tuple[int, bytes]:
-        nonlocal conn
-        headers = {"Authorization": f"token {token}", "Content-Type": "application/json"}
-        try:
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
-        except (http.client.HTTPException, ConnectionError):
-            conn.close()
-            conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80, timeout=60)
-            conn.request("POST", path, body=body, headers=headers)
-            resp = conn.getresponse()
+        resp = client.send("POST", path, body)
         return resp.status, resp.read()
 
     @seeded
@@ -119,7 +107,7 @@ def test_the_spawn_api_refuses_malformed_user_options_with_a_4xx(hub, local_clus
     try:
         case()
     finally:
-        conn.close()
+        client.conn.close()
         model = hub.api("GET", f"/users/{USER}")[1]
         if model.get("servers"):  # an accepted body: stop what it started before failing
             hub.api("DELETE", f"/users/{USER}/server")
