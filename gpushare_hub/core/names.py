@@ -60,6 +60,9 @@ MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
 # Set by GPUShareSpawner: where the server reaches the hub service (its api/v1/me). The start-up
 # hook, which may import nothing of ours, spells it again (a unit test keeps them equal).
 SERVICE_URL_ENV = "GPUSHARE_SERVICE_URL"
+# A server the hub service parked on a CPU-only profile: which slice went back, as JSON
+# ({"slice", "units", "idle_seconds"}), so that JupyterLab's status bar can say so.
+RETURNED_ENV = "GPUSHARE_RETURNED"
 
 # --- On events -----------------------------------------------------------------------------
 # The card an event is about (the device plugin's Warnings).

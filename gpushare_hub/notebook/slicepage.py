@@ -24,7 +24,7 @@ from tornado import web
 
 from .hubclient import HubMe
 from .sliceinfo import SliceInfo, as_json, read_slice, render_html
-from .status import status_document
+from .status import returned_slice, status_document
 
 PATH = "gpushare"
 HUB_SETTING = "gpushare_hub_me"  # the web app's setting that holds this process's HubMe
@@ -66,7 +66,8 @@ class StatusApiHandler(JupyterHandler):
         problem = ""
         if info.has_gpu:
             hub, problem = await self.settings[HUB_SETTING].read(os.environ)
-        doc = status_document(info, hub, problem, os.environ.get("JUPYTERHUB_SERVER_NAME", ""))
+        server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+        doc = status_document(info, hub, problem, server, returned_slice(os.environ))
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(doc))

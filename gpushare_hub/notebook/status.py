@@ -11,10 +11,11 @@ missing or odd one only drops that part of the text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpushare_hub.core.names import SERVICE_URL_ENV
+from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.usage import NOT_MEASURED
 
 from .sliceinfo import SliceInfo, as_json
@@ -86,12 +87,46 @@ def short(problem: str) -> str:
     return problem.split(":", 1)[0]
 
 
+def returned_slice(env: Mapping[str, str]) -> Mapping[str, Any]:
+    """What ``$GPUSHARE_RETURNED`` says went back when the hub service parked this server on a
+    CPU-only profile (empty when it did not, or the value is not the spawner's)."""
+    raw = env.get(RETURNED_ENV, "")
+    if not raw or len(raw) > 1000:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    value = _mapping(value)
+    units, idle = _count(value.get("units")), _count(value.get("idle_seconds"))
+    if units is None or idle is None:
+        return {}
+    return {"slice": _text(value.get("slice")), "units": units, "idle_seconds": idle}
+
+
+def returned_words(returned: Mapping[str, Any]) -> str:
+    """``your 5 GiB slice went back after 2.0 h idle on the GPU: start it again from the spawn page``."""
+    if not returned:
+        return ""
+    hours = returned["idle_seconds"] / 3600
+    idle = f"{hours:.1f} h" if hours >= 1 else f"{returned['idle_seconds'] // 60:g} min"
+    return (
+        f"your {returned['units']:g} GiB slice went back after {idle} idle on the GPU: start it "
+        "again from the spawn page"
+    )
+
+
 def status_text(
-    info: SliceInfo, allocation: Mapping[str, Any] | None, problem: str, hub: Mapping[str, Any] | None = None
+    info: SliceInfo,
+    allocation: Mapping[str, Any] | None,
+    problem: str,
+    hub: Mapping[str, Any] | None = None,
+    returned: Mapping[str, Any] | None = None,
 ) -> str:
     """One line for the status bar."""
     if not info.has_gpu:
-        return "no GPU slice"
+        words = returned_words(returned or {})
+        return f"no GPU slice · {words}" if words else "no GPU slice"
     units = _count((allocation or {}).get("units"))
     size = (
         f"{info.slice_gib} GiB"
@@ -157,9 +192,13 @@ def idle_problem(allocation: Mapping[str, Any] | None) -> str:
 
 
 def status_document(
-    info: SliceInfo, hub: Mapping[str, Any] | None, problem: str, server_name: str
+    info: SliceInfo,
+    hub: Mapping[str, Any] | None,
+    problem: str,
+    server_name: str,
+    returned: Mapping[str, Any] | None = None,
 ) -> dict[str, object]:
-    """The answer of ``gpushare/api/status``."""
+    """The answer of ``gpushare/api/status``; ``returned``: :func:`returned_slice`."""
     allocation = pick_allocation(hub, server_name) if info.has_gpu else None
     if info.has_gpu and hub is not None and allocation is None and not problem:
         problem = (
@@ -172,5 +211,5 @@ def status_document(
         "hub": dict(hub) if hub is not None else None,
         "allocation": dict(allocation) if allocation is not None else None,
         "problem": problem,
-        "text": status_text(info, allocation, problem, hub),
+        "text": status_text(info, allocation, problem, hub, returned),
     }

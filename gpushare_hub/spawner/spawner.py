@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import time
 import zoneinfo
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -26,7 +27,7 @@ from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.budget import WINDOWS, Budget, limit_for, refusal, spend_line, window_bounds
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
-from gpushare_hub.core.names import SERVICE_URL_ENV
+from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
@@ -656,6 +657,10 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         env: dict[str, str] = super().get_env()
         if self.service_url:
             env[SERVICE_URL_ENV] = self.service_url
+        options: Any = getattr(self, "user_options", None)
+        ret: Any = options.get(RETURNED_KEY) if isinstance(options, dict) else None
+        if ret is not None and not returned_problem(ret):  # checked at load_user_options too
+            env[RETURNED_ENV] = json.dumps(ret)
         return env
 
     async def get_pod_manifest(self) -> V1Pod:

@@ -17,7 +17,7 @@ from tornado.netutil import bind_sockets
 from gpushare_hub.notebook import build, install
 from gpushare_hub.notebook.hubclient import HubMe
 from gpushare_hub.notebook.sliceinfo import as_json, read_slice, render_html
-from gpushare_hub.notebook.status import me_url, pick_allocation, status_document, status_text
+from gpushare_hub.notebook.status import me_url, pick_allocation, returned_slice, status_document, status_text
 
 ALLOCATE_ENV = {
     "JUPYTERHUB_USER": "alice",
@@ -367,3 +367,22 @@ def test_a_spent_budget_leads_the_status_line_and_the_panel_says_when_it_resets(
     assert status_document(SLICE, fine, "", "")["text"].startswith("GPU 3.1 / 5 GiB")
     odd = {**spent, "budget": {"spent": "yes", "overrun": 5}}  # another process's JSON: types checked
     assert status_document(SLICE, odd, "", "")["problem"] == ""
+
+
+def test_a_parked_server_says_which_slice_went_back_and_ignores_a_note_that_is_not_the_spawners():
+    env = {"GPUSHARE_RETURNED": json.dumps({"slice": "t4-5g", "units": 5, "idle_seconds": 7300})}
+    returned = returned_slice(env)
+    doc = status_document(read_slice({}), None, "", "", returned)
+    assert doc["text"] == (
+        "no GPU slice · your 5 GiB slice went back after 2.0 h idle on the GPU: start it again from the "
+        "spawn page"
+    )
+    short = returned_slice(
+        {"GPUSHARE_RETURNED": json.dumps({"slice": "t4-5g", "units": 5, "idle_seconds": 600})}
+    )
+    assert status_text(read_slice({}), None, "", None, short).endswith(
+        "after 10 min idle on the GPU: start it again from the spawn page"
+    )
+    for bad in ("", "not json", json.dumps([1]), json.dumps({"units": -1, "idle_seconds": 5}), "x" * 2000):
+        assert returned_slice({"GPUSHARE_RETURNED": bad}) == {}
+    assert status_document(read_slice({}), None, "", "", {})["text"] == "no GPU slice"

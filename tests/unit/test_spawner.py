@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -111,6 +112,9 @@ async def test_after_a_park_the_form_says_which_slice_went_back_and_has_it_chose
     sp = make(ledger=ledger_with(), profile_list=[{"display_name": "CPU only", "slug": "cpu"}])
     returned = {"slice": "t4-5g", "units": 5, "idle_seconds": 7200}
     await start_options(sp, {"profile": "cpu", "gpushare_returned": returned})  # what the service sends
+    # The parked server is told which slice went back (JupyterLab's status bar says so).
+    assert json.loads(sp.get_env()["GPUSHARE_RETURNED"]) == returned
+    assert "GPUSHARE_RETURNED" not in make().get_env()
     form = await sp.get_options_form()
     assert 'id="gpushare-returned"' in form and "was returned after 2.0 h idle on the GPU" in form
     assert "Tesla T4 · 5 GiB &lt;b&gt;fast&lt;/b&gt; slice" in form  # escaped
