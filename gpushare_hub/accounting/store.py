@@ -44,6 +44,13 @@ CREATE TABLE IF NOT EXISTS budget_actions (
 
 
 COLUMNS = 'key, user, gib, start, "end", server, slice, model, created, groups'
+# Columns added to the first schema of ``held``, and how (see BudgetStore._add_columns).
+ADDED_COLUMNS = (
+    ("slice", "TEXT NOT NULL DEFAULT ''"),
+    ("model", "TEXT NOT NULL DEFAULT ''"),
+    ("created", "REAL"),
+    ("groups", "TEXT NOT NULL DEFAULT '[]'"),
+)
 
 
 def _held(row: Sequence[Any]) -> Held:
@@ -77,6 +84,14 @@ class BudgetStore:
                 # Readers (the spawner) never wait for the writer (the service), nor it for them.
                 self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
+            self._add_columns()
+
+    def _add_columns(self) -> None:
+        """A file from before the history's columns (slice, model, created, groups) gains them."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(held)")}
+        for column, kind in ADDED_COLUMNS:
+            if column not in have:
+                self._db.execute(f"ALTER TABLE held ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self._db.close()
@@ -220,6 +235,11 @@ class BudgetStore:
         """A stable stand-in for ``user``: the same in every export from this database, and
         not to be turned back into the name without the database's own secret."""
         return "user-" + hmac.new(self._secret(), user.encode(), hashlib.sha256).hexdigest()[:12]
+
+    def server_pseudonym(self, user: str, server: str) -> str:
+        """A stable stand-in for ``user``'s named server ``server`` (users choose those names)."""
+        digest = hmac.new(self._secret(), f"{user}/{server}".encode(), hashlib.sha256).hexdigest()
+        return "server-" + digest[:8]
 
     def _secret(self) -> bytes:
         if self._key is None:

@@ -2,7 +2,7 @@
 planning: one row per placement, in JSON or CSV, user names replaced by pseudonyms unless asked.
 
 The rows come from the GiB·h book (:class:`~gpushare_hub.core.budget.Held`); this module only
-shapes them. Keys and CSV columns are a contract (``gpushare-replay --history`` reads them).
+shapes them. Keys and CSV columns are a contract: planning tools read them.
 """
 
 from __future__ import annotations
@@ -43,10 +43,14 @@ def _iso(seconds: float | None) -> str | None:
 
 
 def history_rows(
-    held: Iterable[Held], now: float, name: Callable[[str], str] = lambda user: user
+    held: Iterable[Held],
+    now: float,
+    name: Callable[[str], str] = lambda user: user,
+    server_name: Callable[[str, str], str] = lambda user, server: server,
 ) -> list[dict[str, Any]]:
-    """One row per placement; a slice still held has ``end`` null and is counted up to ``now``.
-    ``name``: what stands for a user (a pseudonym, or the name itself)."""
+    """One row per placement, whole (not clipped to a range); a slice still held has ``end``
+    null and is counted up to ``now``. ``name``: what stands for a user (a pseudonym, or the
+    name itself); ``server_name``: for a user's named server (users choose those names)."""
     rows = []
     for h in held:
         wait = None if h.created is None else max(0.0, h.start - h.created)
@@ -54,7 +58,7 @@ def history_rows(
             {
                 "user": name(h.user),
                 "groups": sorted(h.groups),
-                "server": h.server,
+                "server": server_name(h.user, h.server) if h.server else "",
                 "slice": h.slice,
                 "gib": h.gib,
                 "model": h.model,

@@ -35,6 +35,7 @@ class Condition:
     status: str = ""
     reason: str = ""
     message: str = ""
+    last_transition: str = ""  # RFC 3339: when it took its status (PodScheduled True: the bind)
 
 
 @dataclass(frozen=True)

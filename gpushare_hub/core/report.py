@@ -50,7 +50,8 @@ class PodRow:
     reason: str = ""
     slice: str = ""  # the hub's catalogue slug, when the spawner wrote one
     since: str = ""  # RFC 3339 UTC: when the card was assigned (else the pod started or was made)
-    created: str = ""  # RFC 3339 UTC: when the pod was made (a spawn's wait is since - created)
+    created: str = ""  # RFC 3339 UTC: when the pod was made
+    scheduled: str = ""  # RFC 3339 UTC: when it was bound to its node ("" while unknown)
     used_mib: int | None = None  # GPU memory its processes hold on the card (None: not measured)
     sm_util: int | None = None  # percent of the card's SMs its processes keep busy (None: not measured)
     idle_since: int | None = None  # Unix seconds it has been idle on the GPU from (None: active, or unknown)
@@ -225,6 +226,14 @@ def _since(pod: PodObject) -> str:
     return pod.start_time or pod.creation_timestamp
 
 
+def _scheduled(pod: PodObject) -> str:
+    """When the pod was bound: its PodScheduled=True condition's transition ("" without one)."""
+    for cond in pod.conditions:
+        if cond.type == "PodScheduled" and cond.status == "True":
+            return cond.last_transition
+    return ""
+
+
 def _unreadable(key: str, err: Exception) -> str:
     """A warning for a pod that could not be read: our errors name the pod already."""
     return str(err) if isinstance(err, GPUShareError) else f"pod {key}: {err}"
@@ -274,6 +283,7 @@ def pod_facts(
         slice=ann.get(SLICE_ANNOTATION, ""),
         since=_since(pod),
         created=pod.creation_timestamp,
+        scheduled=_scheduled(pod),
     )
     return PodFacts(key=key, node=node, row=row, pending=None if node else _pending(pod, demand, message))
 

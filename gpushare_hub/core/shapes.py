@@ -177,10 +177,11 @@ def read_pod(obj: object, path: str = "Pod") -> PodObject:
     conditions = []
     for i, cond in enumerate(_list(status.get("conditions"), f"{path}.status.conditions", MAX_CONDITIONS)):
         c = _required(cond, f"{path}.status.conditions[{i}]")
-        for key in ("type", "status", "reason"):
+        for key in ("type", "status", "reason", "lastTransitionTime"):
             _string(c.get(key), f"{path}.status.conditions[{i}].{key}")
         _string(c.get("message"), f"{path}.status.conditions[{i}].message", 32 * 1024)
-        conditions.append(Condition(*(_str(c.get(k)) for k in ("type", "status", "reason", "message"))))
+        keys = ("type", "status", "reason", "message", "lastTransitionTime")
+        conditions.append(Condition(*(_str(c.get(k)) for k in keys)))
     return PodObject(
         name=_str(meta.get("name")),
         namespace=_str(meta.get("namespace")),

@@ -1119,8 +1119,13 @@ class HistoryHandler(BaseHandler):
         until = query.get("until", now + 1)
         real = query.get("names") == "real"
         store = keeper.store
+        if since >= until:
+            raise web.HTTPError(400, "since is not before until: give a range that is not empty")
         held = store.intervals(float(since), float(until))
-        rows = history_rows(held, now, str if real else store.pseudonym)
+        if real:
+            rows = history_rows(held, now)
+        else:
+            rows = history_rows(held, now, store.pseudonym, store.server_pseudonym)
         if real:
             log.info(
                 "%s exported the history of slices held with real user names", self.current_user.get("name")

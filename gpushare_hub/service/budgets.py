@@ -77,6 +77,14 @@ def _epoch(since: str, now: float) -> float:
         return now
 
 
+def _parsed(when: str) -> float | None:
+    """An RFC 3339 time as Unix seconds; None when there is none or it cannot be read."""
+    try:
+        return datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() if when else None
+    except ValueError:
+        return None
+
+
 def held_now(
     allocations: Iterable[Mapping[str, Any]],
     now: float,
@@ -91,11 +99,15 @@ def held_now(
         if not a.get("hub_user"):
             continue
         user = str(a["hub_user"])
-        start = _epoch(str(a.get("since") or ""), now)
+        # Held from the bind (the API server's PodScheduled time); else from when the card was
+        # handed out, the pod started or was made (``since``).
+        scheduled = _parsed(str(a.get("scheduled") or ""))
+        start = scheduled if scheduled is not None else _epoch(str(a.get("since") or ""), now)
         key = f"{a['namespace']}/{a['pod']}@{int(start)}"
         prior = held.get(key)
         gib = float(a["units"]) + (prior.gib if prior else 0.0)
-        created = _epoch(str(a["created"]), now) if a.get("created") else None
+        # The spawn's wait (start - created) only where the bind time is known.
+        created = _parsed(str(a.get("created") or "")) if scheduled is not None else None
         held[key] = Held(
             key,
             user,

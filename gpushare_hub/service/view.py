@@ -178,6 +178,7 @@ def _alloc(
         "units": pod.units,
         "since": pod.since,
         "created": pod.created,
+        "scheduled": pod.scheduled,
         "started": srv.started if srv else "",
         "last_activity": last,
         "idle_seconds": idle_seconds(last, now),

@@ -27,9 +27,15 @@ ROUTES = [
     "",
     "api/v1/nothing",
 ]
-KEYS = st.sampled_from(["node", "model", "user", "refresh", "x", "node[]", ""]) | st.text(max_size=20)
-VALUES = st.sampled_from(["nb-1", "Tesla-T4", "alice", "5", "0", "99999", "-1", "\x00", "a" * 300]) | st.text(
-    max_size=40
+KEYS = st.sampled_from(
+    ["node", "model", "user", "refresh", "x", "node[]", "", "format", "names", "since", "until"]
+) | st.text(max_size=20)
+VALUES = (
+    st.sampled_from(
+        ["nb-1", "Tesla-T4", "alice", "5", "0", "99999", "-1", "\x00", "a" * 300, "csv", "json", "real"]
+    )
+    | st.sampled_from(["pseudonyms", "9999-12-31T23:59:59-23:59", "0001-01-01", "2026-11-01", "2026-13-01"])
+    | st.text(max_size=40)
 )
 queries = st.lists(st.tuples(KEYS, VALUES), max_size=3).map(
     lambda pairs: urllib.parse.urlencode(pairs, quote_via=urllib.parse.quote)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import datetime
 from typing import Any
 
 from tests.conftest import wait_for
 
-from .conftest import SERVICE, SERVICE_ADMIN, start_server, stop_server
+from .conftest import SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
 from .test_service import keep
 
 
@@ -32,7 +33,18 @@ def test_a_real_spawn_and_stop_are_recorded_and_exported_under_a_pseudonym(
         assert wait_for(lambda: mine(history(hub, admin, "?names=real")[1]), timeout=60), "not recorded"
         (row,) = mine(history(hub, admin, "?names=real")[1])
         assert row["end"] is None and row["gib"] == 5 and row["model"] == "Tesla-T4", row
-        assert row["wait_seconds"] is not None and row["created"] <= row["start"], row
+        # Held from the bind, and the wait is the pod's own record: bound less made.
+        pod = pod_of(local_cluster, user)
+        assert pod is not None
+        (bound,) = [
+            c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"
+        ]
+        assert row["created"] == pod["metadata"]["creationTimestamp"] and row["start"] == bound, (row, pod)
+        made = datetime.fromisoformat(row["created"].replace("Z", "+00:00"))
+        assert (
+            row["wait_seconds"]
+            == (datetime.fromisoformat(bound.replace("Z", "+00:00")) - made).total_seconds()
+        )
     finally:
         stop_server(hub, local_cluster, user)
     assert wait_for(lambda: mine(history(hub, admin, "?names=real")[1])[0]["end"], timeout=60), "not closed"
@@ -63,5 +75,7 @@ def test_a_real_spawn_and_stop_are_recorded_and_exported_under_a_pseudonym(
     ):
         status, body = history(hub, admin, query)
         assert status == 400 and words in body["message"], (query, status, body)
-    status, doc = history(hub, admin, "?until=2000-01-01")
+    status, doc = history(hub, admin, "?since=1999-01-01&until=2000-01-01")
     assert status == 200 and doc["rows"] == []
+    status, body = history(hub, admin, "?since=2026-12-01&until=2026-11-01")
+    assert status == 400 and "since is not before until" in body["message"], (status, body)

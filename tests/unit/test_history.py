@@ -19,10 +19,10 @@ pytestmark = pytest.mark.unit
 T0 = 1_795_000_000.0  # 2026-11-18T...Z
 
 
-def alloc(pod: str, uuid: str, units: int, since: str, created: str, user: str = "alice") -> dict:
+def alloc(pod: str, uuid: str, units: int, scheduled: str, created: str, user: str = "alice") -> dict:
     return {
         "hub_user": user, "namespace": "hub", "pod": pod, "server": "", "slice": "t4-5g", "units": units,
-        "card_uuid": uuid, "since": since, "created": created,
+        "card_uuid": uuid, "since": "2026-11-26T10:05:00Z", "created": created, "scheduled": scheduled,
     }  # fmt: skip
 
 
@@ -46,6 +46,7 @@ def test_the_book_records_slice_model_wait_and_groups_beside_the_figures(tmp_pat
         r["server"] + r["user"]: r for r in history_rows(stored.values(), now=stored["alice"].start + 3600)
     }
     alice, bob = rows["alice"], rows["bob"]
+    # Held from the bind, not from when the card was handed out (since, at the container's start).
     assert alice["wait_seconds"] == 40 and alice["waited"] is True  # 40 s for a card
     assert bob["wait_seconds"] == 2 and bob["waited"] is False
     assert alice["end"] is None and alice["held_seconds"] == 3600 and alice["gib"] == 5
@@ -78,3 +79,46 @@ def test_the_csv_has_the_columns_and_no_cell_a_spreadsheet_would_run() -> None:
         and rows[0]["user"] == "user-alice"
     )
     assert rows[1]["end"] == "" and rows[1]["wait_seconds"] == "" and rows[1]["held_seconds"] == "60.0"
+
+
+def test_a_book_from_before_the_history_gains_its_columns_and_keeps_its_rows(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "state.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(
+        """CREATE TABLE held (key TEXT PRIMARY KEY, user TEXT NOT NULL, server TEXT NOT NULL,
+        gib REAL NOT NULL, start REAL NOT NULL, seen REAL NOT NULL, "end" REAL);
+        INSERT INTO held VALUES ('hub/p@1', 'alice', '', 5, 1000, 2000, NULL);"""
+    )
+    old.commit()
+    old.close()
+    book = BudgetStore(path)
+    (h,) = book.intervals(0, 1e10)
+    assert (h.user, h.gib, h.start, h.end, h.model, h.groups, h.created) == (
+        "alice",
+        5,
+        1000,
+        None,
+        "",
+        (),
+        None,
+    )
+    book.observe([Held("hub/q@3000", "bob", 7, 3000, model="Tesla-T4", groups=("g",))], now=3010, gap=90)
+    assert {x.user: x.model for x in book.intervals(0, 1e10)} == {"alice": "", "bob": "Tesla-T4"}
+
+
+def test_pseudonymous_rows_hide_named_servers_too(tmp_path: Path) -> None:
+    book = BudgetStore(tmp_path / "state.sqlite")
+    held = [Held("hub/p@1", "alice", 5, T0, None, "alice-thesis"), Held("hub/q@1", "alice", 5, T0, None, "")]
+    rows = history_rows(held, T0 + 60, book.pseudonym, book.server_pseudonym)
+    assert rows[0]["server"].startswith("server-") and "alice" not in str(rows)
+    assert rows[0]["server"] == book.server_pseudonym("alice", "alice-thesis") and rows[1]["server"] == ""
+
+
+def test_without_a_bind_time_a_slice_counts_from_since_and_its_wait_is_unknown() -> None:
+    a = {**alloc("p", "GPU-a", 5, "", "2026-11-26T10:00:00Z"), "scheduled": ""}
+    (h,) = held_now([a], now=T0)
+    assert h.start == 1_795_687_200.0 + 300 and h.created is None  # since: 10:05
+    (row,) = history_rows([h], now=h.start + 60)
+    assert row["wait_seconds"] is None and row["waited"] is None
