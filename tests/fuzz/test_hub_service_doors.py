@@ -146,6 +146,7 @@ def test_budget_additions_answer_every_body_and_name_without_a_5xx_and_add_nothi
     client = HubClient(hub.url, token)
     watch = LogWatch(hub.hub_log)
     tally = Tally(f"hub service budget additions as {who}")
+    before = added(hub, admin)
 
     @seeded
     @given(name=BUDGET_NAMES, body=BUDGET_BODIES)
@@ -167,5 +168,11 @@ def test_budget_additions_answer_every_body_and_name_without_a_5xx_and_add_nothi
     report(tally.line(tracebacks))
     assert tracebacks == 0, text[text.find("Traceback") :][:3000]
     assert "'s GPU budget for the" not in text  # the service logs every addition
+    assert added(hub, admin) == before, "a refused addition changed someone's budget"
+
+
+def added(hub, admin: str) -> dict[str, float]:
+    """What admins added to each user's window so far (other tests of the session add some)."""
     status, doc = hub.request("GET", f"{hub.url}/services/{SERVICE}/api/v1/budgets", admin)
-    assert status == 200 and not any(row["added_gib_hours"] for row in doc["users"]), doc
+    assert status == 200, (status, doc)
+    return {row["user"]: row["added_gib_hours"] for row in doc["users"]}
