@@ -34,7 +34,7 @@ from gpushare_hub.core.budget import (
     window_bounds,
 )
 
-from .returner import EventPoster, HubAPI
+from .returner import EventPoster, HubAPI, start_when_stopped, stop_server
 
 log = logging.getLogger("gpushare.service.budgets")
 
@@ -68,15 +68,6 @@ class BudgetRule:
         return limit_for(self.per_user, self.per_group, groups)
 
 
-def _epoch(since: str, now: float) -> float:
-    if not since:
-        return now
-    try:
-        return datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return now
-
-
 def _parsed(when: str) -> float | None:
     """An RFC 3339 time as Unix seconds; None when there is none or it cannot be read."""
     try:
@@ -102,7 +93,8 @@ def held_now(
         # Held from the bind (the API server's PodScheduled time); else from when the card was
         # handed out, the pod started or was made (``since``).
         scheduled = _parsed(str(a.get("scheduled") or ""))
-        start = scheduled if scheduled is not None else _epoch(str(a.get("since") or ""), now)
+        since = _parsed(str(a.get("since") or ""))
+        start = scheduled if scheduled is not None else since if since is not None else now
         key = f"{a['namespace']}/{a['pod']}@{int(start)}"
         prior = held.get(key)
         gib = float(a["units"]) + (prior.gib if prior else 0.0)
@@ -305,38 +297,10 @@ class BudgetKeeper:
     async def _return_server(self, user: str, server: str) -> bool:
         """Stop (and for park, start again on the CPU profile) one server; False when the hub
         refused to stop it."""
-        if self.hub is None:
+        if self.hub is None or not await stop_server(self.hub, user, server, "budget_action"):
             return False
-        status, body = await self.hub.stop(user, server)
-        if status not in (202, 204):
-            log.error(
-                "the hub refused to stop %s's server %r (HTTP %d: %s); the slice stays. The service's "
-                "role needs the 'servers' scope (configure_hub grants it when budget_action stops or parks).",
-                user,
-                server,
-                status,
-                (body or {}).get("message") if isinstance(body, dict) else body,
-            )
-            return False
-        if self.rule.action != PARK:
-            return True
-        for _ in range(300):
-            if await self.hub.running(user, server) is False:
-                break
-            await asyncio.sleep(1)
-        else:
-            log.error("%s's server %r did not stop in 300 s; not started on the CPU profile", user, server)
-            return True
-        status, body = await self.hub.start(user, server, {"profile": self.rule.park_profile})
-        if status not in (201, 202):
-            log.error(
-                "the hub refused to start %s's server %r on profile %r (HTTP %d: %s)",
-                user,
-                server,
-                self.rule.park_profile,
-                status,
-                (body or {}).get("message") if isinstance(body, dict) else body,
-            )
+        if self.rule.action == PARK:
+            await start_when_stopped(self.hub, user, server, {"profile": self.rule.park_profile}, 300)
         return True
 
     # ---- the admins' view ----------------------------------------------------------------------

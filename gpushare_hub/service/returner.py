@@ -90,6 +90,60 @@ class HubAPI:
         return isinstance(servers, dict) and server in servers
 
 
+def _message(body: Any) -> Any:
+    return (body or {}).get("message") if isinstance(body, dict) else body
+
+
+async def stop_server(hub: Any, user: str, server: str, rule: str) -> bool:
+    """Ask the hub to stop ``user``'s ``server``; False (and an error naming the missing scope)
+    when it refuses. ``rule``: the setting that made the service stop it, for the message."""
+    status, body = await hub.stop(user, server)
+    if status in (202, 204):
+        return True
+    log.error(
+        "the hub refused to stop %s's server %r (HTTP %d: %s); the slice stays. The service's role "
+        "needs the 'servers' scope (configure_hub grants it when %s stops or parks).",
+        user,
+        server,
+        status,
+        _message(body),
+        rule,
+    )
+    return False
+
+
+async def start_when_stopped(
+    hub: Any, user: str, server: str, options: Mapping[str, Any], timeout: float
+) -> bool:
+    """Once the hub says ``server`` stopped (``timeout`` seconds at most), start it again with
+    ``options`` (a CPU-only profile); whether the hub started it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await hub.running(user, server) is False:
+            break
+        await asyncio.sleep(1)
+    else:
+        log.error(
+            "%s's server %r did not stop in %.0f s; not started on the CPU profile", user, server, timeout
+        )
+        return False
+    status, body = await hub.start(user, server, options)
+    if status in (201, 202):
+        log.info(
+            "started %s's server %r again on the CPU-only profile %r", user, server, options.get("profile")
+        )
+        return True
+    log.error(
+        "the hub refused to start %s's server %r on profile %r (HTTP %d: %s)",
+        user,
+        server,
+        options.get("profile"),
+        status,
+        _message(body),
+    )
+    return False
+
+
 class IdleReturner:
     def __init__(
         self,
@@ -164,17 +218,7 @@ class IdleReturner:
         )
         log.warning("%s", self._numbers(s, what))
         await self._event(s, RETURNED_REASON, s.words(now))
-        status, body = await self.hub.stop(s.user, s.server)
-        if status not in (202, 204):
-            log.error(
-                "the hub refused to stop %s's server %r (HTTP %d: %s); the slice stays. The "
-                "service's role needs the 'servers' scope (configure_hub grants it when an idle "
-                "action stops or parks).",
-                s.user,
-                s.server,
-                status,
-                (body or {}).get("message") if isinstance(body, dict) else body,
-            )
+        if not await stop_server(self.hub, s.user, s.server, "an idle action"):
             return
         if s.action == STOP:
             self._record(s, "stopped", now)
@@ -187,32 +231,8 @@ class IdleReturner:
 
     async def _restart_on_cpu(self, s: IdleState) -> None:
         try:
-            deadline = time.monotonic() + self.stop_timeout
-            while time.monotonic() < deadline:
-                if await self.hub.running(s.user, s.server) is False:
-                    break
-                await asyncio.sleep(1)
-            else:
-                log.error(
-                    "%s's server did not stop in %.0f s; not started on the CPU profile",
-                    s.user,
-                    self.stop_timeout,
-                )
-                return
             returned = {"slice": s.slice, "units": s.units, "idle_seconds": s.idle_seconds}
             options = {"profile": self.rule.park_profile, "gpushare_returned": returned}
-            status, body = await self.hub.start(s.user, s.server, options)
-            if status in (201, 202):
-                log.info(
-                    "started %s's server again on the CPU-only profile %r", s.user, self.rule.park_profile
-                )
-            else:
-                log.error(
-                    "the hub refused to start %s's server on profile %r (HTTP %d: %s)",
-                    s.user,
-                    self.rule.park_profile,
-                    status,
-                    (body or {}).get("message") if isinstance(body, dict) else body,
-                )
+            await start_when_stopped(self.hub, s.user, s.server, options, self.stop_timeout)
         finally:
             self._parking.discard((s.user, s.server))
