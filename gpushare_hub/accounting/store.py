@@ -21,10 +21,11 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
 
-from gpushare_hub.core.budget import Held, gib_hours
+from gpushare_hub.core.budget import Budget, Held, gib_hours, window_bounds
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS held (
@@ -169,6 +170,19 @@ class BudgetStore:
     def used(self, user: str, start: float, end: float, now: float) -> float:
         """GiB·h ``user`` held within ``[start, end)``, open intervals counted up to ``now``."""
         return gib_hours(self.intervals(start, end, user), start, end, now)
+
+    def budget(self, user: str, limit: float, window: str, tz: tzinfo, now: float) -> Budget:
+        """``user``'s budget of ``limit`` GiB·h in the ``window`` (day, week, month) holding
+        ``now``: what they used and what admins added there (the spawner and the service both)."""
+        start, end = window_bounds(now, window, tz)
+        return Budget(
+            window,
+            start,
+            end,
+            limit=limit,
+            used=self.used(user, start, end, now),
+            added=self.added(user, start),
+        )
 
     def used_by_user(self, start: float, end: float, now: float) -> dict[str, float]:
         by_user: dict[str, list[Held]] = {}

@@ -898,7 +898,11 @@ class MeHandler(BaseHandler):
         spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
         doc = me_document(ledger, name, free, spawn)
         add_queue_places(doc, self.cluster, getattr(svc, "releases", None))
-        doc["budget"] = svc.budgets.document(name, groups) if svc.budget_rule.configured else None
+        doc["budget"] = (
+            self.cluster.recent(("budget", name, tuple(groups)), lambda: svc.budgets.document(name, groups))
+            if svc.budget_rule.configured
+            else None
+        )
         self.send(add_idle_returns(doc, svc, ledger, groups, name))
 
 

@@ -152,15 +152,7 @@ class BudgetKeeper:
         if limit is None:
             return None
         now = self.clock() if now is None else now
-        start, end = self.window(now)
-        return Budget(
-            self.rule.window,
-            start,
-            end,
-            limit=limit,
-            used=self.store.used(user, start, end, now),
-            added=self.store.added(user, start),
-        )
+        return self.store.budget(user, limit, self.rule.window, self.tz, now)
 
     def overrun(self, user: str, budget: Budget) -> Overrun | None:
         """The warning already given about ``user``'s spent budget, if any."""

@@ -25,7 +25,7 @@ from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, TraitErr
 from gpushare_hub.core import Demand, PodObject, ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
-from gpushare_hub.core.budget import WINDOWS, Budget, limit_for, refusal, spend_line, window_bounds
+from gpushare_hub.core.budget import WINDOWS, Budget, limit_for, refusal, spend_line
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.releases import ReleaseHistory
@@ -540,18 +540,9 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         stores = type(self)._budget_stores
         if self.budget_db not in stores:
             stores[self.budget_db] = BudgetStore(self.budget_db)
-        store = stores[self.budget_db]
+        store: BudgetStore = stores[self.budget_db]
         now = time.time() if now is None else now
-        start, end = window_bounds(now, self.quota_gib_hours_window, self._budget_zone())
-        user = str(self.user.name)
-        return Budget(
-            self.quota_gib_hours_window,
-            start,
-            end,
-            limit=limit,
-            used=store.used(user, start, end, now),
-            added=store.added(user, start),
-        )
+        return store.budget(str(self.user.name), limit, self.quota_gib_hours_window, self._budget_zone(), now)
 
     def _budget_banner(self, catalogue: Catalogue, groups: list[str], preferred: str) -> str:
         """The form's budget line, priced for the slice the form selects (or the first GPU
