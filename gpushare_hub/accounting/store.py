@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS held (
     key TEXT PRIMARY KEY, user TEXT NOT NULL, server TEXT NOT NULL, gib REAL NOT NULL,
     start REAL NOT NULL, seen REAL NOT NULL, "end" REAL,
     slice TEXT NOT NULL DEFAULT '', model TEXT NOT NULL DEFAULT '', created REAL,
-    groups TEXT NOT NULL DEFAULT '[]');
+    groups TEXT NOT NULL DEFAULT '[]', idle_seconds REAL);
 CREATE INDEX IF NOT EXISTS held_user ON held (user, start);
 CREATE TABLE IF NOT EXISTS budget_added (
     user TEXT NOT NULL, window_start REAL NOT NULL, gib_hours REAL NOT NULL, by TEXT NOT NULL,
@@ -44,25 +44,34 @@ CREATE TABLE IF NOT EXISTS budget_actions (
 """
 
 
-COLUMNS = 'key, user, gib, start, "end", server, slice, model, created, groups'
+COLUMNS = 'key, user, gib, start, "end", server, slice, model, created, groups, idle_seconds'
 # Columns added to the first schema of ``held``, and how (see BudgetStore._add_columns).
 ADDED_COLUMNS = (
     ("slice", "TEXT NOT NULL DEFAULT ''"),
     ("model", "TEXT NOT NULL DEFAULT ''"),
     ("created", "REAL"),
     ("groups", "TEXT NOT NULL DEFAULT '[]'"),
+    ("idle_seconds", "REAL"),
 )
 
 
 def _held(row: Sequence[Any]) -> Held:
     """A row of COLUMNS as the interval it records."""
-    key, user, gib, start, end, server, slice_, model, created, groups = row
+    key, user, gib, start, end, server, slice_, model, created, groups, idle = row
     try:
         names = json.loads(groups)
     except ValueError:
         names = []
     group_names = tuple(str(g) for g in names) if isinstance(names, list) else ()
-    return Held(key, user, gib, start, end, server, slice_, model, created, group_names)
+    return Held(key, user, gib, start, end, server, slice_, model, created, group_names, idle)
+
+
+def idle_between(seen: float, now: float, idle_since: float | None) -> float:
+    """Seconds of ``(seen, now]`` a notebook idle on the GPU since ``idle_since`` (None: busy)
+    spent idle."""
+    if idle_since is None:
+        return 0.0
+    return max(0.0, now - max(seen, idle_since))
 
 
 def pod_of(key: str) -> str:
@@ -109,6 +118,7 @@ class BudgetStore:
         current = {h.key: h for h in held}
         by_pod = {pod_of(h.key): h.key for h in held}
         closed: list[Held] = []
+        last: dict[str, tuple[float, float | None]] = {}  # open interval -> (seen, idle seconds)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -116,6 +126,7 @@ class BudgetStore:
                 for *row, seen in rows:
                     old = _held(row)
                     key, user, start = old.key, old.user, old.start
+                    last[key] = (seen, old.idle_seconds)
                     if key in current:
                         continue
                     renamed = by_pod.get(pod_of(key))
@@ -131,10 +142,14 @@ class BudgetStore:
                 for key, h in current.items():
                     # A placement seen again after a pass that missed it (a relist) was held all
                     # along: its interval is opened again.
+                    seen, idle = last.get(key, (min(h.start, now), None))
+                    if h.measured:
+                        idle = (idle or 0.0) + idle_between(seen, now, h.idle_since)
                     self._db.execute(
                         "INSERT INTO held (key, user, server, gib, start, seen, slice, model, created, "
-                        "groups) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                        'ON CONFLICT (key) DO UPDATE SET seen = excluded.seen, "end" = NULL',
+                        "groups, idle_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                        'ON CONFLICT (key) DO UPDATE SET seen = excluded.seen, "end" = NULL, '
+                        "idle_seconds = COALESCE(excluded.idle_seconds, held.idle_seconds)",
                         (
                             key,
                             h.user,
@@ -146,6 +161,7 @@ class BudgetStore:
                             h.model,
                             h.created,
                             json.dumps(sorted(h.groups)),
+                            idle,
                         ),
                     )
                 self._db.execute("COMMIT")

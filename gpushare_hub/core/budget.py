@@ -66,6 +66,12 @@ class Held:
     model: str = ""
     created: float | None = None
     groups: tuple[str, ...] = ()
+    # GPU use, for the history's idle GiB-hours: the seconds its notebook left the GPU idle
+    # (None: never measured), and, in one look at what is held, whether its node measures use
+    # and since when the notebook has been idle on the GPU (None: busy or not measured).
+    idle_seconds: float | None = None
+    measured: bool = False
+    idle_since: float | None = None
 
 
 def gib_hours(held: Iterable[Held], start: float, end: float, now: float) -> float:

@@ -33,6 +33,7 @@ COLUMNS = (
     "held_seconds",
     "wait_seconds",
     "waited",
+    "idle_seconds",
 )
 
 
@@ -68,6 +69,7 @@ def history_rows(
                 "held_seconds": round(max(0.0, (now if h.end is None else h.end) - h.start), 1),
                 "wait_seconds": None if wait is None else round(wait, 1),
                 "waited": None if wait is None else wait > WAITED_AFTER,
+                "idle_seconds": None if h.idle_seconds is None else round(h.idle_seconds, 1),
             }
         )
     return rows

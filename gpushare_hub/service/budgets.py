@@ -111,8 +111,22 @@ def held_now(
             model=(models or {}).get(str(a.get("card_uuid") or ""), ""),
             created=created,
             groups=tuple((groups or {}).get(user, [])),
+            measured=a.get("used_mib") is not None or (prior.measured if prior else False),
+            idle_since=_idle_since(a, prior),
         )
     return list(held.values())
+
+
+def _idle_since(a: Mapping[str, Any], prior: Held | None) -> float | None:
+    """Since when the pod has been idle on the GPU (a pod on several cards: idle on all of
+    them, since the latest); None while it is busy or not measured."""
+    since = a.get("gpu_idle_since")
+    mine = float(since) if isinstance(since, int | float) and not isinstance(since, bool) else None
+    if prior is None:
+        return mine
+    if mine is None or prior.idle_since is None:
+        return None
+    return max(mine, prior.idle_since)
 
 
 class BudgetKeeper:

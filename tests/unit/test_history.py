@@ -122,3 +122,33 @@ def test_without_a_bind_time_a_slice_counts_from_since_and_its_wait_is_unknown()
     assert h.start == 1_795_687_200.0 + 300 and h.created is None  # since: 10:05
     (row,) = history_rows([h], now=h.start + 60)
     assert row["wait_seconds"] is None and row["waited"] is None
+
+
+def test_the_book_adds_up_the_seconds_a_notebook_left_its_slice_idle_on_the_gpu(tmp_path: Path) -> None:
+    book = BudgetStore(tmp_path / "state.sqlite")
+    busy = {**alloc("p", "GPU-a", 5, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z"), "used_mib": 900}
+    start = 1_795_687_200.0  # 10:00Z
+    unmeasured = alloc("q", "GPU-b", 3, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z", user="bob")
+
+    def look(now: float, idle_since: float | None) -> None:
+        a = {**busy, "gpu_idle_since": idle_since}
+        book.observe(held_now([a, unmeasured], now=now), now=now, gap=90)
+
+    look(start + 60, None)  # busy for its first minute
+    look(start + 120, start + 90)  # idle from 90 s on: 30 s of this look
+    look(start + 180, start + 90)  # still idle: 60 s more
+    look(start + 240, None)  # busy again
+    (mine,) = [h for h in book.intervals(0, 1e10) if h.user == "alice"]
+    (theirs,) = [h for h in book.intervals(0, 1e10) if h.user == "bob"]
+    assert mine.idle_seconds == 90.0
+    assert theirs.idle_seconds is None  # its node measures nothing: not 0
+    rows = history_rows([mine, theirs], now=start + 240)
+    assert [r["idle_seconds"] for r in rows] == [90.0, None]
+    assert to_csv(rows).splitlines()[0].endswith(",waited,idle_seconds")
+    # A pod on two cards is idle only where both are.
+    two = [
+        {**busy, "card_uuid": "GPU-a", "gpu_idle_since": start + 10},
+        {**busy, "card_uuid": "GPU-c", "gpu_idle_since": None},
+    ]
+    (h,) = held_now(two, now=start + 60)
+    assert h.measured and h.idle_since is None and h.gib == 10

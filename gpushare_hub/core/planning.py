@@ -1,0 +1,432 @@
+"""Capacity planning from the hub's own history: what if the hub had had ``N`` cards, and offered
+these slice sizes? Pure; the replayer (``gpushare-replay --history``) and the hub service's
+planning view (``api/v1/planning``) both run it.
+
+A *session* is one row of the history (:mod:`~gpushare_hub.core.history`): a user asked for a
+slice at ``arrive`` (the pod's creation) and held it ``hold`` seconds. The what-if replays those
+arrivals against a declared cluster with a policy, the same :class:`~gpushare_hub.core.policy.Placer`
+the extender runs. A spawn that finds no room waits, as its pod would stay Pending: each time a
+slice is released, the waiting spawns are tried again in the order they came (any that fits
+goes, as kube-scheduler places whatever pending pod fits), and each holds its slice for the
+seconds it held it in the history, from the moment it is placed.
+
+Sizes are GiB of a card (the catalogue's unit): a card of ``mib`` MiB offers ``mib // 1024``.
+With a catalogue, each session gets the smallest offered size that holds what it held, or a
+whole card above the largest, as the spawn page would have offered it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .bounds import l2
+from .cards import Card, Node
+from .demand import Demand
+from .errors import GPUShareError
+from .fragmentation import FragmentationGradient, Shape, Workload
+from .ledger import Ledger, Placement
+from .policy import Placer, Policy, make_policy
+from .resources import ResourceNames
+
+# What a plan may ask for at most (a sweep runs every combination; the service computes it
+# on request, so an admin's query must not occupy it for long).
+MAX_SESSIONS = 200_000
+MAX_CARDS = 4096
+MAX_GIB = 1024.0
+
+
+class PlanningError(GPUShareError, ValueError):
+    """A history or a plan that cannot be replayed as it is; the message names what and where."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """One slice held, as the what-if sees it."""
+
+    arrive: float  # Unix seconds the spawn asked (the pod's creation; else its start)
+    hold: float  # seconds it held the slice
+    gib: float  # GiB it held (a whole card: the card's GiB)
+    model: str = ""
+    user: str = ""
+    wait: float | None = None  # seconds it waited in the hub (None: not recorded)
+    idle: float | None = None  # seconds its notebook left the GPU idle (None: not measured)
+
+
+# ---- reading the history's rows -------------------------------------------------------------------
+def _time(raw: Any, where: str, column: str) -> float | None:
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str):
+        raise PlanningError(f"{where}, {column}: {raw!r} is not a time; write e.g. 2026-11-01T08:00:00Z")
+    try:
+        when = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise PlanningError(
+            f"{where}, {column}: {raw[:40]!r} is not a time; write e.g. 2026-11-01T08:00:00Z"
+        ) from None
+    if when.tzinfo is None:
+        raise PlanningError(f"{where}, {column}: {raw[:40]!r} has no time zone; end it with Z (UTC)")
+    return when.timestamp()
+
+
+def _number(raw: Any, where: str, column: str, *, low: float, high: float) -> float | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw) if not isinstance(raw, bool) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not low <= value <= high:  # NaN fails this too
+        raise PlanningError(f"{where}, {column}: {str(raw)[:40]!r} is not a number from {low:g} to {high:g}")
+    return value
+
+
+def session_of(row: Mapping[str, Any], where: str, now: float) -> Session:
+    """One history row (``api/v1/history``'s keys; CSV cells as text) as a session. ``where``
+    names the row in errors (``history.csv: row 3``); ``now``: the end of a slice still held."""
+    if not isinstance(row, Mapping):
+        raise PlanningError(f"{where}: not an object with the history's keys (start, end, gib, ...)")
+    start = _time(row.get("start"), where, "start")
+    if start is None:
+        raise PlanningError(f"{where}, start: missing; every row needs the time its slice was placed")
+    end = _time(row.get("end"), where, "end")
+    end = max(now, start) if end is None else end
+    if end < start:
+        raise PlanningError(f"{where}, end: before start; a slice is released after it is placed")
+    gib = _number(row.get("gib"), where, "gib", low=1e-9, high=MAX_GIB)
+    if gib is None:
+        raise PlanningError(f"{where}, gib: missing; every row needs the GiB of its slice")
+    created = _time(row.get("created"), where, "created")
+    arrive = start if created is None else min(created, start)
+    idle = _number(row.get("idle_seconds"), where, "idle_seconds", low=0, high=math.inf)
+    wait = _number(row.get("wait_seconds"), where, "wait_seconds", low=0, high=math.inf)
+    model, user = row.get("model"), row.get("user")
+    return Session(
+        arrive=arrive,
+        hold=end - start,
+        gib=gib,
+        model=model if isinstance(model, str) else "",
+        user=user if isinstance(user, str) else "",
+        wait=wait,
+        idle=None if idle is None else min(idle, end - start),
+    )
+
+
+def sessions_of(rows: Iterable[Mapping[str, Any]], where: Callable[[int], str], now: float) -> list[Session]:
+    """Every row as a session (``where(i)`` names row ``i`` in errors), oldest first."""
+    out = []
+    for i, row in enumerate(rows):
+        if i >= MAX_SESSIONS:
+            raise PlanningError(
+                f"the history has more than {MAX_SESSIONS:,} rows; export a shorter range (since, until)"
+            )
+        out.append(session_of(row, where(i), now))
+    if not out:
+        raise PlanningError("the history has no rows: nothing was held in that range")
+    return sorted(out, key=lambda s: s.arrive)
+
+
+# ---- the cluster and the sizes ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """One what-if: ``cards`` cards of ``model`` (``mib`` each), ``per_node`` to a node, the
+    slice sizes offered (GiB; empty: each session its own GiB, rounded up) and a policy."""
+
+    cards: int
+    model: str = "Tesla-T4"
+    mib: int = 15360
+    per_node: int = 1
+    catalogue: tuple[int, ...] = ()
+    policy: str = "binpack"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.cards <= MAX_CARDS:
+            raise PlanningError(f"cards: {self.cards} is not from 1 to {MAX_CARDS}")
+        if not 1 <= self.per_node <= 64:
+            raise PlanningError(f"cards per node: {self.per_node} is not from 1 to 64")
+        if self.mib < 1024:
+            raise PlanningError(f"card memory: {self.mib} MiB is less than 1 GiB")
+        too_big = [s for s in self.catalogue if not 0 < s <= self.card_gib]
+        if too_big:
+            raise PlanningError(
+                f"catalogue: {too_big[0]} GiB is not a slice of a {self.model} card "
+                f"({self.card_gib} GiB); offer sizes from 1 to {self.card_gib}"
+            )
+
+    @property
+    def card_gib(self) -> int:
+        return self.mib // 1024
+
+    def size(self, gib: float) -> int | None:
+        """The GiB a session of ``gib`` asks here (the card's GiB: a whole card); None: more
+        than a card holds."""
+        exact = max(1, math.ceil(gib - 1e-9))
+        if exact > self.card_gib:
+            return None
+        if not self.catalogue:
+            return exact
+        return next((s for s in sorted(self.catalogue) if s >= exact), self.card_gib)
+
+    def ledger(self) -> Ledger:
+        ledger = Ledger(ResourceNames(unit="GiB"))
+        left, n = self.cards, 0
+        while left > 0:
+            count = min(self.per_node, left)
+            name = f"node-{n:04d}"
+            cards = tuple(
+                Card(index=i, uuid=f"GPU-{name}-{i}", model=self.model, units=self.card_gib, mib=self.mib)
+                for i in range(count)
+            )
+            ledger.set_node(Node(name=name, cards=cards))
+            left -= count
+            n += 1
+        return ledger
+
+
+def parse_catalogue(spec: str) -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7): whole GiB, each once, ascending."""
+    sizes = []
+    for part in spec.split(","):
+        text = part.strip()
+        if not text.isdigit() or not 0 < int(text) <= MAX_GIB:
+            raise PlanningError(
+                f"catalogue: cannot read {text[:20]!r} in {spec[:60]!r}; write whole GiB sizes "
+                "separated by commas, e.g. 3,5,7"
+            )
+        sizes.append(int(text))
+    if len(set(sizes)) != len(sizes):
+        raise PlanningError(f"catalogue: {spec[:60]!r} names a size twice")
+    return tuple(sorted(sizes))
+
+
+def parse_cards_range(spec: str) -> list[int]:
+    """``"4..12"`` (every count from 4 to 12), ``"4,6,8"`` or ``"8"``."""
+    text = spec.strip()
+    try:
+        if ".." in text:
+            lo_text, hi_text = text.split("..", 1)
+            lo, hi = int(lo_text), int(hi_text)
+            counts = list(range(lo, hi + 1))
+        else:
+            counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise PlanningError(
+            f"cards: cannot read {text[:40]!r}; write a range 4..12, a list 4,6,8 or one count"
+        ) from None
+    if not counts:
+        raise PlanningError(
+            f"cards: {text[:40]!r} is an empty range; write the smaller count first, e.g. 4..12"
+        )
+    bad = [c for c in counts if not 1 <= c <= MAX_CARDS]
+    if bad:
+        raise PlanningError(f"cards: {bad[0]} is not from 1 to {MAX_CARDS}")
+    return sorted(set(counts))
+
+
+# ---- the replay -----------------------------------------------------------------------------------
+def make_plan_policy(name: str, demands: Iterable[Demand]) -> Policy:
+    """``name``'s policy; fgd (and any policy that takes one) gets the sessions' mix of sizes."""
+    if name == "fgd":
+        return FragmentationGradient(Workload(Shape.of(d) for d in demands))
+    try:
+        return make_policy(name)
+    except ValueError as err:
+        raise PlanningError(str(err)) from None
+
+
+@dataclass
+class Outcome:
+    """What happened in one what-if, session by session and over time."""
+
+    plan: Plan
+    waits: list[float | None]  # per session: seconds it waited (None: never placed)
+    sizes: list[int | None]  # per session: GiB it asked here (None: more than a card)
+    peak_cards: int = 0
+    peak_lower_bound: int = 0
+    card_hours: float = 0.0
+    lower_bound_card_hours: float = 0.0
+    times: list[float] = field(default_factory=list)
+    cards: list[int] = field(default_factory=list)
+    bounds: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+
+
+def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
+    """The what-if of module docstring: ``sessions`` against ``plan``."""
+    ledger = plan.ledger()
+    sizes = [plan.size(s.gib) for s in sessions]
+    demands = [
+        None
+        if size is None
+        else Demand(key=f"s{i}", per_card=None if size == plan.card_gib else size, count=1)
+        for i, size in enumerate(sizes)
+    ]
+    placer = Placer(ledger, make_plan_policy(plan.policy, (d for d in demands if d is not None)))
+    out = Outcome(plan, [None] * len(sessions), sizes)
+    events: list[tuple[float, int, int]] = []  # (time, 0 = release / 1 = arrival, session)
+    for i, s in enumerate(sessions):
+        if sizes[i] is not None:
+            events.append((s.arrive, 1, i))
+    heapq.heapify(events)
+    waiting: list[int] = []
+    hist: dict[int, int] = {}
+    capacity = plan.card_gib
+    last_t: float | None = None
+    cards_now = bound_now = 0
+    while events:
+        t = events[0][0]
+        if last_t is not None:
+            out.card_hours += cards_now * (t - last_t) / 3600
+            out.lower_bound_card_hours += bound_now * (t - last_t) / 3600
+        while events and events[0][0] == t:
+            _, kind, i = heapq.heappop(events)
+            size = sizes[i]
+            assert size is not None
+            if kind == 0:
+                ledger.release(f"s{i}")
+                hist[size] -= 1
+            else:
+                waiting.append(i)
+        waiting.sort()
+        # The waiting spawns, oldest first; a size that found no room stops larger ones too
+        # (the what-if's pods ask GPU memory only). After a release, every one is tried again.
+        smallest_refused = math.inf
+        still: list[int] = []
+        for i in waiting:
+            size = sizes[i]
+            demand = demands[i]
+            assert size is not None and demand is not None
+            if size >= smallest_refused:
+                still.append(i)
+                continue
+            result = placer.place_and_commit(demand)
+            if isinstance(result, Placement):
+                out.waits[i] = t - sessions[i].arrive
+                hist[size] = hist.get(size, 0) + 1
+                heapq.heappush(events, (t + sessions[i].hold, 0, i))
+            else:
+                smallest_refused = size
+                still.append(i)
+        waiting = still
+        cards_now = ledger.cards_in_use()
+        bound_now = l2(hist, capacity)
+        out.peak_cards = max(out.peak_cards, cards_now)
+        out.peak_lower_bound = max(out.peak_lower_bound, bound_now)
+        out.times.append(t)
+        out.cards.append(cards_now)
+        out.bounds.append(bound_now)
+        out.waiting.append(len(waiting))
+        last_t = t
+    return out
+
+
+# ---- the figures ----------------------------------------------------------------------------------
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The nearest-rank percentile (a value that occurred); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def figures(sessions: Sequence[Session], out: Outcome) -> dict[str, Any]:
+    """One what-if's figures; the keys are a contract (``gpushare-replay --json``, the dashboard)."""
+    plan = out.plan
+    waited = [w for w in out.waits if w is not None and w > 0]
+    placed = [i for i, w in enumerate(out.waits) if w is not None]
+    asked = sum((out.sizes[i] or 0) * sessions[i].hold for i in placed) / 3600
+    measured = [i for i in placed if sessions[i].idle is not None]
+    idle = sum((out.sizes[i] or 0) * (sessions[i].idle or 0.0) for i in measured) / 3600
+    spawns = len(sessions)
+    median, p95 = percentile(waited, 50), percentile(waited, 95)
+    return {
+        "cards": plan.cards,
+        "model": plan.model,
+        "cards_per_node": plan.per_node,
+        "catalogue": list(plan.catalogue),
+        "policy": plan.policy,
+        "spawns": spawns,
+        "waited": len(waited),
+        "waited_pct": round(100 * len(waited) / spawns, 2) if spawns else 0.0,
+        "wait_median_seconds": None if median is None else round(median, 1),
+        "wait_p95_seconds": None if p95 is None else round(p95, 1),
+        "never_fits": sum(1 for s in out.sizes if s is None),
+        "peak_cards": out.peak_cards,
+        "peak_lower_bound": out.peak_lower_bound,
+        "card_hours": round(out.card_hours, 2),
+        "lower_bound_card_hours": round(out.lower_bound_card_hours, 2),
+        "asked_gib_hours": round(asked, 2),
+        "idle_gib_hours": round(idle, 2) if measured else None,
+        "idle_measured_sessions": len(measured),
+    }
+
+
+def recorded(sessions: Sequence[Session]) -> dict[str, Any]:
+    """What the history itself says (the hub as it was): spawns, how many waited and how long,
+    the peak GiB held at once."""
+    waits = [s.wait for s in sessions if s.wait is not None]
+    waited = [w for w in waits if w > 0]
+    points = sorted(
+        [(s.arrive + (s.wait or 0.0), s.gib) for s in sessions]
+        + [(s.arrive + (s.wait or 0.0) + s.hold, -s.gib) for s in sessions],
+        key=lambda p: (p[0], p[1]),
+    )
+    held = peak = 0.0
+    for _, gib in points:
+        held += gib
+        peak = max(peak, held)
+    median, p95 = percentile(waited, 50), percentile(waited, 95)
+    return {
+        "spawns": len(sessions),
+        "first": min(s.arrive for s in sessions) if sessions else None,
+        "last": max(s.arrive for s in sessions) if sessions else None,
+        "wait_recorded": len(waits),
+        "waited": len(waited),
+        "wait_median_seconds": None if median is None else round(median, 1),
+        "wait_p95_seconds": None if p95 is None else round(p95, 1),
+        "peak_gib_held": round(peak, 2),
+    }
+
+
+def duration_words(seconds: float | None) -> str:
+    """``40 s``, ``9 min``, ``1.5 h``, ``2.1 days``; a dash for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def row_words(row: Mapping[str, Any]) -> str:
+    """One what-if in a sentence: ``8 cards: 2.0% of spawns wait, p95 40 s``."""
+    if not row["waited"]:
+        wait = "no spawn waits"
+    else:
+        wait = (
+            f"{row['waited_pct']}% of spawns wait, median {duration_words(row['wait_median_seconds'])}, "
+            f"p95 {duration_words(row['wait_p95_seconds'])}"
+        )
+    return f"{row['cards']} card{'' if row['cards'] == 1 else 's'}: {wait}"
+
+
+def sweep(
+    sessions: Sequence[Session],
+    plans: Sequence[Plan],
+    progress: Callable[[int, int, Plan], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every plan's figures, in order; ``progress(done, total, plan)`` after each."""
+    rows = []
+    for n, plan in enumerate(plans, start=1):
+        rows.append(figures(sessions, replay(sessions, plan)))
+        if progress is not None:
+            progress(n, len(plans), plan)
+    return rows
