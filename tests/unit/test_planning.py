@@ -15,8 +15,8 @@ from functools import cache
 import pytest
 
 from gpushare_hub.core.bounds import l2
-from gpushare_hub.core.history import history_rows, to_csv
 from gpushare_hub.core.budget import Held
+from gpushare_hub.core.history import history_rows, to_csv
 from gpushare_hub.core.planning import (
     Plan,
     PlanningError,
@@ -33,6 +33,7 @@ from gpushare_hub.core.planning import (
     sweep,
 )
 
+pytestmark = pytest.mark.unit
 GIBS = (1, 2, 3, 4.5, 5, 5, 5, 7, 8, 10, 15)
 
 
