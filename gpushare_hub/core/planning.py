@@ -29,6 +29,7 @@ from .cards import Card, Node
 from .demand import Demand
 from .errors import GPUShareError
 from .fragmentation import FragmentationGradient, Shape, Workload
+from .history import WAITED_AFTER
 from .ledger import Ledger, Placement
 from .policy import Placer, Policy, make_policy
 from .resources import ResourceNames
@@ -58,7 +59,8 @@ class Session:
 
 
 # ---- reading the history's rows -------------------------------------------------------------------
-def _time(raw: Any, where: str, column: str) -> float | None:
+def read_time(raw: Any, where: str, column: str) -> float | None:
+    """An RFC 3339 time with its zone (the history's times) as Unix seconds; None when empty."""
     if raw is None or raw == "":
         return None
     if not isinstance(raw, str):
@@ -74,7 +76,7 @@ def _time(raw: Any, where: str, column: str) -> float | None:
     return when.timestamp()
 
 
-def _number(raw: Any, where: str, column: str, *, low: float, high: float) -> float | None:
+def _number(raw: Any, where: str, column: str, *, low: float, high: float, what: str) -> float | None:
     if raw is None or raw == "":
         return None
     try:
@@ -82,7 +84,7 @@ def _number(raw: Any, where: str, column: str, *, low: float, high: float) -> fl
     except (TypeError, ValueError):
         value = math.nan
     if not low <= value <= high:  # NaN fails this too
-        raise PlanningError(f"{where}, {column}: {str(raw)[:40]!r} is not a number from {low:g} to {high:g}")
+        raise PlanningError(f"{where}, {column}: {str(raw)[:40]!r} is not {what}")
     return value
 
 
@@ -91,20 +93,28 @@ def session_of(row: Mapping[str, Any], where: str, now: float) -> Session:
     names the row in errors (``history.csv: row 3``); ``now``: the end of a slice still held."""
     if not isinstance(row, Mapping):
         raise PlanningError(f"{where}: not an object with the history's keys (start, end, gib, ...)")
-    start = _time(row.get("start"), where, "start")
+    start = read_time(row.get("start"), where, "start")
     if start is None:
         raise PlanningError(f"{where}, start: missing; every row needs the time its slice was placed")
-    end = _time(row.get("end"), where, "end")
+    end = read_time(row.get("end"), where, "end")
     end = max(now, start) if end is None else end
     if end < start:
         raise PlanningError(f"{where}, end: before start; a slice is released after it is placed")
-    gib = _number(row.get("gib"), where, "gib", low=1e-9, high=MAX_GIB)
+    gib = _number(
+        row.get("gib"),
+        where,
+        "gib",
+        low=1e-9,
+        high=MAX_GIB,
+        what=f"a GiB amount above 0, at most {MAX_GIB:g}",
+    )
     if gib is None:
         raise PlanningError(f"{where}, gib: missing; every row needs the GiB of its slice")
-    created = _time(row.get("created"), where, "created")
+    created = read_time(row.get("created"), where, "created")
     arrive = start if created is None else min(created, start)
-    idle = _number(row.get("idle_seconds"), where, "idle_seconds", low=0, high=math.inf)
-    wait = _number(row.get("wait_seconds"), where, "wait_seconds", low=0, high=math.inf)
+    seconds = "a number of seconds, 0 or more"
+    idle = _number(row.get("idle_seconds"), where, "idle_seconds", low=0, high=math.inf, what=seconds)
+    wait = _number(row.get("wait_seconds"), where, "wait_seconds", low=0, high=math.inf, what=seconds)
     model, user = row.get("model"), row.get("user")
     return Session(
         arrive=arrive,
@@ -367,10 +377,11 @@ def figures(sessions: Sequence[Session], out: Outcome) -> dict[str, Any]:
 
 
 def recorded(sessions: Sequence[Session]) -> dict[str, Any]:
-    """What the history itself says (the hub as it was): spawns, how many waited and how long,
+    """What the history itself says (the hub as it was): spawns, how many waited (more than
+    :data:`~gpushare_hub.core.history.WAITED_AFTER` seconds, as the export counts) and how long,
     the peak GiB held at once."""
     waits = [s.wait for s in sessions if s.wait is not None]
-    waited = [w for w in waits if w > 0]
+    waited = [w for w in waits if w > WAITED_AFTER]  # the hub's bind takes a second or two
     points = sorted(
         [(s.arrive + (s.wait or 0.0), s.gib) for s in sessions]
         + [(s.arrive + (s.wait or 0.0) + s.hold, -s.gib) for s in sessions],

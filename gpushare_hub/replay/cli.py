@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.fragmentation import FragmentationGradient, Shape, Workload
 from ..core.policy import POLICIES, Placer, Policy, make_policy
+from . import whatif
 from .cluster import (
     Units,
     choose_units,
@@ -57,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     trace = default_trace_dir()
-    p.add_argument("--pods", type=Path, default=trace / "openb_pod_list_default.csv", help="pod list CSV")
+    p.add_argument(
+        "--pods",
+        type=Path,
+        default=None,
+        help=f"pod list CSV (default: {trace / 'openb_pod_list_default.csv'})",
+    )
     p.add_argument(
         "--mode",
         choices=("dynamic", "static"),
@@ -112,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, help="static: run this many seeds and report the mean")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (needs matplotlib)")
+    whatif.add_arguments(p)
     return p
 
 
@@ -339,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.plot:  # checked before the replay, whose figures would be lost at the end
             args.plot = _plot_path(args.plot)
+        if whatif.wanted(args):
+            return _history(args, sys.argv[1:] if argv is None else argv)
+        if args.sweep:
+            raise TraceError("--sweep replays the hub's history: give --history FILE or --hub-url")
+        args.pods = args.pods or default_trace_dir() / "openb_pod_list_default.csv"
         pods = read_pods(args.pods)
         if args.mode == "dynamic":
             out, data = _dynamic(args, pods)
@@ -352,6 +364,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpushare-replay: error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(out, indent=None if args.json else 2) if args.json else _report(out))
+    return 0
+
+
+def _history(args: argparse.Namespace, argv: list[str]) -> int:
+    out, single = whatif.run(args, argv)
+    if args.plot:
+        whatif.plot(args.plot, out, single)
+        out["plot"] = str(args.plot)
+    print(json.dumps(out) if args.json else whatif.report(out))
     return 0
 
 
