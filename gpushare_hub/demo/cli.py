@@ -34,7 +34,7 @@ from ..localcluster import build
 from ..localcluster.processes import HarnessError
 from .cards import CardsError, DemoCards, parse_cards
 from .catalogue import demo_slices, offered
-from .readyfile import DemoUser, Ready, ready_file_problem, remove_ready, write_ready
+from .readyfile import DemoUser, Ready, ready_file_problem, remove_ready, write_ready, write_secret
 
 if TYPE_CHECKING:
     from ..localcluster.cluster import LocalCluster
@@ -190,6 +190,8 @@ def start(args: argparse.Namespace, cards: DemoCards, cluster: LocalCluster) -> 
         ).start()
     say(f"nodes: {', '.join(names)}")
     users = tuple(DemoUser(n, p, admin=n == ADMIN_USER) for n, p in passwords.items())
+    token_file = Path(cluster.logs).parent / "admin-token"
+    write_secret(token_file, hub.token)  # removed with the work folder when the demo stops
     return Ready(
         hub_url=hub.url,
         admin_token=hub.token,
@@ -198,6 +200,7 @@ def start(args: argparse.Namespace, cards: DemoCards, cluster: LocalCluster) -> 
         kubeconfig=cluster.kubeconfig,
         slices=tuple(offered(cards)),
         logs=cluster.logs,
+        admin_token_file=token_file,
     )
 
 
@@ -217,6 +220,9 @@ def announce(ready: Ready, started: float) -> None:
         f"  kubectl:    export KUBECONFIG={ready.kubeconfig}",
         f"  logs:       {ready.logs}",
         "Log in as two users, start a 5 GiB slice for each, and see them share one card on the dashboard.",
+        "Then plan from this hub's own history (the service records every slice held):",
+        f"  .venv/bin/gpushare-replay --hub-url {ready.hub_url} --token-file {ready.admin_token_file} "
+        "--sweep cards=1..4 catalogue='3,5,7;4,8'",
         "Ctrl-C stops everything.",
     ]
     print("\n".join(lines), flush=True)

@@ -1,8 +1,9 @@
 """The ready file: what ``gpushare-demo --ready-file PATH`` writes once everything is up.
 
 A contract for tools (tests, scripts): JSON with at least ``hub_url``, ``admin_token``,
-``users`` (``[{name, password}]``), ``dashboard_url``, ``kubeconfig`` and ``slices``
-(``[{slug, gib, model}]``). It is written atomically (a reader never sees half of it) with
+``users`` (``[{name, password}]``), ``dashboard_url``, ``kubeconfig``, ``slices``
+(``[{slug, gib, model}]``) and ``admin_token_file`` (the admin token again, in a file of its
+own for ``gpushare-replay --token-file``). It is written atomically (a reader never sees half of it) with
 mode 0600 (it holds credentials), and removed when the demo stops.
 """
 
@@ -34,6 +35,7 @@ class Ready:
     kubeconfig: Path
     slices: tuple[Offered, ...]
     logs: Path
+    admin_token_file: Path | None = None
     pid: int = field(default_factory=os.getpid)
 
     def as_json(self) -> dict[str, Any]:
@@ -45,8 +47,17 @@ class Ready:
             "kubeconfig": str(self.kubeconfig),
             "slices": [s.as_json() for s in self.slices],
             "logs": str(self.logs),
+            "admin_token_file": None if self.admin_token_file is None else str(self.admin_token_file),
             "pid": self.pid,
         }
+
+
+def write_secret(path: Path, text: str) -> None:
+    """``text`` in a new file only its owner reads (mode 0600 from the start)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text + "\n")
 
 
 def write_ready(path: Path, ready: Ready) -> None:

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 import zoneinfo
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from html import escape
@@ -54,6 +54,7 @@ from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.core.history import WAITED_AFTER, history_rows, to_csv
+from gpushare_hub.core.planning import PlanningError
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.core.report import (
@@ -72,6 +73,14 @@ from .budgets import BudgetKeeper, BudgetRule
 from .hubconfig import CONFIG_ENV
 from .idle import ACTIONS, NOTIFY, PARK, IdleRule, duration_words
 from .metrics import pending_labels, render_metrics
+from .planning import (
+    catalogue_sizes,
+    check_work,
+    cluster_shape,
+    plan_document,
+    plans_for,
+    sessions_from_held,
+)
 from .returner import HubAPI, IdleReturner
 from .store import ServiceStore
 from .view import (
@@ -581,6 +590,15 @@ class GPUShareService(Application):
             )
         return rule
 
+    _planning_lock: asyncio.Lock | None = None
+
+    @property
+    def planning_lock(self) -> asyncio.Lock:
+        """Held while api/v1/planning computes: one plan at a time."""
+        if self._planning_lock is None:
+            self._planning_lock = asyncio.Lock()
+        return self._planning_lock
+
     def trusted_namespaces(self) -> frozenset[str]:
         """:attr:`hub_namespaces`, or KubeSpawner's default namespace when it is empty."""
         if self.hub_namespaces:
@@ -613,6 +631,7 @@ class GPUShareService(Application):
             (url_path_join(prefix, "api/v1/me/keep"), KeepHandler),
             (url_path_join(prefix, "api/v1/budgets"), BudgetsHandler),
             (url_path_join(prefix, "api/v1/history"), HistoryHandler),
+            (url_path_join(prefix, "api/v1/planning"), PlanningHandler),
             (url_path_join(prefix, "api/v1/budgets/([^/]+)"), BudgetAddHandler),
             (url_path_join(prefix, "metrics"), MetricsHandler),
             (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
@@ -1152,28 +1171,41 @@ class HistoryHandler(BaseHandler):
         )
 
     def _query(self) -> dict[str, Any]:
-        """``format`` (json, csv), ``names`` (pseudonyms, real), ``since`` and ``until``
-        (ISO 8601 dates or times, UTC unless they say otherwise); 400 naming any other."""
-        out: dict[str, Any] = {}
-        allowed = (*HISTORY_QUERY, "since", "until")
-        for key, values in self.request.query_arguments.items():
-            if key not in allowed:
+        """``format`` (json, csv), ``names`` (pseudonyms, real), ``since`` and ``until``."""
+        return query_values(self, HISTORY_QUERY, ("since", "until"))
+
+
+def query_values(
+    handler: web.RequestHandler,
+    choices: Mapping[str, tuple[str, ...]],
+    times: tuple[str, ...] = (),
+    texts: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The query's parameters, each once: one of its ``choices``, a time (``times``: ISO 8601
+    dates or times, UTC unless they say otherwise, as Unix seconds) or a short text; 400
+    naming any other."""
+    out: dict[str, Any] = {}
+    allowed = (*choices, *times, *texts)
+    for key, values in handler.request.query_arguments.items():
+        if key not in allowed:
+            raise web.HTTPError(
+                400, f"unknown query parameter {key[:40]!r}; this endpoint takes {', '.join(allowed)}"
+            )
+        if len(values) != 1:
+            raise web.HTTPError(400, f"query parameter {key!r} is given {len(values)} times; give it once")
+        value = values[0].decode(errors="replace")
+        if key in choices:
+            if value not in choices[key]:
                 raise web.HTTPError(
-                    400, f"unknown query parameter {key[:40]!r}; this endpoint takes {', '.join(allowed)}"
+                    400,
+                    f"query parameter {key}={value[:40]!r}: use one of {', '.join(choices[key])}",
                 )
-            if len(values) != 1:
-                raise web.HTTPError(
-                    400, f"query parameter {key!r} is given {len(values)} times; give it once"
-                )
-            value = values[0].decode(errors="replace")
-            if key in HISTORY_QUERY:
-                if value not in HISTORY_QUERY[key]:
-                    raise web.HTTPError(
-                        400,
-                        f"query parameter {key}={value[:40]!r}: use one of {', '.join(HISTORY_QUERY[key])}",
-                    )
-                out[key] = value
-                continue
+            out[key] = value
+        elif key in texts:
+            if len(value) > 200:
+                raise web.HTTPError(400, f"query parameter {key} is longer than 200 characters")
+            out[key] = value
+        else:
             try:
                 when = datetime.fromisoformat(value)
             except ValueError:
@@ -1183,7 +1215,68 @@ class HistoryHandler(BaseHandler):
                     "or 2026-11-01T08:00:00Z",
                 ) from None
             out[key] = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
-        return out
+    return out
+
+
+PLANNING_TEXTS = ("cards", "catalogue", "policy")
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PlanningHandler(BaseHandler):
+    """``GET api/v1/planning`` (admin scope): the hub's history replayed against other card
+    counts, catalogues and policies (:mod:`gpushare_hub.service.planning`), on request."""
+
+    async def get(self) -> None:
+        self.caller()
+        self.require(self.service.admin_scope, "Planning from the hub's history")
+        query = query_values(self, {}, ("since", "until"), PLANNING_TEXTS)
+        svc = self.service
+        keeper = svc.budgets
+        now = time.time()
+        since = query.get("since", now - keeper.keep_seconds)
+        until = query.get("until", now + 1)
+        if since >= until:
+            raise web.HTTPError(400, "since is not before until: give a range that is not empty")
+        shape = cluster_shape(self.cluster.ledger())
+        sizes = catalogue_sizes(svc.catalogue, shape.mib // 1024)
+        try:
+            plans = plans_for({k: query[k] for k in PLANNING_TEXTS if k in query}, shape, sizes)
+            sessions = sessions_from_held(keeper.store.intervals(float(since), float(until)), now)
+            check_work(sessions, plans)
+        except PlanningError as err:
+            raise web.HTTPError(400, str(err)) from None
+        if not sessions:
+            raise web.HTTPError(
+                404,
+                f"no slice was held between {_iso(since)} and {_iso(min(until, now))}: the plan replays "
+                "the hub's history, which starts when the service first sees a GPU notebook",
+            )
+        if svc.planning_lock.locked():
+            raise web.HTTPError(429, "another plan is being computed; try again when it is done")
+        async with svc.planning_lock:
+            started = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            doc = await loop.run_in_executor(None, plan_document, sessions, plans)
+        self.send(
+            {
+                "version": "v1",
+                "generated": _iso(now),
+                "since": _iso(max(since, min(s.arrive for s in sessions))),
+                "until": _iso(min(until, now)),
+                "cluster": {
+                    "cards": shape.cards,
+                    "model": shape.model,
+                    "card_gib": shape.mib // 1024,
+                    "cards_per_node": shape.per_node,
+                },
+                "catalogue": list(sizes),
+                **doc,
+                "seconds": round(time.perf_counter() - started, 2),
+            }
+        )
 
 
 class MetricsHandler(BaseHandler):
@@ -1205,7 +1298,7 @@ class NotFoundHandler(BaseHandler):
         raise web.HTTPError(
             404,
             "no such endpoint; the API has api/v1/ledger, api/v1/availability, api/v1/me, "
-            "api/v1/me/keep, api/v1/budgets, api/v1/budgets/<user> and api/v1/history",
+            "api/v1/me/keep, api/v1/budgets, api/v1/budgets/<user>, api/v1/history and api/v1/planning",
         )
 
     post = put = patch = delete = get

@@ -9,6 +9,7 @@ writes the README's two pictures there, spawn-form.png and dashboard.png (CONTRI
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -25,6 +26,8 @@ import psutil
 import pytest
 
 from gpushare_hub.localcluster.processes import free_port
+from gpushare_hub.replay.cli import main as replay_main
+from tests.conftest import wait_for
 
 from .conftest import OUT
 
@@ -130,6 +133,18 @@ def ledger(ready: dict[str, Any]) -> Any:
         return json.loads(resp.read())
 
 
+def planned(ready: dict[str, Any]) -> dict[str, Any] | None:
+    """``gpushare-replay --hub-url ... --sweep ...`` as the demo prints it, once the service has
+    recorded both users' slices (None before)."""
+    argv = ["--hub-url", ready["hub_url"], "--token-file", ready["admin_token_file"]]
+    argv += ["--sweep", "cards=1..4", "catalogue=3,5,7;4,8", "--json"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        rc = replay_main(argv)
+    doc = json.loads(out.getvalue()) if rc == 0 else None
+    return doc if doc and doc["recorded"]["spawns"] >= 2 else None
+
+
 def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_path, browser_page):
     ready_file = tmp_path / "demo-ready.json"
     output = tmp_path / "demo-output.log"
@@ -196,6 +211,19 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
         page.screenshot(path=str(OUT / "demo-dashboard.png"), full_page=True)
         docs_picture(page, "dashboard.png")
         assert page.locator(f'div.card[data-card="{card}"] .seg.alloc').count() == 2
+
+        # Planning from the demo's own history, with the command the demo prints.
+        printed = output.read_text()
+        assert f"gpushare-replay --hub-url {ready['hub_url']} --token-file " in printed, tail(output)
+        assert os.stat(ready["admin_token_file"]).st_mode & 0o777 == 0o600
+        plan = wait_for(lambda: planned(ready), timeout=120, every=2)
+        assert plan, "the demo's history did not record the two slices"
+        rows = {(tuple(r["catalogue"]), r["cards"]): r for r in plan["rows"]}
+        assert len(rows) == 8 and plan["recorded"]["spawns"] >= 2, plan
+        # Two 5 GiB slices share one card; offered as 8 GiB (catalogue 4,8) they need two.
+        assert rows[(3, 5, 7), 1]["waited"] == 0 and rows[(4, 8), 1]["waited"] >= 1, plan
+        assert rows[(4, 8), 2]["waited"] == 0, plan
+
         # SIGTERM stops everything the demo started.
         workdir = str(Path(ready["logs"]).parent)
         procs = demo_processes(psutil.Process(proc.pid), workdir)

@@ -5,11 +5,14 @@ queries 400."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import json
 from datetime import datetime
 from typing import Any
 
+from gpushare_hub.replay.cli import main
 from tests.conftest import wait_for
 
 from .conftest import SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
@@ -79,3 +82,68 @@ def test_a_real_spawn_and_stop_are_recorded_and_exported_under_a_pseudonym(
     assert status == 200 and doc["rows"] == []
     status, body = history(hub, admin, "?since=2026-12-01&until=2026-11-01")
     assert status == 400 and "since is not before until" in body["message"], (status, body)
+
+
+def planning(hub: Any, token: str, query: str = "") -> tuple[int, Any]:
+    return hub.request("GET", f"{hub.url}/services/{SERVICE}/api/v1/planning{query}", token)
+
+
+def test_the_planning_view_replays_the_recorded_history_on_other_card_counts_and_catalogues(
+    local_cluster, hub, notebook_nodes, tmp_path
+):
+    """A real spawn and stop, then the service's what-if of its history; the replayer reads the
+    same history exported as CSV and counts the same spawns."""
+    user, admin = "plan-ann", hub.user_token(SERVICE_ADMIN)
+    start_server(hub, user, "t4-5g")
+    try:
+        assert wait_for(
+            lambda: any(r["user"] == user for r in history(hub, admin, "?names=real")[1]["rows"]), timeout=60
+        )
+    finally:
+        stop_server(hub, local_cluster, user)
+
+    status, doc = planning(hub, admin)
+    assert status == 200, (status, doc)
+    keep("planning.json", doc)
+    cluster = doc["cluster"]
+    assert cluster["model"] == "Tesla-T4" and cluster["card_gib"] == 15 and cluster["cards"] >= 1, doc
+    assert 5 in doc["catalogue"] and doc["recorded"]["spawns"] >= 1
+    # By default: today's card count and three either side, with today's catalogue.
+    counts = [r["cards"] for r in doc["rows"]]
+    assert cluster["cards"] in counts and counts == sorted(counts), counts
+    assert all(r["catalogue"] == doc["catalogue"] and r["policy"] == "binpack" for r in doc["rows"])
+    assert all(r["spawns"] == doc["recorded"]["spawns"] for r in doc["rows"])
+
+    status, doc = planning(hub, admin, "?cards=1..3&catalogue=5;3,7&policy=binpack,fgd")
+    assert status == 200 and len(doc["rows"]) == 12, (status, doc)
+    assert [(r["policy"], r["catalogue"], r["cards"]) for r in doc["rows"][:4]] == [
+        ("binpack", [5], 1), ("binpack", [5], 2), ("binpack", [5], 3), ("binpack", [3, 7], 1)
+    ]  # fmt: skip
+
+    # The replayer, on the same history exported, replays the same spawns.
+    status, text = history(hub, admin, "?format=csv")
+    path = tmp_path / "history.csv"
+    path.write_text(text)
+    out = tmp_path / "out.json"
+    with out.open("w") as fh, contextlib.redirect_stdout(fh):
+        assert (
+            main(["--history", str(path), "--cards", f"2x1 {cluster['model']}", "--catalogue", "5", "--json"])
+            == 0
+        )
+    (row,) = json.loads(out.read_text())["rows"]
+    status, doc = planning(hub, admin, "?cards=2&catalogue=5")
+    assert row["spawns"] == doc["rows"][0]["spawns"] >= 1 and row["never_fits"] == 0, (row, doc)
+
+    status, body = planning(hub, hub.user_token(user))
+    assert status == 403 and "custom:gpushare:admin" in body["message"], (status, body)
+    for query, code, words in (
+        ("?cards=0..3", 400, "cards: 0 is not from 1"),
+        ("?cards=four", 400, "cannot read 'four'"),
+        ("?catalogue=3,99", 400, "99 GiB is not a slice of a Tesla-T4 card (15 GiB)"),
+        ("?policy=tetris", 400, "'tetris' is not a policy"),
+        ("?cards=1..100&catalogue=3;5", 400, "ask for at most 64"),
+        ("?colour=red", 400, "unknown query parameter 'colour'"),
+        ("?since=1999-01-01&until=2000-01-01", 404, "no slice was held between 1999-01-01"),
+    ):
+        status, body = planning(hub, admin, query)
+        assert status == code and words in body["message"], (query, status, body)
