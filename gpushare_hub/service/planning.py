@@ -33,6 +33,7 @@ from ..core.policy import POLICIES
 MAX_REPLAYS = 64
 # Replays x sessions one request may ask: a few seconds to a minute of one core.
 MAX_WORK = 3_000_000
+MAX_CARDS_IN_ALL = 20_000  # the cards of every what-if's cluster, summed
 AROUND = 3  # default card counts: today's, and this many either side
 
 
@@ -121,6 +122,12 @@ def plans_for(query: Mapping[str, str], shape: ClusterShape, sizes: tuple[int, .
 
 
 def check_work(sessions: Sequence[Session], plans: Sequence[Plan]) -> None:
+    cards = sum(p.cards for p in plans)
+    if cards > MAX_CARDS_IN_ALL:
+        raise PlanningError(
+            f"the what-ifs have {cards:,} cards in all, more than {MAX_CARDS_IN_ALL:,}; "
+            "ask for fewer or smaller card counts"
+        )
     work = len(sessions) * len(plans)
     if work > MAX_WORK:
         raise PlanningError(

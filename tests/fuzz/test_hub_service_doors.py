@@ -23,18 +23,24 @@ ROUTES = [
     "api/v1/me",
     "api/v1/budgets",
     "api/v1/history",
+    "api/v1/planning",
     "metrics",
     "",
     "api/v1/nothing",
 ]
-KEYS = st.sampled_from(
-    ["node", "model", "user", "refresh", "x", "node[]", "", "format", "names", "since", "until"]
-) | st.text(max_size=20)
+KEYS = (
+    st.sampled_from(
+        ["node", "model", "user", "refresh", "x", "node[]", "", "format", "names", "since", "until"]
+    )
+    | st.sampled_from(["cards", "catalogue", "policy"])
+    | st.text(max_size=20)
+)
 VALUES = (
     st.sampled_from(
         ["nb-1", "Tesla-T4", "alice", "5", "0", "99999", "-1", "\x00", "a" * 300, "csv", "json", "real"]
     )
     | st.sampled_from(["pseudonyms", "9999-12-31T23:59:59-23:59", "0001-01-01", "2026-11-01", "2026-13-01"])
+    | st.sampled_from(["1..4", "4..1", "1..99999", "0", "3,5,7;4,8", ";", "3,,5", "16", "fgd", "binpack,x"])
     | st.text(max_size=40)
 )
 queries = st.lists(st.tuples(KEYS, VALUES), max_size=3).map(
