@@ -21,7 +21,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .bounds import l2
@@ -394,14 +394,18 @@ def recorded(sessions: Sequence[Session]) -> dict[str, Any]:
     median, p95 = percentile(waited, 50), percentile(waited, 95)
     return {
         "spawns": len(sessions),
-        "first": min(s.arrive for s in sessions) if sessions else None,
-        "last": max(s.arrive for s in sessions) if sessions else None,
+        "first": iso(min(s.arrive for s in sessions)) if sessions else None,
+        "last": iso(max(s.arrive for s in sessions)) if sessions else None,
         "wait_recorded": len(waits),
         "waited": len(waited),
         "wait_median_seconds": None if median is None else round(median, 1),
         "wait_p95_seconds": None if p95 is None else round(p95, 1),
         "peak_gib_held": round(peak, 2),
     }
+
+
+def iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def duration_words(seconds: float | None) -> str:

@@ -157,10 +157,8 @@ def plans(args: argparse.Namespace, sessions: Sequence[Session]) -> list[Plan]:
     return out
 
 
-def _when(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M")
+def _when(when: str | None) -> str:
+    return "-" if when is None else when.replace("T", " ")[:16]
 
 
 def _catalogue_words(catalogue: Sequence[int]) -> str:
