@@ -198,15 +198,15 @@ class Plan:
         return ledger
 
 
-def parse_catalogue(spec: str) -> tuple[int, ...]:
-    """``"3,5,7"`` -> (3, 5, 7): whole GiB, each once, ascending."""
+def parse_catalogue(spec: str, unit: str = "GiB") -> tuple[int, ...]:
+    """``"3,5,7"`` -> (3, 5, 7): whole sizes (GiB, or slices of a card), each once, ascending."""
     sizes = []
     for part in spec.split(","):
         text = part.strip()
         if not text.isdigit() or not 0 < int(text) <= MAX_GIB:
             raise PlanningError(
-                f"catalogue: cannot read {text[:20]!r} in {spec[:60]!r}; write whole GiB sizes "
-                "separated by commas, e.g. 3,5,7"
+                f"catalogue: cannot read {text[:20]!r} in {spec[:60]!r}; write positive whole {unit} "
+                "sizes separated by commas, e.g. 3,5,7"
             )
         sizes.append(int(text))
     if len(set(sizes)) != len(sizes):

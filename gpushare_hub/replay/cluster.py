@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..core import planning
 from ..core.cards import Card, Node
 from ..core.declarations import CardGroup, DeclarationError, parse_card_groups
 from ..core.demand import Demand
@@ -88,19 +89,12 @@ class Units:
 
 
 def parse_catalogue(spec: str) -> tuple[int, ...]:
-    """``"3,5,7"`` -> (3, 5, 7): slice sizes in slices, positive, each once, ascending."""
-    sizes: list[int] = []
-    for part in spec.split(","):
-        text = part.strip()
-        if not text.isdigit() or int(text) <= 0:
-            raise TraceError(
-                f"--catalogue: cannot read {text!r} in {spec!r}; write positive whole slice sizes "
-                "separated by commas, e.g. '3,5,7'"
-            )
-        sizes.append(int(text))
-    if len(set(sizes)) != len(sizes):
-        raise TraceError(f"--catalogue: {spec!r} names a size twice")
-    return tuple(sorted(sizes))
+    """``"3,5,7"`` -> (3, 5, 7): slice sizes in slices, positive, each once, ascending (the
+    planner's reading, with the replayer's error)."""
+    try:
+        return planning.parse_catalogue(spec, unit="slice")
+    except planning.PlanningError as err:
+        raise TraceError(f"--{err}") from None
 
 
 def choose_units(
