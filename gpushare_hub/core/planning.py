@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -283,8 +284,39 @@ def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
         if sizes[i] is not None:
             events.append((s.arrive, 1, i))
     heapq.heapify(events)
-    waiting: list[int] = []
-    hist: dict[int, int] = {}
+    queues: dict[int, deque[int]] = {}  # the waiting spawns by size, each in the order they came
+    waiting_now = 0
+    hist: dict[int, int] = {}  # sizes held now
+
+    def place_waiting(t: float) -> int:
+        """Try the waiting spawns, oldest first, and place any that fits; a size that finds no
+        room stops the larger ones too (the what-if's pods ask GPU memory only, so nothing
+        larger fits either). Returns how many it placed. Each try costs one head per size,
+        however many spawns wait."""
+        heads = [(q[0], size) for size, q in queues.items() if q]
+        heapq.heapify(heads)
+        smallest_refused = math.inf
+        placed = 0
+        while heads:
+            i, size = heapq.heappop(heads)
+            if size >= smallest_refused:
+                continue
+            demand = demands[i]
+            assert demand is not None
+            result = placer.place_and_commit(demand)
+            if not isinstance(result, Placement):
+                smallest_refused = size
+                continue
+            queue = queues[size]
+            queue.popleft()
+            placed += 1
+            out.waits[i] = t - sessions[i].arrive
+            hist[size] = hist.get(size, 0) + 1
+            heapq.heappush(events, (t + sessions[i].hold, 0, i))
+            if queue:
+                heapq.heappush(heads, (queue[0], size))
+        return placed
+
     capacity = plan.card_gib
     last_t: float | None = None
     cards_now = bound_now = 0
@@ -301,28 +333,9 @@ def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
                 ledger.release(f"s{i}")
                 hist[size] -= 1
             else:
-                waiting.append(i)
-        waiting.sort()
-        # The waiting spawns, oldest first; a size that found no room stops larger ones too
-        # (the what-if's pods ask GPU memory only). After a release, every one is tried again.
-        smallest_refused = math.inf
-        still: list[int] = []
-        for i in waiting:
-            size = sizes[i]
-            demand = demands[i]
-            assert size is not None and demand is not None
-            if size >= smallest_refused:
-                still.append(i)
-                continue
-            result = placer.place_and_commit(demand)
-            if isinstance(result, Placement):
-                out.waits[i] = t - sessions[i].arrive
-                hist[size] = hist.get(size, 0) + 1
-                heapq.heappush(events, (t + sessions[i].hold, 0, i))
-            else:
-                smallest_refused = size
-                still.append(i)
-        waiting = still
+                queues.setdefault(size, deque()).append(i)
+                waiting_now += 1
+        waiting_now -= place_waiting(t)
         cards_now = ledger.cards_in_use()
         bound_now = l2(hist, capacity)
         out.peak_cards = max(out.peak_cards, cards_now)
@@ -330,7 +343,7 @@ def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
         out.times.append(t)
         out.cards.append(cards_now)
         out.bounds.append(bound_now)
-        out.waiting.append(len(waiting))
+        out.waiting.append(waiting_now)
         last_t = t
     return out
 
