@@ -31,7 +31,7 @@ from .demand import Demand
 from .errors import GPUShareError
 from .fragmentation import FragmentationGradient, Shape, Workload
 from .history import WAITED_AFTER
-from .ledger import Ledger, Placement
+from .ledger import Ledger
 from .policy import Placer, Policy, make_policy
 from .resources import ResourceNames
 
@@ -303,8 +303,7 @@ def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
                 continue
             demand = demands[i]
             assert demand is not None
-            result = placer.place_and_commit(demand)
-            if not isinstance(result, Placement):
+            if placer.place_if_room(demand) is None:
                 smallest_refused = size
                 continue
             queue = queues[size]

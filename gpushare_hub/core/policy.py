@@ -560,6 +560,18 @@ class Placer:
             self.ledger.commit(decision)
         return decision
 
+    def place_if_room(self, demand: Demand) -> Placement | None:
+        """Place and commit ``demand`` where :meth:`place_and_commit` would, or None when no node
+        has room now, without saying why (a replay that only needs to know saves the words)."""
+        best = self._best_anywhere(demand) if self.ledger.allocation(demand.key) is None else None
+        decision = None if best is None else self.placement_on(demand, best.node, best.chosen)
+        placed = isinstance(decision, Placement)
+        self.policy.observe(demand, placed)
+        if not isinstance(decision, Placement):
+            return None
+        self.ledger.commit(decision)
+        return decision
+
     def scores(self, demand: Demand, nodes: Iterable[str]) -> dict[str, int]:
         """Scores 0..10 for kube-scheduler's prioritize: the policy's favourite gets 10."""
         feasible, _, _ = self.candidates(demand, nodes)

@@ -31,8 +31,8 @@ from ..core.planning import (
 from ..core.policy import POLICIES
 
 MAX_REPLAYS = 64
-# Replays x spawns one request may ask: up to about a minute and a half of one core (a replay
-# costs about a quarter of a millisecond per spawn).
+# Replays x spawns one request may ask: up to about a minute of one core (a replay costs
+# about a tenth of a millisecond per spawn).
 MAX_WORK = 400_000
 MAX_CARDS_IN_ALL = 20_000  # the cards of every what-if's cluster, summed
 AROUND = 3  # default card counts: today's, and this many either side
