@@ -3,7 +3,7 @@
 Modules import downwards only: ``names`` (every annotation, label and event reason) and
 ``resources`` (resource names, quantities) < ``objects`` (Pods and Nodes, typed) < ``shapes``
 (their readers) < ``cards`` / ``declarations`` / ``annotations`` <
-``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` <
+``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` < ``stranding`` <
 ``catalogue`` / ``availability`` / ``report`` / ``waste``. Nothing here imports a Kubernetes
 client, a server, JupyterHub or gRPC (``.importlinter`` checks it).
 """
@@ -21,6 +21,7 @@ from .policy import POLICIES, Binpack, Placer, Policy, Refusal, Spread, make_pol
 from .records import Ignored, IgnoredRecord, read_allocation
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 from .shapes import read_node, read_pod
+from .stranding import StrandAware, StrandedCapacity
 
 __all__ = [
     "ALLOCATION_ANNOTATION",
@@ -53,6 +54,8 @@ __all__ = [
     "ResourceNames",
     "Shape",
     "Spread",
+    "StrandAware",
+    "StrandedCapacity",
     "Workload",
     "declared_cards",
     "demand_from_pod",

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.fragmentation import FragmentationGradient, Shape, Workload
 from ..core.policy import POLICIES, Placer, Policy, make_policy
+from ..core.stranding import StrandAware
 from .cluster import (
     Units,
     choose_units,
@@ -119,6 +120,9 @@ def _policy(name: str, pods: list[TracePod], units: Units) -> Policy:
     if name == "fgd":
         # The target workload is the trace's own mix of task shapes (as in the FGD paper).
         return FragmentationGradient(Workload(Shape.of(units.demand(p, p.name)) for p in pods))
+    if name == "strand":
+        # The same target workload as fgd's.
+        return StrandAware([Shape.of(units.demand(p, p.name)) for p in pods])
     return make_policy(name)
 
 
