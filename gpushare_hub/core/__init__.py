@@ -3,9 +3,10 @@
 Modules import downwards only: ``names`` (every annotation, label and event reason) and
 ``resources`` (resource names, quantities) < ``objects`` (Pods and Nodes, typed) < ``shapes``
 (their readers) < ``cards`` / ``declarations`` / ``annotations`` <
-``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` < ``stranding`` <
-``catalogue`` / ``availability`` / ``report`` / ``waste``. Nothing here imports a Kubernetes
-client, a server, JupyterHub or gRPC (``.importlinter`` checks it).
+``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` <
+``stranding`` / ``fgdsim`` < ``catalogue`` / ``availability`` / ``report`` / ``waste``.
+Nothing here imports a Kubernetes client, a server, JupyterHub or gRPC (``.importlinter``
+checks it).
 """
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
@@ -13,6 +14,7 @@ from .bounds import l1, l2
 from .cards import Card, Node, declared_cards, model_matches, node_from_k8s, normalize_model
 from .demand import Demand, demand_from_pod
 from .errors import GPUShareError, InvalidObject, InvalidQuantity
+from .fgdsim import SimulatorFGD
 from .fragmentation import FragmentationGradient, Shape, Workload
 from .ledger import Allocation, Ledger, OverCommit, Placement
 from .names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
@@ -53,6 +55,7 @@ __all__ = [
     "Refusal",
     "ResourceNames",
     "Shape",
+    "SimulatorFGD",
     "Spread",
     "StrandAware",
     "StrandedCapacity",

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.fgdsim import SimulatorFGD
 from ..core.fragmentation import FragmentationGradient, Shape, Workload
 from ..core.policy import POLICIES, Placer, Policy, make_policy
 from ..core.stranding import StrandAware
@@ -123,6 +124,9 @@ def _policy(name: str, pods: list[TracePod], units: Units) -> Policy:
     if name == "strand":
         # The same target workload as fgd's.
         return StrandAware([Shape.of(units.demand(p, p.name)) for p in pods])
+    if name == "fgd-sim":
+        # The paper's simulator: its typical pods count the CPU-only pods too.
+        return SimulatorFGD(Shape.of(units.demand(p, p.name)) for p in pods)
     return make_policy(name)
 
 
