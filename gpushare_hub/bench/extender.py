@@ -7,6 +7,10 @@ every node name. Bind goes through the whole bind path (pod read, card choice,
 ledger commit, Binding call) against an in-process stand-in for the API server
 that answers at once, so ``bind_*`` measure the extender's own work only; the
 real API server's share is in ``gpushare-bench schedule``.
+
+``--policy`` picks the extender's default policy. A policy that learns the workload from the
+pods it places (fgd, strand) is shown each of the bench's slice sizes once before the
+measurement, so that its node scores are computed as they would be in a running cluster.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import time
 import urllib.request
 from typing import Any
 
-from ..core import Ledger, Node, PodObject, declared_cards, read_pod
+from ..core import POLICIES, Demand, Ledger, Node, PodObject, declared_cards, read_pod
 from ..localcluster.processes import free_port
 from .args import at_least_one
 
 PREFIX = "/gpushare-scheduler"
+SIZES = (1, 2, 3, 5, 7, 8, 10, 13)  # slice sizes the bench's pods ask, as a hub's profiles would
 
 
 def pod(name: str, units: int) -> dict[str, Any]:
@@ -67,7 +72,7 @@ class InstantKube:
         return None
 
 
-def serve(nodes: int, port: int) -> None:
+def serve(nodes: int, port: int, policy: str = "binpack") -> None:
     from tornado.httpserver import HTTPServer
 
     from gpushare_hub.extender.app import make_app
@@ -79,7 +84,15 @@ def serve(nodes: int, port: int) -> None:
         informer = LedgerInformer(None)
         informer.ledger = build_ledger(nodes)
         informer.synced = True
-        service = ExtenderService(kube=InstantKube(), warn_bypass=False, informer=informer)  # type: ignore[arg-type]
+        service = ExtenderService(
+            kube=InstantKube(),  # type: ignore[arg-type]
+            policy=policy,
+            warn_bypass=False,
+            informer=informer,
+        )
+        learner = service.decisions.placer().policy
+        for s in SIZES:  # a no-op for policies that learn nothing
+            learner.observe(Demand(f"bench/seen-{s}", s, 1), True)
         HTTPServer(make_app(service, PREFIX)).listen(port, "127.0.0.1")
         await asyncio.Event().wait()
 
@@ -105,9 +118,9 @@ def pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
-def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
+def measure(nodes: int, requests: int, threads: int, policy: str = "binpack") -> dict[str, Any]:
     port = free_port()
-    code = f"from gpushare_hub.bench.extender import serve; serve({nodes}, {port})"
+    code = f"from gpushare_hub.bench.extender import serve; serve({nodes}, {port}, {policy!r})"
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 120
@@ -123,7 +136,7 @@ def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
         # Pods of every common slice size, in turn, as a hub's profiles would send them.
         bodies = [
             json.dumps({"Pod": pod(f"asker-{s}", s), "Nodes": None, "NodeNames": names}).encode()
-            for s in (1, 2, 3, 5, 7, 8, 10, 13)
+            for s in SIZES
         ]
         args = bodies[0]
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -135,6 +148,7 @@ def measure(nodes: int, requests: int, threads: int) -> dict[str, Any]:
         out: dict[str, Any] = {
             "nodes": nodes,
             "cards": nodes * 4,
+            "policy": policy,
             "requests_per_verb": requests,
             "filter_cold_p50_ms": round(statistics.median(cold), 3),
         }
@@ -189,16 +203,23 @@ def add_parser(sub: Any) -> None:
         "--requests", type=at_least_one, default=300, help="requests per verb for the latency figures"
     )
     p.add_argument("--threads", type=at_least_one, default=4, help="client threads for the throughput figure")
+    p.add_argument(
+        "--policy", choices=sorted(POLICIES), default="binpack", help="the extender's default policy"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = measure(args.nodes, args.requests, args.threads)
+    out = measure(args.nodes, args.requests, args.threads, args.policy)
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"extender, {out['nodes']} nodes x 4 cards (bind without the API server's round trip):")
+        print(
+            f"extender, {out['nodes']} nodes x 4 cards, policy {out['policy']} "
+            "(bind without the API server's round trip):"
+        )
+        print(f"  filter, cold p50 {out['filter_cold_p50_ms']:8.3f} ms (first request of each slice size)")
         for verb in ("filter", "prioritize", "bind"):
             print(f"  {verb:10s} p50 {out[f'{verb}_p50_ms']:8.3f} ms   p99 {out[f'{verb}_p99_ms']:8.3f} ms")
         print(f"  throughput {out['requests_per_s']} filter requests/s with {out['client_threads']} clients")

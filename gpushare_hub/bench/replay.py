@@ -87,7 +87,7 @@ def bench_replay(seeds: int, policies: list[str], pods: str | None) -> dict[str,
 def add_parser(sub: Any) -> None:
     rp = sub.add_parser("replay", help="packing quality of every policy on the trace")
     rp.add_argument("--seeds", type=at_least_one, default=10, help="static-mode seeds (the paper uses 10)")
-    rp.add_argument("--policies", nargs="+", default=["binpack", "spread", "fgd"])
+    rp.add_argument("--policies", nargs="+", default=["binpack", "spread", "fgd", "strand"])
     rp.add_argument("--pods", default=None, help="pod list CSV (default: the trace's default list)")
     rp.add_argument("--json", action="store_true", help="print one JSON object")
     rp.set_defaults(run=run)

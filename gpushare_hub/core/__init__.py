@@ -4,8 +4,9 @@ Modules import downwards only: ``names`` (every annotation, label and event reas
 ``resources`` (resource names, quantities) < ``objects`` (Pods and Nodes, typed) < ``shapes``
 (their readers) < ``cards`` / ``declarations`` / ``annotations`` <
 ``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` <
-``catalogue`` / ``availability`` / ``report`` / ``waste``. Nothing here imports a Kubernetes
-client, a server, JupyterHub or gRPC (``.importlinter`` checks it).
+``stranding`` / ``fgdsim`` < ``catalogue`` / ``availability`` / ``report`` / ``waste``.
+Nothing here imports a Kubernetes client, a server, JupyterHub or gRPC (``.importlinter``
+checks it).
 """
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
@@ -13,6 +14,7 @@ from .bounds import l1, l2
 from .cards import Card, Node, declared_cards, model_matches, node_from_k8s, normalize_model
 from .demand import Demand, demand_from_pod
 from .errors import GPUShareError, InvalidObject, InvalidQuantity
+from .fgdsim import SimulatorFGD
 from .fragmentation import FragmentationGradient, Shape, Workload
 from .ledger import Allocation, Ledger, OverCommit, Placement
 from .names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION
@@ -21,6 +23,7 @@ from .policy import POLICIES, Binpack, Placer, Policy, Refusal, Spread, make_pol
 from .records import Ignored, IgnoredRecord, read_allocation
 from .resources import DEFAULT_NAMES, ResourceNames, parse_units
 from .shapes import read_node, read_pod
+from .stranding import StrandAware, StrandedCapacity
 
 __all__ = [
     "ALLOCATION_ANNOTATION",
@@ -52,7 +55,10 @@ __all__ = [
     "Refusal",
     "ResourceNames",
     "Shape",
+    "SimulatorFGD",
     "Spread",
+    "StrandAware",
+    "StrandedCapacity",
     "Workload",
     "declared_cards",
     "demand_from_pod",

@@ -29,11 +29,12 @@ from .bounds import l2
 from .cards import Card, Node
 from .demand import Demand
 from .errors import GPUShareError
-from .fragmentation import FragmentationGradient, Shape, Workload
+from .fragmentation import Shape
 from .history import WAITED_AFTER
 from .ledger import Ledger
-from .policy import Placer, Policy, make_policy
+from .policy import Placer, Policy
 from .resources import ResourceNames
+from .targets import make_policy_for
 
 # What a plan may ask for at most (a sweep runs every combination; the service computes it
 # on request, so an admin's query must not occupy it for long).
@@ -241,11 +242,9 @@ def parse_cards_range(spec: str) -> list[int]:
 
 # ---- the replay -----------------------------------------------------------------------------------
 def make_plan_policy(name: str, demands: Iterable[Demand]) -> Policy:
-    """``name``'s policy; fgd (and any policy that takes one) gets the sessions' mix of sizes."""
-    if name == "fgd":
-        return FragmentationGradient(Workload(Shape.of(d) for d in demands))
+    """``name``'s policy; fgd, strand and fgd-sim get the sessions' mix of sizes as their target."""
     try:
-        return make_policy(name)
+        return make_policy_for(name, (Shape.of(d) for d in demands))
     except ValueError as err:
         raise PlanningError(str(err)) from None
 

@@ -123,7 +123,15 @@ def scheduler_config(
         },
         "profiles": [profile(scheduler_name, resource, policy)],
         "extenders": [
-            extender_entry(url_prefix, resource, https, prioritize=policy == "fgd", tls_config=tls_config)
+            # binpack and spread: kube-scheduler's Most/LeastAllocated chooses the node as they would;
+            # scoring policies (fgd, strand) need the extender's prioritize.
+            extender_entry(
+                url_prefix,
+                resource,
+                https,
+                prioritize=policy not in ("binpack", "spread"),
+                tls_config=tls_config,
+            )
         ],
     }
 

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.fragmentation import FragmentationGradient, Shape, Workload
-from ..core.policy import POLICIES, Placer, Policy, make_policy
+from ..core.fragmentation import Shape
+from ..core.policy import POLICIES, Placer, Policy
+from ..core.targets import make_policy_for
 from . import whatif
 from .cluster import (
     Units,
@@ -123,10 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _policy(name: str, pods: list[TracePod], units: Units) -> Policy:
-    if name == "fgd":
-        # The target workload is the trace's own mix of task shapes (as in the FGD paper).
-        return FragmentationGradient(Workload(Shape.of(units.demand(p, p.name)) for p in pods))
-    return make_policy(name)
+    # The target workload of fgd, strand and fgd-sim is the trace's own mix of task shapes
+    # (as in the FGD paper).
+    return make_policy_for(name, (Shape.of(units.demand(p, p.name)) for p in pods))
 
 
 def parse_catalogue_arg(spec: str) -> tuple[int, ...]:

@@ -160,6 +160,8 @@ def test_generated_scheduler_config_uses_every_verb_on_our_resource():
     assert (ext["filterVerb"], ext["bindVerb"]) == ("filter", "bind") and "prioritizeVerb" not in ext
     fgd = scheduler_config("http://x", policy="fgd")["extenders"][0]
     assert fgd["prioritizeVerb"] == "prioritize" and fgd["weight"] == 10
+    strand = scheduler_config("http://x", policy="strand")["extenders"][0]
+    assert strand["prioritizeVerb"] == "prioritize" and strand["weight"] == 10
     assert ext["nodeCacheCapable"] is True and ext["managedResources"][0]["name"] == "aliyun.com/gpu-mem"
 
 
