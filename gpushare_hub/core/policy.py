@@ -446,11 +446,27 @@ class Placer:
         self, demand: Demand, nodes: Iterable[str] | None = None
     ) -> tuple[dict[str, Verdict], dict[str, Verdict], dict[str, Verdict]]:
         """Verdicts on ``nodes`` (default: all), split by kind: (feasible, not now, never) by node name."""
-        split: dict[Kind, dict[str, Verdict]] = {kind: {} for kind in Kind}
-        for name in self.ledger.states() if nodes is None else nodes:
-            v = self.verdict(name, demand)
-            split[v.kind][name] = v
-        return split[Kind.FEASIBLE], split[Kind.NOT_NOW], split[Kind.NEVER]
+        feasible: dict[str, Verdict] = {}
+        not_now: dict[str, Verdict] = {}
+        never: dict[str, Verdict] = {}
+        split = {Kind.FEASIBLE: feasible, Kind.NOT_NOW: not_now, Kind.NEVER: never}
+        states = self.ledger.states()
+        shape = self.shape(demand)  # once, not per node: this loop runs for every filter
+        cache = self._cache
+        for name in states if nodes is None else nodes:
+            st = states.get(name)
+            if st is None:
+                v = self.verdict(name, demand)
+            else:
+                # _eval_node's cache hit, inline: this line runs for every node of every filter.
+                entry = cache.get(name)
+                hit = entry[1].get(shape) if entry is not None and entry[0] == st.version else None
+                v = hit if hit is not None else self._eval_node(name, st, shape, demand)
+            if v.kind is Kind.FEASIBLE:
+                feasible[name] = v
+            else:
+                split[v.kind][name] = v
+        return feasible, not_now, never
 
     def _best_anywhere(self, demand: Demand) -> Verdict | None:
         """The policy's favourite node in the whole ledger, via the shape's heap."""

@@ -226,13 +226,20 @@ def read_node(obj: object, path: str = "Node") -> NodeObject:
     )
 
 
+_CONTAINERS = frozenset({dict, list})
+
+
 def check_depth(value: object, limit: int = MAX_DEPTH) -> None:
     """:class:`InvalidObject` if ``value`` (decoded JSON) nests more than ``limit`` levels."""
-    stack: list[tuple[object, int]] = [(value, 1)]
+    if not isinstance(value, dict | list):
+        return
+    stack: list[tuple[dict[object, object] | list[object], int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                raise InvalidObject(f"the body nests deeper than {limit} levels; no valid request does")
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
+        if depth > limit:
+            raise InvalidObject(f"the body nests deeper than {limit} levels; no valid request does")
+        children = item.values() if isinstance(item, dict) else item
+        # Only containers go on the stack; a list of a thousand node names is one pass in C.
+        if _CONTAINERS.isdisjoint(set(map(type, children))):
+            continue
+        stack.extend([(child, depth + 1) for child in children if isinstance(child, dict | list)])

@@ -94,6 +94,10 @@ def _node_names(names: object) -> None:
         raise BadRequest(f"field NodeNames must be a list of node names, got {shown(names)}")
     if len(names) > MAX_NODES:
         raise BadRequest(f"field NodeNames has {len(names)} names, more than {MAX_NODES}")
+    if not names or (
+        set(map(type, names)) == {str} and 0 < min(map(len, names)) <= max(map(len, names)) <= MAX_NAME
+    ):
+        return  # every name well-formed, checked in C: a filter for 1,000 nodes pays microseconds
     for i, n in enumerate(names):
         if not isinstance(n, str) or not n or len(n) > MAX_NAME:
             raise BadRequest(f"field NodeNames[{i}] is {shown(n)}, not a node name")
