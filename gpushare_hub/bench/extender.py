@@ -72,27 +72,63 @@ class InstantKube:
         return None
 
 
-def serve(nodes: int, port: int, policy: str = "binpack") -> None:
-    from tornado.httpserver import HTTPServer
-
-    from gpushare_hub.extender.app import make_app
+def bench_service(nodes: int, policy: str) -> Any:
+    """The extender's service on the bench's ledger, its API answered at once."""
     from gpushare_hub.extender.service import ExtenderService
 
     from ..kube import LedgerInformer
 
+    informer = LedgerInformer(None)
+    informer.ledger = build_ledger(nodes)
+    informer.synced = True
+    service = ExtenderService(
+        kube=InstantKube(),  # type: ignore[arg-type]
+        policy=policy,
+        warn_bypass=False,
+        informer=informer,
+    )
+    learner = service.decisions.placer().policy
+    for s in SIZES:  # a no-op for policies that learn nothing
+        learner.observe(Demand(f"bench/seen-{s}", s, 1), True)
+    return service
+
+
+def filter_work(nodes: int, requests: int, policy: str) -> list[float]:
+    """Milliseconds of the extender's own work per filter (read the body, decide, write the
+    answer), in this process without HTTP: the figure a busy machine's scheduling noise and
+    the client's share of the cores do not blur."""
+    from gpushare_hub.extender.wire import ExtenderArgs, filter_result
+
+    service = bench_service(nodes, policy)
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    bodies = [
+        json.dumps({"Pod": pod(f"asker-{s}", s), "Nodes": None, "NodeNames": names}).encode() for s in SIZES
+    ]
+
+    def one(body: bytes) -> None:
+        args = ExtenderArgs.parse(body)
+        out = service.decisions.filter(args)
+        if out.demand is not None:
+            service.remember(args.pod)
+        json.dumps(filter_result(args, out.passed, out.failed, out.unresolvable, out.error))
+
+    for b in bodies:  # the cold requests, as in the HTTP measurement
+        one(b)
+    lat = []
+    for i in range(requests):
+        t0 = time.perf_counter()
+        one(bodies[i % len(bodies)])
+        lat.append((time.perf_counter() - t0) * 1000)
+    return lat
+
+
+def serve(nodes: int, port: int, policy: str = "binpack") -> None:
+    from tornado.httpserver import HTTPServer
+
+    from gpushare_hub.extender.app import make_app
+
     async def run() -> None:
-        informer = LedgerInformer(None)
-        informer.ledger = build_ledger(nodes)
-        informer.synced = True
-        service = ExtenderService(
-            kube=InstantKube(),  # type: ignore[arg-type]
-            policy=policy,
-            warn_bypass=False,
-            informer=informer,
-        )
-        learner = service.decisions.placer().policy
-        for s in SIZES:  # a no-op for policies that learn nothing
-            learner.observe(Demand(f"bench/seen-{s}", s, 1), True)
+        service = bench_service(nodes, policy)
         HTTPServer(make_app(service, PREFIX)).listen(port, "127.0.0.1")
         await asyncio.Event().wait()
 
@@ -190,10 +226,13 @@ def measure(nodes: int, requests: int, threads: int, policy: str = "binpack") ->
             w.join()
         out["requests_per_s"] = round(sum(count) / (time.perf_counter() - started), 1)
         out["client_threads"] = threads
-        return out
     finally:
         proc.terminate()
         proc.wait(10)
+    work = filter_work(nodes, max(requests, 1000), policy)
+    out["filter_work_p50_ms"] = pct(work, 0.50)
+    out["filter_work_p99_ms"] = pct(work, 0.99)
+    return out
 
 
 def add_parser(sub: Any) -> None:
@@ -223,4 +262,8 @@ def run(args: argparse.Namespace) -> int:
         for verb in ("filter", "prioritize", "bind"):
             print(f"  {verb:10s} p50 {out[f'{verb}_p50_ms']:8.3f} ms   p99 {out[f'{verb}_p99_ms']:8.3f} ms")
         print(f"  throughput {out['requests_per_s']} filter requests/s with {out['client_threads']} clients")
+        print(
+            f"  filter's own work (no HTTP): p50 {out['filter_work_p50_ms']:.3f} ms   "
+            f"p99 {out['filter_work_p99_ms']:.3f} ms"
+        )
     return 0
