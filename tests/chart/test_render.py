@@ -124,7 +124,7 @@ def rendered_scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return cfg
 
 
-@pytest.mark.parametrize("policy", ["binpack", "spread", "fgd"])
+@pytest.mark.parametrize("policy", ["binpack", "spread", "fgd", "strand"])
 @pytest.mark.parametrize("tls", [False, True])
 def test_scheduler_config_is_what_the_extender_prints_for_the_same_values(helm: Helm, policy, tls):
     args = [
