@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .cards import Card
@@ -136,6 +136,30 @@ class Workload:
         return frag
 
 
+# A measure of a node's unusable GPU: (free, size) per card, free CPU, free memory -> units.
+Measure = Callable[[tuple[tuple[int, int], ...], int | None, int | None], float]
+
+
+def node_delta(measure: Measure, view: NodeView, taken: Mapping[str, int], cpu: int, mem: int) -> float:
+    """How much ``measure`` grows on the node when ``taken`` units (by card UUID), ``cpu``
+    millicores and ``mem`` MiB of host memory are placed there."""
+    before = tuple((f, c.units) for c, f in view.all_cards)
+    after = tuple((f - taken.get(c.uuid, 0), c.units) for c, f in view.all_cards)
+    cpu_after = None if view.cpu_free is None else view.cpu_free - cpu
+    mem_after = None if view.memory_free is None else view.memory_free - mem
+    return measure(after, cpu_after, mem_after) - measure(before, view.cpu_free, view.memory_free)
+
+
+def card_delta(measure: Measure, view: NodeView, card: Card, take: int) -> float:
+    """How much ``measure`` grows (GPU only) when ``take`` units go on ``card`` of the node."""
+    frees = tuple((f, c.units) for c, f in view.all_cards)
+    after = tuple(
+        (f - take, s) if c.uuid == card.uuid else (f, s)
+        for (c, _), (f, s) in zip(view.all_cards, frees, strict=True)
+    )
+    return measure(after, None, None) - measure(frees, None, None)
+
+
 class FragmentationGradient(Policy):
     """Place where the node's fragmentation grows least; ties go to best fit."""
 
@@ -146,25 +170,12 @@ class FragmentationGradient(Policy):
         self._learn = workload is None
 
     def _delta(self, view: NodeView, taken: Mapping[str, int], demand: Demand) -> float:
-        wl = self.workload
-        before = tuple((f, c.units) for c, f in view.all_cards)
-        after = tuple((f - taken.get(c.uuid, 0), c.units) for c, f in view.all_cards)
-        cpu_after = None if view.cpu_free is None else view.cpu_free - demand.cpu_milli
-        mem_after = None if view.memory_free is None else view.memory_free - demand.memory_mib
-        return wl.fragmentation(after, cpu_after, mem_after) - wl.fragmentation(
-            before, view.cpu_free, view.memory_free
-        )
+        return node_delta(self.workload.fragmentation, view, taken, demand.cpu_milli, demand.memory_mib)
 
     def card_key(self, view: NodeView, card: Card, free: int, take: int) -> tuple[float, ...]:
         if not self.workload:
             return (free - take, card.index)
-        frees = tuple((f, c.units) for c, f in view.all_cards)
-        after = tuple(
-            (f - take, s) if c.uuid == card.uuid else (f, s)
-            for (c, _), (f, s) in zip(view.all_cards, frees, strict=True)
-        )
-        d = self.workload.fragmentation(after, None, None) - self.workload.fragmentation(frees, None, None)
-        return (round(d, 9), free - take, card.index)
+        return (round(card_delta(self.workload.fragmentation, view, card, take), 9), free - take, card.index)
 
     def node_key(
         self, view: NodeView, chosen: tuple[tuple[Card, int], ...], demand: Demand, take: int

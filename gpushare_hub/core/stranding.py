@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 
 from .cards import Card
 from .demand import Demand
-from .fragmentation import FragmentationGradient, Shape, Workload
+from .fragmentation import FragmentationGradient, Shape, Workload, card_delta, node_delta
 from .policy import NodeView, Policy, register_policy
 
 # Weight of the stranded measure's change against FGD's (measured on the default trace;
@@ -144,25 +144,10 @@ class StrandAware(Policy):
         self._fgd.workload = self.workload  # the same object, also while it is still empty
         self.strand_weight = strand_weight
 
-    def _strand_delta(self, view: NodeView, taken: Mapping[str, int], cpu: int, mem: int) -> float:
-        before = tuple((f, c.units) for c, f in view.all_cards)
-        after = tuple((f - taken.get(c.uuid, 0), c.units) for c, f in view.all_cards)
-        cpu_after = None if view.cpu_free is None else view.cpu_free - cpu
-        mem_after = None if view.memory_free is None else view.memory_free - mem
-        return self.strand.stranded(after, cpu_after, mem_after) - self.strand.stranded(
-            before, view.cpu_free, view.memory_free
-        )
-
     def card_key(self, view: NodeView, card: Card, free: int, take: int) -> tuple[float, ...]:
         if not self.strand:
             return (free - take, card.index)
-        frees = tuple((f, c.units) for c, f in view.all_cards)
-        after = tuple(
-            (f - take, s) if c.uuid == card.uuid else (f, s)
-            for (c, _), (f, s) in zip(view.all_cards, frees, strict=True)
-        )
-        d = self.strand.stranded(after, None, None) - self.strand.stranded(frees, None, None)
-        return (round(d, 9), free - take, card.index)
+        return (round(card_delta(self.strand.stranded, view, card, take), 9), free - take, card.index)
 
     def node_key(
         self, view: NodeView, chosen: tuple[tuple[Card, int], ...], demand: Demand, take: int
@@ -171,7 +156,7 @@ class StrandAware(Policy):
         if not self.strand:
             return (0.0, left, view.free_units)
         taken = {c.uuid: take for c, _ in chosen}
-        strand = self._strand_delta(view, taken, demand.cpu_milli, demand.memory_mib)
+        strand = node_delta(self.strand.stranded, view, taken, demand.cpu_milli, demand.memory_mib)
         fgd = self._fgd.node_key(view, chosen, demand, take)[0]
         return (round(self.strand_weight * strand + fgd, 9), left, view.free_units)
 
