@@ -254,6 +254,9 @@ def test_a_node_whose_card_inventory_is_unreadable_is_left_out_with_a_warning_on
     ), events_for(local_cluster, namespace, "waits")
     assert not bound(local_cluster, namespace, 1)
     api.patch_node(node, {"metadata": {"annotations": {"gpushare-hub.io/cards": good}}})
-    assert wait_for(lambda: bound(local_cluster, namespace, 1), timeout=60), events_for(
+    # kube-scheduler tries a pod it parked as unschedulable again on cluster events its plugins
+    # care about; a Node's annotation is none of them, so unless another event comes first the
+    # pod waits for the parked pods' flush (podMaxInUnschedulablePodsDuration, 5 minutes).
+    assert wait_for(lambda: bound(local_cluster, namespace, 1), timeout=330), events_for(
         local_cluster, namespace, "waits"
     )
