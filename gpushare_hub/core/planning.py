@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .bounds import l2
+from .budget import Held
 from .cards import Card, Node
 from .demand import Demand
 from .errors import GPUShareError
@@ -127,6 +128,27 @@ def session_of(row: Mapping[str, Any], where: str, now: float) -> Session:
         wait=wait,
         idle=None if idle is None else min(idle, end - start),
     )
+
+
+def sessions_from_held(held: Iterable[Held], now: float) -> list[Session]:
+    """The book's intervals (:class:`~gpushare_hub.core.budget.Held`) as sessions, oldest first,
+    read as :func:`session_of` reads the export's rows; a slice still held ends ``now``."""
+    out = []
+    for h in held:
+        if h.gib <= 0:
+            continue
+        hold = max(0.0, (now if h.end is None else h.end) - h.start)
+        out.append(
+            Session(
+                arrive=h.start if h.created is None else min(h.created, h.start),
+                hold=hold,
+                gib=h.gib,
+                model=h.model,
+                wait=None if h.created is None else max(0.0, h.start - h.created),
+                idle=None if h.idle_seconds is None else min(h.idle_seconds, hold),
+            )
+        )
+    return sorted(out, key=lambda s: s.arrive)
 
 
 def sessions_of(rows: Iterable[Mapping[str, Any]], where: Callable[[int], str], now: float) -> list[Session]:

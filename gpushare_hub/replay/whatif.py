@@ -19,6 +19,7 @@ from ..core.planning import (
     PlanningError,
     Session,
     duration_words,
+    figures,
     parse_cards_range,
     parse_catalogue,
     recorded,
@@ -323,8 +324,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], 
     asked = plans(args, sessions)
     single = None
     if len(asked) == 1:
-        from ..core.planning import figures
-
         single = replay(sessions, asked[0])
         rows = [figures(sessions, single)]
     else:

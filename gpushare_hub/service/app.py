@@ -54,7 +54,7 @@ from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.core.history import WAITED_AFTER, history_rows, to_csv
-from gpushare_hub.core.planning import PlanningError
+from gpushare_hub.core.planning import PlanningError, sessions_from_held
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.core.report import (
@@ -79,7 +79,6 @@ from .planning import (
     cluster_shape,
     plan_document,
     plans_for,
-    sessions_from_held,
 )
 from .returner import HubAPI, IdleReturner
 from .store import ServiceStore

@@ -11,11 +11,10 @@ GiB sizes of the catalogue.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.budget import Held
 from ..core.catalogue import Catalogue
 from ..core.ledger import Ledger
 from ..core.planning import (
@@ -66,23 +65,6 @@ def catalogue_sizes(catalogue: Catalogue, card_gib: int) -> tuple[int, ...]:
     return tuple(
         sorted({s.gib for s in catalogue.slices if s.gib is not None and s.cards == 1 and s.gib <= card_gib})
     )
-
-
-def sessions_from_held(held: Iterable[Held], now: float) -> list[Session]:
-    """The book's intervals as the what-if's sessions (names are not needed, nor kept)."""
-    out = [
-        Session(
-            arrive=h.start if h.created is None else min(h.created, h.start),
-            hold=max(0.0, (now if h.end is None else h.end) - h.start),
-            gib=h.gib,
-            model=h.model,
-            wait=None if h.created is None else max(0.0, h.start - h.created),
-            idle=h.idle_seconds,
-        )
-        for h in held
-        if h.gib > 0
-    ]
-    return sorted(out, key=lambda s: s.arrive)
 
 
 def plans_for(query: Mapping[str, str], shape: ClusterShape, sizes: tuple[int, ...]) -> list[Plan]:

@@ -29,6 +29,7 @@ from gpushare_hub.core.planning import (
     replay,
     row_words,
     session_of,
+    sessions_from_held,
     sessions_of,
     sweep,
 )
@@ -298,3 +299,15 @@ def test_nodes_of_several_cards_hold_the_same_sessions() -> None:
     assert three["cards"] == 7  # the last node has one card
     assert one["spawns"] == two["spawns"] == 300
     assert abs(one["waited"] - two["waited"]) <= 0.1 * max(one["waited"], 1)
+
+
+def test_the_book_and_its_export_give_the_same_sessions() -> None:
+    held = [
+        Held("ns/a@1", "ann", 5.0, 1_000_120.0, 1_003_720.0, "", "5gib", "Tesla-T4", 1_000_000.0,
+             idle_seconds=9_999.0),
+        Held("ns/b@2", "bob", 3.0, 1_000_200.0, None, "", "3gib", "Tesla-T4", None),
+    ]  # fmt: skip
+    now = 1_000_800.0
+    exported = sessions_of(history_rows(held, now, lambda user: ""), str, now)  # no names either
+    assert sessions_from_held(held, now) == exported
+    assert exported[0].idle == 3600.0  # idle time is at most the time held
