@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:  # checked before the replay, whose figures would be lost at the end
             args.plot = _plot_path(args.plot)
         if whatif.wanted(args):
-            return _history(args, sys.argv[1:] if argv is None else argv)
+            return _history(args, build_parser().parse_args([]))
         if args.sweep:
             raise TraceError("--sweep replays the hub's history: give --history FILE or --hub-url")
         args.pods = args.pods or default_trace_dir() / "openb_pod_list_default.csv"
@@ -367,8 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _history(args: argparse.Namespace, argv: list[str]) -> int:
-    out, single = whatif.run(args, argv)
+def _history(args: argparse.Namespace, defaults: argparse.Namespace) -> int:
+    out, single = whatif.run(args, defaults)
     if args.plot:
         whatif.plot(args.plot, out, single)
         out["plot"] = str(args.plot)

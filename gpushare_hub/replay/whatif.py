@@ -79,12 +79,14 @@ def wanted(args: argparse.Namespace) -> bool:
     return args.history is not None or args.hub_url is not None
 
 
-def _check_options(args: argparse.Namespace, argv: Sequence[str]) -> None:
+def _check_options(args: argparse.Namespace, defaults: argparse.Namespace) -> None:
+    """Refuse the trace replay's options, however spelt (argparse takes abbreviations): each
+    differs from its default when given."""
     given = [flag for dest, flag in TRACE_ONLY.items() if getattr(args, dest) is not None]
     given += [
-        f
-        for f in ("--mode", "--compress", "--inflate", "--seed", "--seeds")
-        if any(a == f or a.startswith(f + "=") for a in argv)
+        "--" + dest
+        for dest in ("mode", "compress", "inflate", "seed", "seeds")
+        if getattr(args, dest) != getattr(defaults, dest)
     ]
     if given:
         raise TraceError(
@@ -311,10 +313,10 @@ def plot(path: Path, out: dict[str, Any], single: Any) -> None:
     plt.close(fig)
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], Any]:
+def run(args: argparse.Namespace, defaults: argparse.Namespace) -> tuple[dict[str, Any], Any]:
     """The what-ifs asked for: (the JSON document, the one replay's time series or None)."""
     started = time.perf_counter()
-    _check_options(args, argv)
+    _check_options(args, defaults)
     if args.history is not None:
         source = str(args.history)
         sessions = read_history(args.history)

@@ -123,6 +123,7 @@ def test_a_sweep_prints_a_table_a_pick_and_a_plot_with_progress(files, tmp_path,
         ([], "--history needs a cluster to replay against: --cards '8x1 Tesla-T4', or --sweep cards=4..12"),
         (["--cards", "2x1 Tesla-T4", "--mode", "static"], "--mode: an option of the trace replay"),
         (["--cards", "2x1 Tesla-T4", "--unit", "milli"], "--unit: an option of the trace replay"),
+        (["--cards", "2x1 Tesla-T4", "--infl", "1.5"], "--inflate: an option of the trace replay"),
         (["--sweep", "gpus=4..8"], "--sweep 'gpus=4..8': write KEY=VALUES with KEY one of cards"),
         (["--sweep", "cards=8..4"], "--sweep cards: '8..4' is an empty range"),
         (
