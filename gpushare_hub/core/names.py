@@ -55,6 +55,15 @@ MPS_MULTI_USER_LABEL = f"{PREFIX}/mps-multi-user"
 ISOLATION_CHECK_ANNOTATION = f"{PREFIX}/isolation-check"
 # Written by the device plugin on an MPS node: the MPS servers running and their users.
 MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
+# Written by the device plugin: how this node hands a card to a container, "cdi" (CDI devices of
+# the plugin's own spec, applied by the runtime) or "legacy" (NVIDIA_VISIBLE_DEVICES, read by the
+# NVIDIA runtime as containerd's default runtime).
+DEVICE_MODE_ANNOTATION = f"{PREFIX}/device-mode"
+
+# --- In CDI specs --------------------------------------------------------------------------
+# The device plugin's own CDI spec (in /var/run/cdi): kind gpushare-hub.io/gpu, one device per
+# card named by its UUID, e.g. gpushare-hub.io/gpu=GPU-8f6c...; no other component writes it.
+CDI_KIND = f"{PREFIX}/gpu"
 
 # --- In notebook containers -----------------------------------------------------------------
 # Set by GPUShareSpawner: where the server reaches the hub service (its api/v1/me). The start-up
@@ -63,6 +72,10 @@ SERVICE_URL_ENV = "GPUSHARE_SERVICE_URL"
 # A server the hub service parked on a CPU-only profile: which slice went back, as JSON
 # ({"slice", "units", "idle_seconds"}), so that JupyterLab's status bar can say so.
 RETURNED_ENV = "GPUSHARE_RETURNED"
+# Set by the device plugin's Allocate: the container's cards by UUID, in both device modes (in CDI
+# mode NVIDIA_VISIBLE_DEVICES is "void", so that the NVIDIA runtime adds no card of its own).
+# The start-up hook and the self-test spell it again.
+CARD_UUIDS_ENV = "GPUSHARE_CARD_UUIDS"
 
 # --- On events -----------------------------------------------------------------------------
 # The card an event is about (the device plugin's Warnings).
@@ -74,3 +87,4 @@ OVER_SLICE_REASON = "GPUShareOverSlice"  # a pod's processes use more GPU memory
 ISOLATION_CHECK_REASON = "GPUShareIsolationCheckFailed"  # the node's self-test saw a weaker tier
 MPS_MISMATCH_REASON = "GPUShareMPSUserMismatch"  # an MPS server runs as another user than the pod
 NODE_UNREADABLE_REASON = "GPUShareNodeUnreadable"  # a Node's card inventory cannot be read
+DEVICE_MODE_REASON = "GPUShareDeviceModeUnavailable"  # the node can hand out cards in no device mode

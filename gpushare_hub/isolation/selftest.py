@@ -54,7 +54,7 @@ SLICE_VAR = "GPUSHARE_MEMORY_LIMIT_MIB"
 TIER_VAR = "GPUSHARE_ISOLATION_TIER"
 MPS_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 DRIVER_VAR = "NVIDIA_GPU_MEMORY_LIMITS"
-CARD_VAR = "NVIDIA_VISIBLE_DEVICES"
+CARD_VARS = ("GPUSHARE_CARD_UUIDS", "NVIDIA_VISIBLE_DEVICES")  # ours first: "void" in CDI mode
 
 FRAMEWORKS = ("torch", "cupy", "jax")
 NAMES = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX"}
@@ -238,7 +238,7 @@ def document(
         notes.append(f"{TIER_VAR}={raw_claim[:40]!r} is not a tier ({', '.join(TIERS)}); taken as unset")
     if not results:
         notes.append("no GPU framework (torch, cupy, jax) can be imported here: nothing was tried")
-    card = env.get(CARD_VAR, "").split(",")[0].strip() or None
+    card = next((env[v] for v in CARD_VARS if env.get(v)), "").split(",")[0].strip() or None
     return {
         "slice_mib": slice_mib,
         "card": card,

@@ -13,6 +13,8 @@ import html
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpushare_hub.core.names import CARD_UUIDS_ENV
+
 # Environment variables that frameworks other than PyTorch read as their cap (set by Allocate).
 FRAMEWORK_CAPS = (
     ("CuPy", "CUPY_GPU_MEMORY_LIMIT"),
@@ -74,7 +76,7 @@ class SliceInfo:
 def read_slice(env: Mapping[str, str], hook_loaded: bool | None = None) -> SliceInfo:
     """The slice this environment describes. ``hook_loaded``: whether this process imported the
     start-up hook (the page knows); ``None``: guess from ``PYTHONPATH``."""
-    visible = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    visible = (env.get(CARD_UUIDS_ENV) or env.get("NVIDIA_VISIBLE_DEVICES", "")).strip()
     uuids = tuple(u for u in visible.split(",") if u and u not in ("void", "none", "all"))
     if hook_loaded is None:
         hook_loaded = any("pyhook" in p for p in env.get("PYTHONPATH", "").split(":"))

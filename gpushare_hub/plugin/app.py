@@ -31,7 +31,10 @@ from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.kube.rest import RestClient
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
+from .devicemode import CDI
+from .devicemodeapp import DeviceModeOptions, DeviceModeUnavailable
 from .nodeconfig import NODE_CONFIG_REASON, NodeConfigError
+from .nodefacts import SpecKeeper
 from .registration import Runner
 from .response import HOOK_HOST_PATH, MPS_ROOT, Isolation
 from .settings import DEFAULT_DIR, Settings
@@ -47,9 +50,11 @@ class CannotStart(GPUShareError):
         self.status = status
 
 
-class GPUShareDevicePlugin(Application):
+class GPUShareDevicePlugin(Application, DeviceModeOptions):
     name = "gpushare-device-plugin"
     description = __doc__
+    mode = "legacy"  # the node's device mode, settled at start (settle_mode)
+    spec: SpecKeeper | None = None  # the plugin's CDI spec in cdi mode
 
     node_name = Unicode("", help="This node's name (from the downward API: spec.nodeName).").tag(config=True)
     backend = Enum(
@@ -122,9 +127,8 @@ class GPUShareDevicePlugin(Application):
     ).tag(config=True)
     cdi = Bool(
         False,
-        help="""Name the card as a CDI device (nvidia.com/gpu=<UUID>) instead of
-        NVIDIA_VISIBLE_DEVICES, for runtimes set up for CDI (containerd >= 1.7, CRI-O >= 1.24,
-        NVIDIA Container Toolkit CDI specs). Per node: 'cdi' in --node-config.""",
+        help="""The older spelling of --device-mode cdi (kept for existing installs): true is
+        --device-mode cdi. Per node: 'cdi' in --node-config (false there means legacy).""",
     ).tag(config=True)
     tensorflow_memory_limit = Bool(
         False,
@@ -222,6 +226,13 @@ class GPUShareDevicePlugin(Application):
         "mps-multi-user": "GPUShareDevicePlugin.mps_multi_user",
         "mps-root": "GPUShareDevicePlugin.mps_root",
         "cdi": "GPUShareDevicePlugin.cdi",
+        "device-mode": "GPUShareDevicePlugin.device_mode",
+        "cdi-dir": "GPUShareDevicePlugin.cdi_dir",
+        "host-root": "GPUShareDevicePlugin.host_root",
+        "driver-root": "GPUShareDevicePlugin.driver_root",
+        "dev-root": "GPUShareDevicePlugin.dev_root",
+        "nvidia-ctk": "GPUShareDevicePlugin.nvidia_ctk",
+        "containerd-config": "GPUShareDevicePlugin.containerd_config",
         "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
         "isolation-tier": "GPUShareDevicePlugin.isolation_tier",
         "selftest-python": "GPUShareDevicePlugin.selftest_python",
@@ -268,7 +279,7 @@ class GPUShareDevicePlugin(Application):
             self.reserve_fraction = opts["reserveFraction"]
         self.mps = opts.get("mps", self.mps)
         self.mps_multi_user = opts.get("mpsMultiUser", self.mps_multi_user)
-        self.cdi = opts.get("cdi", self.cdi)
+        self.device_mode = opts.get("deviceMode", self.device_mode)
         self.tensorflow_memory_limit = opts.get("tensorflowMemoryLimit", self.tensorflow_memory_limit)
         self.isolation_tier = opts.get("isolationTier", self.isolation_tier)
 
@@ -427,6 +438,32 @@ class GPUShareDevicePlugin(Application):
             isolation=self.isolation(),
         )
 
+    def settle_mode(self, api: RestClient, backend: Backend, state: PluginState) -> None:
+        """The node's device mode into the state's isolation (its CDI spec written in CDI mode);
+        :class:`CannotStart`, with a Warning event on the Node, where no mode can work."""
+        from dataclasses import replace
+
+        from gpushare_hub.core.names import DEVICE_MODE_REASON
+
+        from .kube import KubeUsageSink
+
+        if self.cdi and self.device_mode == "auto":
+            self.device_mode = CDI
+        cards = [(c.uuid, c.index) for c in state.cards]
+        try:
+            self.mode, self.spec = self.settle_device_mode(
+                api, self.node_name, self.backend == "simulated", cards, backend.driver_version()
+            )
+        except DeviceModeUnavailable as err:
+            try:
+                KubeUsageSink(api, self.node_name).warn_node(
+                    DEVICE_MODE_REASON, f"device plugin not started: {err}"
+                )
+            except Exception as failed:  # the plugin stops with the message either way
+                logging.getLogger("gpushare.plugin").warning("could not post the Warning event: %s", failed)
+            raise CannotStart(str(err), 1) from err
+        state.settings.isolation = replace(state.settings.isolation, cdi=self.mode == CDI)
+
     def prepare(self) -> tuple[Backend, RestClient, PluginState]:
         """Everything the plugin needs before it serves: its cards, the API server, the start-up
         hook, its state; :class:`CannotStart` naming what is missing."""
@@ -444,6 +481,7 @@ class GPUShareDevicePlugin(Application):
             raise CannotStart(str(err), 1) from err
         if not state.cards:
             raise CannotStart(f"no shareable card on {self.node_name} (MIG-enabled cards are skipped)", 1)
+        self.settle_mode(api, backend, state)
         return backend, api, state
 
     def resource_names(self) -> ResourceNames:
@@ -475,10 +513,22 @@ class GPUShareDevicePlugin(Application):
         iso = state.settings.isolation
 
         def publish() -> None:
+            if self.spec:  # made again where the driver changed under the plugin; else a no-op
+                try:
+                    self.spec.refresh(
+                        [(c.uuid, c.index) for c in state.cards], state.backend.driver_version()
+                    )
+                except GPUShareError as err:
+                    log.warning("could not make the CDI spec again: %s", err)
             try:
                 publish_node(api, self.node_name, state.inventory(), names)
                 publish_isolation(
-                    api, self.node_name, mps=self.mps, multi_user=self.mps_multi_user, tier=iso.tier
+                    api,
+                    self.node_name,
+                    mps=self.mps,
+                    multi_user=self.mps_multi_user,
+                    tier=iso.tier,
+                    mode=self.mode,
                 )
             except Exception as err:
                 log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
@@ -496,13 +546,16 @@ class GPUShareDevicePlugin(Application):
         for c in state.cards:
             log.info("card %d %s %s: %d MiB, %d %s", c.index, c.uuid, c.model, c.mib, c.units, names.unit)
         log.info(
-            "isolation: start-up hook %s; MPS %s; CDI %s; TensorFlow memory_limit %s",
+            "isolation: start-up hook %s; MPS %s; device mode %s%s; TensorFlow memory_limit %s",
             self.hook_host_path or "off",
             ("on, multi-user" if self.mps_multi_user else "on") if self.mps else "off",
-            "on" if self.cdi else "off",
+            self.mode,
+            f" ({self.spec.file.path})" if self.spec else "",
             "on" if self.tensorflow_memory_limit else "off",
         )
         runner.run()
+        if self.spec:
+            self.spec.remove()
         if state.served.remove_if_empty():
             log.info("%s removed: no served container waits for its mark", state.served.path)
         self.remove_hook_if_unused(state)

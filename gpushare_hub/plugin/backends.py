@@ -54,6 +54,10 @@ class Backend(Protocol):
 
     def discover(self) -> list[DiscoveredCard]: ...
 
+    def driver_version(self) -> str:
+        """The driver's version (the plugin's CDI spec is made again when it changes)."""
+        ...
+
     def health_events(self, timeout_ms: int) -> list[HealthEvent]: ...
 
     def processes(self) -> list[GPUProcess]: ...
@@ -135,6 +139,12 @@ class NVMLBackend:
     @staticmethod
     def _text(value: Any) -> str:
         return value.decode() if isinstance(value, bytes) else str(value)
+
+    def driver_version(self) -> str:
+        try:
+            return self._text(self.nvml.nvmlSystemGetDriverVersion())
+        except self.nvml.NVMLError:
+            return ""
 
     def discover(self) -> list[DiscoveredCard]:
         n = self.nvml
@@ -327,6 +337,9 @@ class SimulatedBackend:
 
     def discover(self) -> list[DiscoveredCard]:
         return list(self.cards)
+
+    def driver_version(self) -> str:
+        return "simulated"
 
     def health_events(self, timeout_ms: int) -> list[HealthEvent]:
         import time

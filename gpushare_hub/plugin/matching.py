@@ -39,7 +39,7 @@ from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.handout import count_handouts, handouts
 from gpushare_hub.core.ledger import Ledger
-from gpushare_hub.core.names import GPU_MEM_ASSUME_TIME
+from gpushare_hub.core.names import CARD_UUIDS_ENV, GPU_MEM_ASSUME_TIME
 from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
@@ -174,8 +174,10 @@ def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
     """What the container sees: its card by UUID, the gpushare variables, and memory caps."""
     limit_mib = w.units * mib_per_unit
     fraction = f"{min(1.0, limit_mib / max(1, card.mib or limit_mib)):.3f}"
+    cards = ",".join(w.cards or (w.uuid,))
     return {
-        "NVIDIA_VISIBLE_DEVICES": ",".join(w.cards or (w.uuid,)),
+        "NVIDIA_VISIBLE_DEVICES": cards,
+        CARD_UUIDS_ENV: cards,
         "ALIYUN_COM_GPU_MEM_IDX": str(card.index),
         "ALIYUN_COM_GPU_MEM_POD": str(w.pod_units),
         "ALIYUN_COM_GPU_MEM_CONTAINER": str(w.units),

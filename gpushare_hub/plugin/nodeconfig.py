@@ -14,7 +14,9 @@ Known options:
   the plugin labels the node ``gpushare-hub.io/mps=true`` for its DaemonSet);
 * ``mpsMultiUser``: the node's MPS daemons run multi-user (``-M``), so pods of
   different UIDs share a card's MPS server instead of waiting for each other;
-* ``cdi``: name the card as a CDI device instead of ``NVIDIA_VISIBLE_DEVICES``;
+* ``deviceMode``: how the node hands a card to a container, ``auto`` (the default: CDI where the
+  node can, else legacy), ``cdi`` or ``legacy`` (see :mod:`.devicemode`);
+* ``cdi``: the older spelling, ``true`` for ``deviceMode: cdi`` and ``false`` for ``legacy``;
 * ``tensorflowMemoryLimit``: the start-up hook also sets TensorFlow's ``memory_limit``
   (breaks notebooks that call ``set_memory_growth``);
 * ``isolationTier``: the tier of memory isolation this node enforces, ``cooperative``, ``mps``
@@ -34,8 +36,10 @@ from gpushare_hub.core.errors import GPUShareError, InvalidObject
 from gpushare_hub.core.isolation import check_tier
 from gpushare_hub.core.shapes import check_depth, shown
 
+from .devicemode import CDI, LEGACY, MODES
+
 BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit")
-KNOWN = {"reserveFraction", "isolationTier", *BOOLEANS}
+KNOWN = {"reserveFraction", "isolationTier", "deviceMode", *BOOLEANS}
 # The Warning event on the Node when the plugin refuses its options and stops.
 NODE_CONFIG_REASON = "GPUShareNodeConfigInvalid"
 MAX_DEPTH = 4  # the options are flat; a value is never an object
@@ -84,4 +88,22 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
     for key in BOOLEANS:
         if key in merged and not isinstance(merged[key], bool):
             raise NodeConfigError(f"{where}: {key} must be true or false (JSON), got {shown(merged[key])}")
+    return _device_mode(merged, where)
+
+
+def _device_mode(merged: dict[str, Any], where: str) -> dict[str, Any]:
+    """``deviceMode`` checked, and the older ``cdi`` read as one (both given must agree)."""
+    mode = merged.get("deviceMode")
+    if "deviceMode" in merged and mode not in MODES:
+        raise NodeConfigError(
+            f"{where}: deviceMode {shown(mode)} is not a device mode; write one of {', '.join(MODES)} "
+            "(auto: CDI where the node can, else NVIDIA_VISIBLE_DEVICES under the nvidia default runtime)"
+        )
+    if "cdi" in merged:
+        said = CDI if merged.pop("cdi") else LEGACY
+        if mode not in (None, said):
+            raise NodeConfigError(
+                f"{where}: cdi and deviceMode disagree ({said} against {mode}); keep deviceMode"
+            )
+        merged["deviceMode"] = said
     return merged

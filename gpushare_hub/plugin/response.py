@@ -18,8 +18,11 @@
   nodes whose driver and toolkit have it (NVIDIA documents driver r615 or later with cgroup v2),
   so that such nodes enforce the slice in the driver with no other change. Elsewhere they are
   inert. ``GPUSHARE_ISOLATION_TIER`` names the tier the node claims (the self-test reads it).
-* **CDI** (nodes whose runtime uses CDI): the card named as ``nvidia.com/gpu=<UUID>``
-  instead of ``NVIDIA_VISIBLE_DEVICES``.
+* **Device mode** (see :mod:`.devicemode`): in ``cdi`` mode the card is named as the CDI device
+  ``gpushare-hub.io/gpu=<UUID>`` of the plugin's own spec, and ``NVIDIA_VISIBLE_DEVICES`` is
+  ``void`` so that a container run by the NVIDIA runtime (a ``runtimeClassName: nvidia`` pod, or
+  a node where it is the default) gets no card of its own from an image's ``all``; in ``legacy``
+  mode ``NVIDIA_VISIBLE_DEVICES=<UUID>``. ``GPUSHARE_CARD_UUIDS`` names the cards in both.
 
 Host layout on an MPS node, shared with the control-daemon DaemonSet (one daemon per card):
 ``<mps root>/<card UUID>/pipe`` (the daemon's ``CUDA_MPS_PIPE_DIRECTORY``) and
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.isolation import COOPERATIVE
+from gpushare_hub.core.names import CARD_UUIDS_ENV, CDI_KIND
 from gpushare_hub.isolation.selftest import DRIVER_VAR, TIER_VAR
 
 from .matching import Waiting, container_env
@@ -40,7 +44,8 @@ HOOK_HOST_PATH = "/var/lib/gpushare-hub/pyhook"
 HOOK_CONTAINER_PATH = "/opt/gpushare-hub/pyhook"
 MPS_ROOT = "/run/gpushare-hub/mps"
 MPS_PIPE_CONTAINER_PATH = "/run/gpushare-hub/mps/pipe"
-CDI_KIND = "nvidia.com/gpu"
+VISIBLE_VAR = "NVIDIA_VISIBLE_DEVICES"
+NO_CARD = "void"  # the NVIDIA runtime's word for "no card" (its CDI mode and legacy mode alike)
 # Read by the NVIDIA container toolkit's memory-limit hook (MiB), where the node has it; the
 # limit's name and the tier's are the self-test's (it reads them in the container).
 DRIVER_LIMITS_VAR = DRIVER_VAR
@@ -57,7 +62,7 @@ class Isolation:
     hook_host_path: str = HOOK_HOST_PATH  # "" switches the hook off
     mps: bool = False
     mps_root: str = MPS_ROOT
-    cdi: bool = False
+    cdi: bool = False  # the node's device mode is cdi (else legacy)
     tensorflow_memory_limit: bool = False
     tier: str = COOPERATIVE  # the tier the node claims (published on the Node, told to containers)
 
@@ -99,9 +104,13 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
     if iso.cdi:
-        cdi = tuple(f"{CDI_KIND}={u}" for u in (w.cards or (w.uuid,)))  # every card of a 2-card pod
-        del env["NVIDIA_VISIBLE_DEVICES"]
+        cdi = cdi_names(w.cards or (w.uuid,))  # every card of a 2-card pod
+        env[VISIBLE_VAR] = NO_CARD
     return ContainerResponse(envs=env, mounts=tuple(mounts), cdi_devices=cdi)
+
+
+def cdi_names(cards: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{CDI_KIND}={u}" for u in cards)
 
 
 def whole_card_response(w: Waiting, iso: Isolation) -> ContainerResponse:
@@ -111,6 +120,7 @@ def whole_card_response(w: Waiting, iso: Isolation) -> ContainerResponse:
     if not w.alone:
         return ContainerResponse(envs={})
     cards = w.cards or (w.uuid,)
+    env = {CARD_UUIDS_ENV: ",".join(cards)}
     if iso.cdi:
-        return ContainerResponse(envs={}, cdi_devices=tuple(f"{CDI_KIND}={u}" for u in cards))
-    return ContainerResponse(envs={"NVIDIA_VISIBLE_DEVICES": ",".join(cards)})
+        return ContainerResponse(envs={**env, VISIBLE_VAR: NO_CARD}, cdi_devices=cdi_names(cards))
+    return ContainerResponse(envs={**env, VISIBLE_VAR: ",".join(cards)})

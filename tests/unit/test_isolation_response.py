@@ -52,10 +52,16 @@ def test_mps_pins_the_slice_mounts_the_cards_pipe_and_shm_and_does_not_cap_jax_t
     assert r.envs["CUPY_GPU_MEMORY_LIMIT"] == str(5 * 1024**3)  # absolute: the same with MPS
 
 
-def test_cdi_names_the_card_instead_of_the_visible_devices_variable():
+def test_cdi_names_the_card_from_our_own_spec_and_tells_the_nvidia_runtime_void():
     r = container_response(FIVE, CARD, 1024, Isolation(cdi=True))
-    assert r.cdi_devices == (f"nvidia.com/gpu={UUID}",)
-    assert "NVIDIA_VISIBLE_DEVICES" not in r.envs and r.envs["ALIYUN_COM_GPU_MEM_IDX"] == "1"
+    assert r.cdi_devices == (f"gpushare-hub.io/gpu={UUID}",)
+    # An image's NVIDIA_VISIBLE_DEVICES=all must not give a container run by the nvidia runtime
+    # every card: "void" is the runtime's word for none; our own variable names the card.
+    assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "void" and r.envs["GPUSHARE_CARD_UUIDS"] == UUID
+    assert r.envs["ALIYUN_COM_GPU_MEM_IDX"] == "1" and r.envs["NVIDIA_GPU_MEMORY_LIMITS"] == "5120"
+    legacy = container_response(FIVE, CARD, 1024, Isolation(cdi=False))
+    assert legacy.envs["NVIDIA_VISIBLE_DEVICES"] == UUID == legacy.envs["GPUSHARE_CARD_UUIDS"]
+    assert legacy.cdi_devices == ()
 
 
 def test_tensorflow_memory_limit_only_on_opt_in():
@@ -65,8 +71,8 @@ def test_tensorflow_memory_limit_only_on_opt_in():
 
 def test_node_config_reads_isolation_switches_and_refuses_non_booleans():
     data = {"default": '{"mps": false, "cdi": true}', "gpu-7": '{"mps": true, "mpsMultiUser": true}'}
-    assert options_for("gpu-7", data, "cm") == {"mps": True, "mpsMultiUser": True, "cdi": True}
-    assert options_for("gpu-1", data, "cm") == {"mps": False, "cdi": True}
+    assert options_for("gpu-7", data, "cm") == {"mps": True, "mpsMultiUser": True, "deviceMode": "cdi"}
+    assert options_for("gpu-1", data, "cm") == {"mps": False, "deviceMode": "cdi"}
     with pytest.raises(NodeConfigError, match=r"cm: mps must be true or false \(JSON\), got 'yes'"):
         options_for("gpu-1", {"gpu-1": '{"mps": "yes"}'}, "cm")
 

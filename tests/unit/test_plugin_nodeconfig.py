@@ -52,5 +52,8 @@ def test_any_config_map_gives_known_options_of_the_right_types_or_a_refusal(data
         assert str(err).startswith(CM) and len(str(err)) < 600
         return
     assert set(opts) <= KNOWN
-    assert all(isinstance(opts[k], bool) for k in opts if k not in ("reserveFraction", "isolationTier"))
+    assert opts.get("deviceMode", "auto") in ("auto", "cdi", "legacy")
+    assert all(
+        isinstance(opts[k], bool) for k in opts if k not in ("reserveFraction", "isolationTier", "deviceMode")
+    )
     assert 0 <= opts.get("reserveFraction", 0) <= 0.99

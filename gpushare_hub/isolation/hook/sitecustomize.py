@@ -283,7 +283,9 @@ SERVICE_URL_VAR = "GPUSHARE_SERVICE_URL"
 TOKEN_VAR = "JUPYTERHUB_API_TOKEN"
 SERVER_VAR = "JUPYTERHUB_SERVER_NAME"
 TIER_VAR = "GPUSHARE_ISOLATION_TIER"
-CARD_UUID_VAR = "NVIDIA_VISIBLE_DEVICES"
+# The container's cards: Allocate's GPUSHARE_CARD_UUIDS (core/names.py CARD_UUIDS_ENV), else the
+# legacy NVIDIA_VISIBLE_DEVICES (in CDI mode that one is "void").
+CARD_UUID_VARS = ("GPUSHARE_CARD_UUIDS", "NVIDIA_VISIBLE_DEVICES")
 SERVICE_TIMEOUT = 2.0
 MAX_ME_BYTES = 1 << 20
 NOTE_MARK = "gpushare-hub:"
@@ -441,7 +443,7 @@ def _my_allocation(doc: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, 
     for a in mine:
         if (a.get("server") or "") == server:
             return a
-    card = env.get(CARD_UUID_VAR, "").split(",")[0].strip()
+    card = next((env[v] for v in CARD_UUID_VARS if env.get(v)), "").split(",")[0].strip()
     return next((a for a in mine if card and a.get("card_uuid") == card), None)
 
 
