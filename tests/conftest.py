@@ -19,6 +19,9 @@ import pytest
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 
+# Fixtures the tiers share (tests/support/), registered once.
+pytest_plugins = ["tests.support.hubservice"]
+
 
 def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
     """Poll ``fn`` until it returns something truthy (returned) or ``timeout`` passes (its last value)."""

@@ -16,7 +16,6 @@ import hashlib
 import hmac
 import json
 import secrets
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from gpushare_hub.core.budget import Budget, Held, gib_hours, window_bounds
+
+from .sqlitefile import connect_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS held (
@@ -43,6 +44,11 @@ CREATE TABLE IF NOT EXISTS budget_actions (
     detail TEXT NOT NULL, PRIMARY KEY (user, window_start, what));
 """
 
+
+# Closed intervals and additions are kept at least this long (two months: any window, and the
+# last); the history's retention (history_retention_days) may keep them longer. The service's
+# Keep presses and idle actions are kept as long as the book.
+KEEP_SECONDS = 62 * 86400
 
 COLUMNS = 'key, user, gib, start, "end", server, slice, model, created, groups, idle_seconds'
 # Columns added to the first schema of ``held``, and how (see BudgetStore._add_columns).
@@ -84,9 +90,7 @@ class BudgetStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=10)
+        self._db = connect_private(self.path, timeout=10)
         self._lock = threading.Lock()
         self._key: bytes | None = None  # the pseudonyms' secret, read once
         with self._lock:

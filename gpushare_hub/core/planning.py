@@ -29,6 +29,7 @@ from .bounds import l2
 from .budget import Held
 from .cards import Card, Node
 from .demand import Demand
+from .digits import ascii_digits, ascii_int
 from .errors import GPUShareError
 from .fragmentation import Shape
 from .history import WAITED_AFTER
@@ -227,39 +228,45 @@ def parse_catalogue(spec: str, unit: str = "GiB") -> tuple[int, ...]:
     sizes = []
     for part in spec.split(","):
         text = part.strip()
-        if not text.isdigit() or not 0 < int(text) <= MAX_GIB:
+        size = ascii_int(text, len(str(int(MAX_GIB))))
+        if size is None or not 0 < size <= MAX_GIB:
             raise PlanningError(
                 f"catalogue: cannot read {text[:20]!r} in {spec[:60]!r}; write positive whole {unit} "
-                "sizes separated by commas, e.g. 3,5,7"
+                f"sizes up to {MAX_GIB:g} separated by commas, e.g. 3,5,7"
             )
-        sizes.append(int(text))
+        sizes.append(size)
     if len(set(sizes)) != len(sizes):
         raise PlanningError(f"catalogue: {spec[:60]!r} names a size twice")
     return tuple(sorted(sizes))
 
 
 def parse_cards_range(spec: str) -> list[int]:
-    """``"4..12"`` (every count from 4 to 12), ``"4,6,8"`` or ``"8"``."""
+    """``"4..12"`` (every count from 4 to 12), ``"4,6,8"`` or ``"8"``. Each count is read and
+    bounded (ASCII digits, 1 to :data:`MAX_CARDS`) before any list is made."""
     text = spec.strip()
-    try:
-        if ".." in text:
-            lo_text, hi_text = text.split("..", 1)
-            lo, hi = int(lo_text), int(hi_text)
-            counts = list(range(lo, hi + 1))
-        else:
-            counts = [int(part) for part in text.split(",")]
-    except ValueError:
+    if ".." in text:
+        lo_text, hi_text = text.split("..", 1)
+        lo, hi = _card_count(lo_text, text), _card_count(hi_text, text)
+        if lo > hi:
+            raise PlanningError(
+                f"cards: {text[:40]!r} is an empty range; write the smaller count first, e.g. 4..12"
+            )
+        return list(range(lo, hi + 1))
+    return sorted({_card_count(part, text) for part in text.split(",")})
+
+
+def _card_count(part: str, spec: str) -> int:
+    """One count of a ``cards`` query: ASCII digits from 1 to :data:`MAX_CARDS`."""
+    text = part.strip()
+    if not ascii_digits(text):
         raise PlanningError(
-            f"cards: cannot read {text[:40]!r}; write a range 4..12, a list 4,6,8 or one count"
-        ) from None
-    if not counts:
-        raise PlanningError(
-            f"cards: {text[:40]!r} is an empty range; write the smaller count first, e.g. 4..12"
+            f"cards: cannot read {spec[:40]!r}; write a range 4..12, a list 4,6,8 or one count"
         )
-    bad = [c for c in counts if not 1 <= c <= MAX_CARDS]
-    if bad:
-        raise PlanningError(f"cards: {bad[0]} is not from 1 to {MAX_CARDS}")
-    return sorted(set(counts))
+    count = ascii_int(text, len(str(MAX_CARDS)))
+    if count is None or not 1 <= count <= MAX_CARDS:
+        shown = text if len(text) <= 12 else f"{text[:12]}... ({len(text)} digits)"
+        raise PlanningError(f"cards: {shown} is not from 1 to {MAX_CARDS}")
+    return count
 
 
 # ---- the replay -----------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare_hub.core.demand import Demand, demand_from_pod
+from gpushare_hub.core.digits import ascii_int
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.isolation import NodeIsolation
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
@@ -220,8 +221,9 @@ def node_facts(node: NodeObject, names: ResourceNames = DEFAULT_NAMES) -> NodeFa
 def _since(pod: PodObject) -> str:
     """When the pod got its card: the extender's assume time, else its start or creation."""
     raw = pod.annotations.get(GPU_MEM_ASSUME_TIME)
-    if raw is not None and raw.isdigit() and len(raw) <= 20:
-        when = datetime.fromtimestamp(int(raw) / 1e9, tz=UTC)
+    nanoseconds = ascii_int(raw, 20) if raw is not None else None  # 20 digits: before year 5139
+    if nanoseconds is not None:
+        when = datetime.fromtimestamp(nanoseconds / 1e9, tz=UTC)
         return when.strftime("%Y-%m-%dT%H:%M:%SZ")
     return pod.start_time or pod.creation_timestamp
 

@@ -37,6 +37,7 @@ from traitlets.config import Application
 from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.policy import POLICIES
 from gpushare_hub.kube.kubeconfig import connection_problem
+from gpushare_hub.web.bodylimit import SERVER_MAX_BODY, LimitedBody
 
 from .admission import Identities, admission_yaml
 from .auth import CallerPolicy
@@ -96,38 +97,17 @@ class _Base(tornado.web.RequestHandler):
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-@tornado.web.stream_request_body
-class _Verb(_Base):
-    """A verb's handler: its body is read in chunks and refused with 413 past the limit."""
+class _Verb(LimitedBody, _Base):
+    """A verb's handler: its body is read in chunks and refused with 413 past the limit
+    (:mod:`gpushare_hub.web.bodylimit`)."""
 
     def prepare(self) -> None:
         super().prepare()
-        self._chunks: list[bytes] = []
-        self._size = 0
-        if self._finished:
-            return
-        raw = self.request.headers.get("Content-Length", "0") or "0"
-        if raw.isdigit() and int(raw) > self.settings["max_body_bytes"]:
-            self._too_large(int(raw))
+        self.start_body()
 
-    def data_received(self, chunk: bytes) -> None:
-        if self._finished:
-            return
-        self._size += len(chunk)
-        if self._size > self.settings["max_body_bytes"]:
-            self._chunks = []
-            self._too_large(self._size)
-            return
-        self._chunks.append(chunk)
-
-    def _too_large(self, size: int) -> None:
-        limit = self.settings["max_body_bytes"]
+    def body_too_large(self, size: int, limit: int) -> None:
         said = f"{self.verb}: the body has {size} bytes, more than {limit}; no valid request is this big"
         self.send_json({"Error": said}, 413)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(self._chunks)
 
 
 class FilterHandler(_Verb):
@@ -305,7 +285,7 @@ def make_server(
     return HTTPServer(
         make_app(service, prefix, None if callers.open else callers),
         ssl_options=ssl_ctx,
-        max_body_size=1 << 40,
+        max_body_size=SERVER_MAX_BODY,
     )
 
 

@@ -13,6 +13,7 @@ import html
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpushare_hub.core.digits import ascii_int
 from gpushare_hub.core.names import CARD_UUIDS_ENV
 
 # Environment variables that frameworks other than PyTorch read as their cap (set by Allocate).
@@ -26,7 +27,7 @@ FRAMEWORK_CAPS = (
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name, "").strip()
-    return int(raw) if raw.isdigit() else None
+    return ascii_int(raw, 18)
 
 
 @dataclass(frozen=True)

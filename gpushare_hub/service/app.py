@@ -16,8 +16,9 @@ Two watchers keep what the handlers read current:
   service's own token for each server's start and last activity and each user's groups.
 
 Access: every handler needs ``access:services!service=<name>`` (JupyterHub's default for a
-service). The dashboard and ``api/v1/ledger`` also need ``custom:<name>:admin`` (or a hub
-admin); ``metrics`` needs ``custom:<name>:metrics`` (or the admin scope, which includes it).
+service); the rest is decided on the token's own scopes (:mod:`.access`): the admin routes need
+``custom:<name>:admin`` (or a hub admin's ``admin:users`` / ``admin-ui``) on the token,
+``metrics`` ``custom:<name>:metrics``; a server token may call ``api/v1/me`` and Keep only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import os
 import sys
 import time
 import zoneinfo
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable
 from datetime import UTC, datetime
 from functools import partial
 from html import escape
@@ -54,7 +55,7 @@ from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 from gpushare_hub.core.history import WAITED_AFTER, history_rows, to_csv
-from gpushare_hub.core.planning import PlanningError, sessions_from_held
+from gpushare_hub.core.planning import PlanningError
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.core.report import (
@@ -68,18 +69,15 @@ from gpushare_hub.core.report import (
     report_from_ledger,
 )
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
+from gpushare_hub.web.bodylimit import SERVER_MAX_BODY, LimitedBody
 
+from .access import SERVER, SERVICE, Caller, refusal
 from .budgets import BudgetKeeper, BudgetRule
 from .hubconfig import CONFIG_ENV
 from .idle import ACTIONS, NOTIFY, PARK, IdleRule, duration_words
 from .metrics import pending_labels, render_metrics
-from .planning import (
-    catalogue_sizes,
-    check_work,
-    cluster_shape,
-    plan_document,
-    plans_for,
-)
+from .planning import catalogue_sizes, cluster_shape, plan_from_history, plans_for
+from .query import query_values
 from .returner import HubAPI, IdleReturner
 from .store import ServiceStore
 from .view import (
@@ -95,6 +93,8 @@ from .view import (
 )
 
 log = logging.getLogger("gpushare.service")
+# The largest request body (Keep's and a budget addition's JSON need a few dozen bytes).
+MAX_BODY_BYTES = 4096
 # How long one api/v1/me computation serves every caller, unless the cluster changed before.
 ME_CACHE_SECONDS = 2.0
 
@@ -621,6 +621,7 @@ class GPUShareService(Application):
             "prefix": prefix,
             "service_name": os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpushare"),
             "cookie_secret": os.urandom(32),
+            "max_body_bytes": MAX_BODY_BYTES,
         }
         routes: list[Any] = [
             (prefix, DashboardHandler),
@@ -743,7 +744,11 @@ class GPUShareService(Application):
             )
             sys.exit(2)
         self.returner = IdleReturner(
-            self.idle_rule, self.store, HubAPI(hub.api_url, hub.token), self.post_event
+            self.idle_rule,
+            self.store,
+            HubAPI(hub.api_url, hub.token),
+            self.post_event,
+            keep_seconds=self.history_retention_days * 86400,
         )
         self.budgets = BudgetKeeper(
             self.budget_rule,
@@ -761,7 +766,7 @@ class GPUShareService(Application):
         app = self.make_app(self.cluster, hub)
         ip, port = self.ip or url.hostname or "127.0.0.1", self.port or url.port or 80
         try:
-            app.listen(port, ip)
+            app.listen(port, ip, max_body_size=SERVER_MAX_BODY)  # bodies are refused as they stream in
         except (OSError, ValueError) as err:  # in use, or an address this host does not have
             log.error("cannot listen on %s:%d (%s); set --port/--ip or the service's url", ip, port, err)
             sys.exit(2)
@@ -776,8 +781,17 @@ class GPUShareService(Application):
 # ---- handlers ------------------------------------------------------------------------------
 
 
-class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
-    """Who calls, what they may see; errors as JSON (API) or a short page."""
+class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]
+    """Who calls, what they may see; errors as JSON (API) or a short page. A body past
+    :data:`MAX_BODY_BYTES` is refused with 413 as it streams in, before the caller is known."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.start_body()
+
+    def body_too_large(self, size: int, limit: int) -> None:
+        said = f"the body has {size} bytes, more than {limit}; the service's requests are small JSON objects"
+        self.send_error(413, exc_info=(web.HTTPError, web.HTTPError(413, said), None))
 
     json_errors = True
     _not_allowed: dict[str, Any] | None = None
@@ -801,18 +815,32 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
             self._not_allowed = model
             raise
 
-    def scopes(self) -> set[str]:
-        user = self.current_user or {}
-        return set(user.get("scopes") or [])
+    # Whether a notebook server's own token may call this route (api/v1/me and Keep only), and
+    # whether the route answers for a hub user only (a service's token is refused).
+    server_tokens = False
+    users_only = False
+
+    def who(self) -> Caller:
+        """The caller (:class:`~.access.Caller`), from the token's own scopes."""
+        return Caller.of(self.current_user or {})
 
     def is_admin(self) -> bool:
-        user = self.current_user or {}
-        return bool(user.get("admin")) or self.service.admin_scope in self.scopes()
+        return self.who().is_admin(self.service.admin_scope)
 
     def caller(self) -> dict[str, Any]:
-        """The caller's model; 401 (no valid token) or 403 (no access scope) otherwise."""
+        """The caller's model; 401 (no valid token) or 403 (no access scope, a server token on a
+        route not open to it, a service on a route for users) otherwise."""
         user = self.current_user
         if user:
+            who = self.who()
+            if who.kind == SERVER and not self.server_tokens:
+                raise web.HTTPError(403, refusal(who, "This route", self.service.admin_scope))
+            if who.kind == SERVICE and self.users_only:
+                raise web.HTTPError(
+                    403,
+                    f"this route answers for a hub user, and the token is the service {who.name!r}'s; "
+                    "call it with a user's token (or from their notebook server)",
+                )
             return user  # type: ignore[no-any-return]
         if self._not_allowed is not None:
             raise web.HTTPError(
@@ -827,11 +855,9 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
         )
 
     def require(self, scope: str, what: str) -> None:
-        if self.is_admin() or scope in self.scopes():
-            return
-        raise web.HTTPError(
-            403, f"{what} needs the scope {scope} (or a hub admin); ask a hub admin to grant it"
-        )
+        who = self.who()
+        if not who.may(scope, self.service.admin_scope):
+            raise web.HTTPError(403, refusal(who, what, scope))
 
     def filters(self, allowed: tuple[str, ...]) -> Filters:
         try:
@@ -864,12 +890,10 @@ class BaseHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
         self.set_header("Content-Type", "text/html; charset=UTF-8")
         self.finish(ERROR_PAGE.format(status=status_code, message=escape(message), home=escape(hub_home())))
 
-    def json_body(self, limit: int, example: str, empty: bytes) -> Any:
-        """The request's body as JSON (``empty`` stands for no body); 400 saying to send
-        ``example`` when it is larger than ``limit`` bytes or not JSON."""
-        raw = self.request.body or empty
-        if len(raw) > limit:
-            raise web.HTTPError(400, f"the body is larger than {limit} bytes; send {example}")
+    def json_body(self, example: str, empty: bytes) -> Any:
+        """The request's body (at most :data:`MAX_BODY_BYTES`) as JSON (``empty`` stands for no
+        body); 400 saying to send ``example`` when it is not JSON."""
+        raw = self.body or empty
         try:
             return json.loads(raw)
         except (ValueError, RecursionError):  # nesting deeper than the parser's stack: not ours
@@ -899,6 +923,8 @@ class AvailabilityHandler(BaseHandler):
 
 
 class MeHandler(BaseHandler):
+    server_tokens = users_only = True
+
     async def get(self) -> None:
         user = self.caller()
         self.filters(())
@@ -979,11 +1005,10 @@ def add_idle_returns(
     return doc
 
 
-MAX_KEEP_BODY = 4096
-
-
 class KeepHandler(BaseHandler):
     """``POST api/v1/me/keep`` ``{"server": ""}``: put off the idle action of the caller's slice."""
+
+    server_tokens = users_only = True
 
     def post(self) -> None:
         user = self.caller()
@@ -1022,7 +1047,7 @@ class KeepHandler(BaseHandler):
         )
 
     def _server(self) -> str:
-        body = self.json_body(MAX_KEEP_BODY, '{"server": "<name>"} ("" for the default server)', b"{}")
+        body = self.json_body('{"server": "<name>"} ("" for the default server)', b"{}")
         if not isinstance(body, dict) or set(body) - {"server"}:
             raise web.HTTPError(
                 400, 'send a JSON object with only "server" (a server name, "" for the default server)'
@@ -1033,7 +1058,6 @@ class KeepHandler(BaseHandler):
         return server
 
 
-MAX_BUDGET_BODY = 4096
 MAX_ADD_GIB_HOURS = 1_000_000.0
 
 
@@ -1094,7 +1118,7 @@ class BudgetAddHandler(BaseHandler):
         self.send({"user": user, "added": amount, "budget": keeper.document(user, groups, now)})
 
     def _amount(self) -> float:
-        body = self.json_body(MAX_BUDGET_BODY, '{"add_gib_hours": 20}', b"null")
+        body = self.json_body('{"add_gib_hours": 20}', b"null")
         if not isinstance(body, dict) or set(body) != {"add_gib_hours"}:
             raise web.HTTPError(400, 'send a JSON object with only "add_gib_hours" (GiB·h to add, e.g. 20)')
         amount = body["add_gib_hours"]
@@ -1174,49 +1198,6 @@ class HistoryHandler(BaseHandler):
         return query_values(self, HISTORY_QUERY, ("since", "until"))
 
 
-def query_values(
-    handler: web.RequestHandler,
-    choices: Mapping[str, tuple[str, ...]],
-    times: tuple[str, ...] = (),
-    texts: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """The query's parameters, each once: one of its ``choices``, a time (``times``: ISO 8601
-    dates or times, UTC unless they say otherwise, as Unix seconds) or a short text; 400
-    naming any other."""
-    out: dict[str, Any] = {}
-    allowed = (*choices, *times, *texts)
-    for key, values in handler.request.query_arguments.items():
-        if key not in allowed:
-            raise web.HTTPError(
-                400, f"unknown query parameter {key[:40]!r}; this endpoint takes {', '.join(allowed)}"
-            )
-        if len(values) != 1:
-            raise web.HTTPError(400, f"query parameter {key!r} is given {len(values)} times; give it once")
-        value = values[0].decode(errors="replace")
-        if key in choices:
-            if value not in choices[key]:
-                raise web.HTTPError(
-                    400,
-                    f"query parameter {key}={value[:40]!r}: use one of {', '.join(choices[key])}",
-                )
-            out[key] = value
-        elif key in texts:
-            if len(value) > 200:
-                raise web.HTTPError(400, f"query parameter {key} is longer than 200 characters")
-            out[key] = value
-        else:
-            try:
-                when = datetime.fromisoformat(value)
-            except ValueError:
-                raise web.HTTPError(
-                    400,
-                    f"query parameter {key}={value[:40]!r} is not a date or time; e.g. 2026-11-01 "
-                    "or 2026-11-01T08:00:00Z",
-                ) from None
-            out[key] = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
-    return out
-
-
 PLANNING_TEXTS = ("cards", "catalogue", "policy")
 
 
@@ -1241,24 +1222,27 @@ class PlanningHandler(BaseHandler):
             raise web.HTTPError(400, "since is not before until: give a range that is not empty")
         shape = cluster_shape(self.cluster.ledger())
         sizes = catalogue_sizes(svc.catalogue, shape.mib // 1024)
-        try:
+        try:  # every parameter read and bounded before anything is built
             plans = plans_for({k: query[k] for k in PLANNING_TEXTS if k in query}, shape, sizes)
-            sessions = sessions_from_held(keeper.store.intervals(float(since), float(until)), now)
-            check_work(sessions, plans)
         except PlanningError as err:
             raise web.HTTPError(400, str(err)) from None
-        if not sessions:
+        if svc.planning_lock.locked():
+            raise web.HTTPError(429, "another plan is being computed; try again when it is done")
+        async with svc.planning_lock:  # the history is read and replayed in the worker only
+            started = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            try:
+                sessions, doc = await loop.run_in_executor(
+                    None, plan_from_history, keeper.store, since, until, now, plans
+                )
+            except PlanningError as err:
+                raise web.HTTPError(400, str(err)) from None
+        if doc is None:
             raise web.HTTPError(
                 404,
                 f"no slice was held between {_iso(since)} and {_iso(min(until, now))}: the plan replays "
                 "the hub's history, which starts when the service first sees a GPU notebook",
             )
-        if svc.planning_lock.locked():
-            raise web.HTTPError(429, "another plan is being computed; try again when it is done")
-        async with svc.planning_lock:
-            started = time.perf_counter()
-            loop = asyncio.get_running_loop()
-            doc = await loop.run_in_executor(None, plan_document, sessions, plans)
         self.send(
             {
                 "version": "v1",
@@ -1316,8 +1300,9 @@ class DashboardHandler(BaseHandler):
         if not self.is_admin():
             raise web.HTTPError(
                 403,
-                f"The GPU slices dashboard needs the scope {svc.admin_scope} (or a hub admin), "
-                f"which {self.current_user.get('name')} does not hold. Ask a hub admin to grant it; "
+                f"The GPU slices dashboard needs the scope {svc.admin_scope} (or a hub admin's "
+                "admin-ui) on the token, "
+                f"which {self.current_user.get('name')}'s token does not hold. Ask a hub admin to grant it; "
                 "meanwhile api/v1/availability and api/v1/me answer for you.",
             )
         filters = self.filters((*FILTER_KEYS, "refresh"))

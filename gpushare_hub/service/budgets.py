@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
-from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.accounting.store import KEEP_SECONDS, BudgetStore
 from gpushare_hub.core.budget import (
     NOTIFY,
     PARK,
@@ -43,9 +43,6 @@ RETURNED_REASON = "GPUShareBudgetReturned"
 # After a user's servers were stopped for a spent budget, their pods may take a while to go:
 # no new warning for them meanwhile.
 RETURN_SETTLE_SECONDS = 300.0
-# Closed intervals and additions are kept at least this long (two months: any window, and the
-# last); the history's retention (history_retention_days) may keep them longer.
-KEEP_SECONDS = 62 * 86400
 
 
 @dataclass(frozen=True)

@@ -276,8 +276,9 @@ def _add_service(c: Any, name: str, url: str, env: dict[str, str]) -> None:
             "command": [sys.executable, "-m", "gpushare_hub.service"],
             "environment": env,
             "oauth_no_confirm": True,
-            # OAuth tokens of the dashboard may carry these when the user holds them.
-            "oauth_client_allowed_scopes": [admin_scope(name), metrics_scope(name)],
+            # OAuth tokens of the dashboard may carry these when the user holds them; a hub
+            # admin's carries admin-ui (JupyterHub's admin role), which opens the dashboard.
+            "oauth_client_allowed_scopes": [admin_scope(name), metrics_scope(name), "admin-ui"],
         }
     )
     c.JupyterHub.services = services

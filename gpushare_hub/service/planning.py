@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..accounting.store import BudgetStore
 from ..core.catalogue import Catalogue
 from ..core.ledger import Ledger
 from ..core.planning import (
@@ -25,6 +26,7 @@ from ..core.planning import (
     parse_cards_range,
     parse_catalogue,
     recorded,
+    sessions_from_held,
     sweep,
 )
 from ..core.policy import POLICIES
@@ -117,6 +119,19 @@ def check_work(sessions: Sequence[Session], plans: Sequence[Plan]) -> None:
             f"{len(plans)} replays of {len(sessions):,} spawns is more than one request may ask; "
             "give a later since, or fewer card counts or catalogues"
         )
+
+
+def plan_from_history(
+    book: BudgetStore, since: float, until: float, now: float, plans: Sequence[Plan]
+) -> tuple[list[Session], dict[str, Any] | None]:
+    """The sessions the book holds between ``since`` and ``until`` and, when there are any, the
+    figures of every plan (None without sessions). Run in the worker thread: reading the book
+    and replaying it take time; :class:`PlanningError` past the bound on work."""
+    sessions = sessions_from_held(book.intervals(since, until), now)
+    if not sessions:
+        return sessions, None
+    check_work(sessions, plans)
+    return sessions, plan_document(sessions, plans)
 
 
 def plan_document(sessions: Sequence[Session], plans: Sequence[Plan]) -> dict[str, Any]:

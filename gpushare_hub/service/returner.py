@@ -30,6 +30,8 @@ from urllib.parse import quote
 
 from tornado import httpclient
 
+from gpushare_hub.accounting.store import KEEP_SECONDS
+
 from .idle import DUE, NOTIFY, PARK, STOP, WARNING, IdleRule, IdleState, duration_words, idle_states
 from .store import IdleAction, ServiceStore
 
@@ -153,8 +155,13 @@ class IdleReturner:
         post_event: EventPoster | None = None,
         clock: Callable[[], float] = time.time,
         stop_timeout: float = 300.0,
+        keep_seconds: float = KEEP_SECONDS,
     ) -> None:
+        """``keep_seconds``: how long Keep presses and what was done are kept (the book's
+        retention); older ones are dropped at most once an hour, in :meth:`tick`."""
         self.rule = rule
+        self.keep_seconds = keep_seconds
+        self._last_prune = float("-inf")
         self.store = store
         self.hub = hub
         self.post_event = post_event
@@ -164,11 +171,18 @@ class IdleReturner:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def states(self, doc: Mapping[str, Any], groups: Mapping[str, list[str]]) -> list[IdleState]:
-        return idle_states(doc["allocations"], groups, self.rule, self.store.keeps(), int(self.clock()))
+        """The idle states of ``doc``'s allocations (reading the Keep presses of their users only)."""
+        allocations = doc["allocations"]
+        keeps = self.store.keeps(str(a["hub_user"]) for a in allocations if a.get("hub_user"))
+        return idle_states(allocations, groups, self.rule, keeps, int(self.clock()))
 
     async def tick(self, doc: Mapping[str, Any], groups: Mapping[str, list[str]]) -> list[IdleState]:
-        """Act on one fresh ledger document; the states acted on."""
+        """Act on one fresh ledger document; the states acted on. Records older than
+        :attr:`keep_seconds` are dropped first, once an hour."""
         now = int(self.clock())
+        if now - self._last_prune >= 3600:
+            self.store.forget_before(int(now - self.keep_seconds))
+            self._last_prune = now
         acted = []
         for s in self.states(doc, groups):
             done = self.store.done(s.user, s.server, s.stretch)

@@ -7,11 +7,13 @@ the record that a stretch was already acted on (no slice is stopped twice, no wa
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpushare_hub.accounting.sqlitefile import connect_private
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS keeps (
@@ -42,9 +44,7 @@ class IdleAction:
 class ServiceStore:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = connect_private(self.path)
         self._lock = threading.Lock()
         with self._lock:
             self._db.executescript(SCHEMA)
@@ -62,9 +62,14 @@ class ServiceStore:
             )
             return cur.rowcount == 1
 
-    def keeps(self) -> dict[tuple[str, str, str], int]:
+    def keeps(self, users: Iterable[str]) -> dict[tuple[str, str, str], int]:
+        """The Keep presses of ``users`` (only theirs are read: the primary key's first column)."""
+        rows = []
         with self._lock:
-            rows = self._db.execute("SELECT user, server, stretch, until FROM keeps").fetchall()
+            for user in sorted(set(users)):
+                rows += self._db.execute(
+                    "SELECT user, server, stretch, until FROM keeps WHERE user = ?", (user,)
+                ).fetchall()
         return {(u, s, st): until for u, s, st, until in rows}
 
     # ---- what was done ------------------------------------------------------------------------

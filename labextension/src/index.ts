@@ -177,9 +177,14 @@ function describeRun(run: SelfTestRun): string[] {
   return lines;
 }
 
-/** A hub path such as /hub/spawn/alice; anything else (another scheme, another host) is refused. */
+/**
+ * A hub path such as /hub/spawn/alice; anything else (another scheme, another host) is refused.
+ * No backslash anywhere: browsers read `/\host` as `//host`, another host.
+ */
 function hubPath(value: unknown): string | null {
-  return typeof value === 'string' && value.startsWith('/') && !value.startsWith('//') ? value : null;
+  return typeof value === 'string' && value.startsWith('/') && !value.startsWith('//') && !value.includes('\\')
+    ? value
+    : null;
 }
 
 function row(table: HTMLTableElement, label: string, value: string, cls: string): void {

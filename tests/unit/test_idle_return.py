@@ -109,7 +109,7 @@ def test_the_store_keeps_keeps_and_actions_across_a_restart(tmp_path):
     assert not store.record(IdleAction("ana", "", "s1", "parked", "t4-5g", 5, NOW + 1, 7201, "cpu"))
     store.close()
     reopened = ServiceStore(path)
-    assert reopened.keeps() == {("ana", "", "s1"): NOW + 3600}
+    assert reopened.keeps(["ana"]) == {("ana", "", "s1"): NOW + 3600}
     assert reopened.done("ana", "", "s1") == {"parked"}
     [back] = reopened.returned("ana", NOW - 86400)
     assert (back.what, back.slice, back.idle_seconds, back.detail) == ("parked", "t4-5g", 7200, "cpu")

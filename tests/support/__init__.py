@@ -1,0 +1,2 @@
+"""What test tiers share (fixtures and helpers), registered once through ``pytest_plugins`` in
+``tests/conftest.py``; a test module never imports another ``test_*`` module."""
