@@ -157,8 +157,8 @@ def hard_tier(env: Mapping[str, str]) -> str | None:
         return claimed
     if env.get(MPS_VAR, "").strip():
         return MPS
-    # NVIDIA_GPU_MEMORY_LIMITS alone says nothing: Allocate sets it on every node, and only nodes
-    # that claim the driver tier have the hook that applies it.
+    # NVIDIA_GPU_MEMORY_LIMITS alone says nothing here: Allocate sets it only where the node claims
+    # the driver tier, and a pod may set it itself.
     return None
 
 

@@ -110,11 +110,16 @@ def served_only(spec: dict[str, Any], uuids: Sequence[str]) -> dict[str, Any]:
     return {**spec, "devices": [devices[u] for u in uuids]}
 
 
-def simulated_spec(cards: Sequence[tuple[str, int]], dev_root: str) -> dict[str, Any]:
+def simulated_spec(cards: Sequence[tuple[str, int]], dev_root: str, host_root: str = "") -> dict[str, Any]:
     """A spec for declared cards ``(uuid, index)``: each card's device node and the control
-    nodes, as NVIDIA's generator lays them out (no libraries: there is no driver)."""
+    nodes that exist under ``dev_root`` on the host (read at ``host_root`` here), as NVIDIA's
+    generator lays them out (no libraries: there is no driver)."""
     base = dev_root.rstrip("/")
-    nodes = [{"path": p, "hostPath": f"{base}{p}"} for p in CONTROL_NODES if os.path.exists(f"{base}{p}")]
+    nodes = [
+        {"path": p, "hostPath": f"{base}{p}"}
+        for p in CONTROL_NODES
+        if os.path.exists(under(host_root, f"{base}{p}"))
+    ]
     return {
         "cdiVersion": SIMULATED_CDI_VERSION,
         "kind": CDI_KIND,

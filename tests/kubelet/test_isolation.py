@@ -118,7 +118,7 @@ def test_mps_and_cdi_nodes_from_the_per_node_config_map(
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpushare-hub/mps/pipe"
         assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.950"  # MPS already shrinks the total
         assert env["PYTHONPATH"] == HOOK_IN_CONTAINER
-        assert env["NVIDIA_GPU_MEMORY_LIMITS"] == "5120"  # the slice's env in CDI mode too
+        assert env["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120"  # the slice's env in CDI mode too
         # CDI names the card from the plugin's own spec; the NVIDIA runtime is told "no card"
         assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["GPUSHARE_CARD_UUIDS"] == uuid
         assert out["cdi_devices"] == [f"gpushare-hub.io/gpu={uuid}"]
