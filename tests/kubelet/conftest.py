@@ -102,6 +102,7 @@ class Plugin:
                 f"--plugin-dir={self.plugin_dir}",
                 f"--health-file={self.health_file}",
                 f"--hook-host-path={self.hook_dir}",
+                f"--cdi-dir={self.health_file.parent / 'cdi'}",  # not the machine's /var/run/cdi
                 *extra,
             ],
         )
