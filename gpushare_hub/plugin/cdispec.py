@@ -67,8 +67,13 @@ def generate_commands(
     ctk: str, host_root: str, driver_root: str, dev_root: str, out: Path
 ) -> list[list[str]]:
     """The nvidia-ctk calls that write the spec for every card NVML sees into ``out``: generate
-    against the host's root as mounted here, then rebase its host paths onto the host."""
+    against the host's root as mounted here, then rebase its host paths onto the host. The GPU
+    Operator installs ``nvidia-ctk`` as a shell wrapper that execs ``nvidia-ctk.real`` by its host
+    path, which is not this container's: the binary beside it is run instead (the wrapper sets
+    nothing for it)."""
     exe = under(host_root, ctk)
+    if os.access(f"{exe}.real", os.X_OK):
+        exe = f"{exe}.real"
     generated = out if host_root in ("", "/") else out.with_suffix(".generated.json")
     commands = [
         [
