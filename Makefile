@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup labextension demo system-deps replay test test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-steps lint-checks test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP) labextension
 
@@ -67,14 +67,32 @@ system-deps:
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier (unit, cluster, kubelet, hub, browser, chart, bench, then node on its own), after building
-## what they need; then the cluster and kubelet tiers again against each further pinned Kubernetes version.
-test: setup system-deps k8s-binaries hub-proxy
-	$(BIN)/ruff check gpushare_hub tests helm images
-	$(BIN)/mypy
-	$(BIN)/mypy helm/generate.py
-	$(BIN)/mypy images/build.py
-	$(BIN)/lint-imports --no-cache
+# `make test`'s timing: each step appends a line to TIMING_FILE (gpushare_hub/localcluster/timing.py:
+# the Makefile's steps through STEP, the builders and the pytest plugin tests/support/timing.py
+# themselves), and the run ends with their table, also when a step failed.
+TIMING      := $(PYTHON) gpushare_hub/localcluster/timing.py
+TIMING_FILE := $(CURDIR)/out/make-test-timing.tsv
+STEP        := $(TIMING) step
+LABEXTENSION_BUILT := test -n "$$(cat gpushare_hub/notebook/labextension/.source-key 2>/dev/null)" && \
+  test "$$(cat gpushare_hub/notebook/labextension/.source-key)" = "$$($(BIN)/python -c \
+  'from gpushare_hub.notebook.build import source_key; print(source_key())' 2>/dev/null)"
+
+## Every test tier (unit, cluster, kubelet, hub, browser, chart, bench, fuzz, then node on its own), after
+## building what they need; then the cluster and kubelet tiers again against each further pinned
+## Kubernetes version. Ends with a table of each build's and each tier's wall time.
+test:
+	@mkdir -p out && rm -f $(TIMING_FILE)
+	@GPUSHARE_TIMING=$(TIMING_FILE) $(MAKE) --no-print-directory test-steps; rc=$$?; \
+	  $(TIMING) table $(TIMING_FILE); exit $$rc
+
+test-steps:
+	$(STEP) venv --cached-if 'test -f $(STAMP)' -- $(MAKE) --no-print-directory $(STAMP)
+	$(STEP) labextension --cached-if '$(LABEXTENSION_BUILT)' -- $(BIN)/python -m gpushare_hub.notebook.build
+	$(STEP) "Debian packages" --cached-if 'dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1' -- \
+	  $(MAKE) --no-print-directory system-deps
+	$(MAKE) --no-print-directory k8s-binaries
+	$(MAKE) --no-print-directory hub-proxy
+	$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks
 	$(BIN)/pytest -p no:cacheprovider
 	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-k8s-also
@@ -97,8 +115,12 @@ test-chart: setup k8s-binaries
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff check gpushare_hub tests helm images
 	$(BIN)/ruff format --check gpushare_hub tests helm images
+	$(MAKE) --no-print-directory lint-checks
+
+# What `make test` checks before its tiers (and `make lint` besides the format).
+lint-checks:
+	$(BIN)/ruff check gpushare_hub tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py

@@ -19,6 +19,9 @@ import pytest
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 
+# Helpers every tier shares (tests/support/), loaded as plugins: each tier's time for `make test`'s table.
+pytest_plugins = ["tests.support.timing"]
+
 
 def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
     """Poll ``fn`` until it returns something truthy (returned) or ``timeout`` passes (its last value)."""

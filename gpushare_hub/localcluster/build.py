@@ -42,6 +42,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import timing
+
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
 # Built from k8s.io/kubernetes; kubectl is what the docs' commands run in the chart tier, and
 # kube-proxy gives the real nodes (`up --real-nodes`) their Service addresses.
@@ -347,6 +349,7 @@ def _build_locked(force: bool, only: list[str] | None) -> Path:
     todo = wanted if force else [b for b in missing_binaries() if b in wanted]
     if not todo:
         _log(f"cache complete: {bdir}")
+        timing.record("build", f"Kubernetes {v.kubernetes}", "cached", time.time(), 0.0)
         return bdir
     go_version = check_go(v)
     _log(f"building {', '.join(todo)} with {go_version} into {bdir}")
@@ -358,23 +361,31 @@ def _build_locked(force: bool, only: list[str] | None) -> Path:
     staged.mkdir(exist_ok=True)
     k8s_cmds = tuple(c for c in KUBERNETES_COMMANDS if c in todo)
     if k8s_cmds:
-        build_kubernetes(v, work, staged, env, k8s_cmds)
+        with timing.timed(f"Kubernetes {v.kubernetes}") as step:
+            step.cold, step.note = True, " ".join(k8s_cmds)
+            build_kubernetes(v, work, staged, env, k8s_cmds)
     if "etcd" in todo:
-        build_etcd(v, work, staged, env)
+        with timing.timed(f"etcd {v.etcd} (for {v.kubernetes})") as step:
+            step.cold = True
+            build_etcd(v, work, staged, env)
     if "kwok" in todo:
         work.mkdir(parents=True, exist_ok=True)
-        build_go_install("sigs.k8s.io/kwok/cmd/kwok", v.kwok, "-s -w", work, staged, env)
-        write_kwok_stages(v, work, staged, env)
+        with timing.timed(f"kwok {v.kwok} (for {v.kubernetes})") as step:
+            step.cold = True
+            build_go_install("sigs.k8s.io/kwok/cmd/kwok", v.kwok, "-s -w", work, staged, env)
+            write_kwok_stages(v, work, staged, env)
     if "helm" in todo:
         work.mkdir(parents=True, exist_ok=True)
-        build_go_install(
-            "helm.sh/helm/v3/cmd/helm",
-            v.helm,
-            f"-s -w -X helm.sh/helm/v3/internal/version.version={v.helm}",
-            work,
-            staged,
-            env,
-        )
+        with timing.timed(f"helm {v.helm} (for {v.kubernetes})") as step:
+            step.cold = True
+            build_go_install(
+                "helm.sh/helm/v3/cmd/helm",
+                v.helm,
+                f"-s -w -X helm.sh/helm/v3/internal/version.version={v.helm}",
+                work,
+                staged,
+                env,
+            )
     # Move finished binaries into place only now, so an interrupted build never
     # leaves a half-written file that a later run would take for complete.
     for f in staged.iterdir():
@@ -409,13 +420,19 @@ def build_coredns(path: Path = VERSIONS_FILE) -> Path:
     (``tools/coredns-<version>``) and shared by every Kubernetes version."""
     version = coredns_version(path)
     out = cache_root() / "tools" / f"coredns-{version}"
-    if os.access(out, os.X_OK):
-        return out
+    with timing.timed(f"CoreDNS {version}") as step:
+        if not os.access(out, os.X_OK):
+            step.cold = True
+            _build_coredns(version, out)
+    return out
+
+
+def _build_coredns(version: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / "coredns.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.access(out, os.X_OK):
-            return out
+            return
         work = out.parent / "src"
         work.mkdir(exist_ok=True)
         staged = out.parent / f"coredns-{version}.partial"
@@ -424,7 +441,6 @@ def build_coredns(path: Path = VERSIONS_FILE) -> Path:
         build_go_install("github.com/coredns/coredns", version, "-s -w", work, staged, env)
         (staged / "coredns").replace(out)
         staged.rmdir()
-    return out
 
 
 def build_go_shim(source: Path, name: str) -> Path:
