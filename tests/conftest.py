@@ -56,7 +56,7 @@ def running_cluster(scheduler: bool = True) -> Iterator[LocalCluster]:
     """A started control plane (with the default scheduler unless told not to), whose logs a
     failing test's report lists; everything stops on exit."""
     try:
-        build.build()
+        build.build(only=list(build.GROUPS["control-plane"]))
     except build.BuildError as err:
         pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
     with LocalCluster(keep_workdir=True) as cluster:

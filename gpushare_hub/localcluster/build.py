@@ -61,6 +61,15 @@ BINARIES = (
     "kwok",
     "helm",
 )
+# What each use of a version set runs, so that each run builds only that (``build(only=...)``, the
+# CLI's ``build --only control-plane clients``): every LocalCluster runs the control plane; the
+# chart tier and the real nodes' installs run the clients; only real nodes (the node tier, at the
+# newest version, and ``up --real-nodes``) run the kubelet and kube-proxy.
+GROUPS = {
+    "control-plane": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
+    "clients": ("kubectl", "helm"),
+    "node": ("kubelet", "kube-proxy"),
+}
 
 
 class BuildError(RuntimeError):
@@ -335,7 +344,7 @@ def build(force: bool = False, only: list[str] | None = None) -> Path:
     """
     cache_root().mkdir(parents=True, exist_ok=True)
     with open(cache_root() / f"{cache_dir().name}.lock", "w") as lock:
-        if not force and not missing_binaries():
+        if not force and not [b for b in missing_binaries() if b in (only or BINARIES)]:
             return _build_locked(force, only)
         _log("taking the build lock (a concurrent build of this cache entry finishes first)")
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -484,7 +493,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Build (or reuse) the pinned upstream Kubernetes binaries for the local cluster.",
     )
     p.add_argument("--force", action="store_true", help="rebuild even if the cache is complete")
-    p.add_argument("--only", nargs="+", choices=BINARIES, help="build just these binaries")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=[*BINARIES, *GROUPS],
+        help="build just these binaries (or groups of them)",
+    )
     p.add_argument("--print-bin-dir", action="store_true", help="print the cache's bin folder and exit")
     p.add_argument(
         "--coredns",
@@ -496,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
         print(bin_dir())
         return 0
     try:
-        print(build(force=args.force, only=args.only))
+        only = [b for name in args.only for b in GROUPS.get(name, (name,))] if args.only else None
+        print(build(force=args.force, only=only))
         if args.coredns:
             print(build_coredns())
     except BuildError as err:
