@@ -32,6 +32,8 @@ KINDS = ("build", "check", "session", "tier", "slow")
 
 @dataclass
 class Line:
+    """One step's line of the timing file (see the module's docstring for its fields)."""
+
     kind: str
     name: str
     state: str
