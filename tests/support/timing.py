@@ -59,7 +59,7 @@ def _label() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_KEY] = TierClock(Path(__file__).resolve().parents[1])
+    config.stash[_KEY] = TierClock(config.rootpath / "tests")
 
 
 @pytest.hookimpl(hookwrapper=True)
