@@ -1,6 +1,6 @@
-"""The fuzz doors' drawing and sending side by side (tests/support/fuzzing.py): the same seeded
-cases as a door that sends each one inside its ``@given`` test, every one checked once, and every
-failure reported with its case."""
+"""The fuzz doors' cases drawn first and sent side by side (tests/support/fuzzing.py): the same
+seeded cases as a door that sends each one inside its ``@given`` test, every one checked once, and
+every failure reported with its case."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.support.fuzzing import draw_and_send
+from tests.support.fuzzing import drawn, send_all
 
 CASES = 300
 STRATEGY = st.lists(st.integers(-50, 50), max_size=4) | st.text(max_size=5)
@@ -51,8 +51,10 @@ def test_the_cases_sent_are_those_a_given_test_is_called_with():
         with lock:
             sent.append((worker, case))
 
-    count, failures = draw_and_send(STRATEGY, keep, seeded, 4, check)
-    assert count == len(inline) == len(sent) == CASES and not failures
+    cases = drawn(STRATEGY, keep, seeded)
+    failures = send_all(cases, 4, check)
+    assert len(cases) == len(inline) == len(sent) == CASES and not failures
+    assert cases == inline
     assert Counter(map(repr, inline)) == Counter(repr(case) for _, case in sent)
     assert {worker for worker, _ in sent} == {0, 1, 2, 3}  # side by side
 
@@ -67,8 +69,9 @@ def test_every_failing_case_is_reported_with_its_case():
         if case == [13]:
             raise ConnectionResetError("the door dropped the connection")
 
-    count, failures = draw_and_send(STRATEGY, lambda case: True, seeded, 3, check)
-    expected = [case for case in inline_cases(lambda case: True) if bad(case)]
-    assert count == CASES and expected
+    cases = drawn(STRATEGY, lambda case: True, seeded)
+    failures = send_all(cases, 3, check)
+    expected = [case for case in cases if bad(case)]
+    assert len(cases) == CASES and expected
     assert Counter(repr(case) for case, _ in failures.seen) == Counter(map(repr, expected))
     assert str(failures).startswith(f"{len(expected)} cases failed")
