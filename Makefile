@@ -53,8 +53,9 @@ k8s-binaries: setup
 
 ## Debian packages installed once (as root) when missing: the chart tier's image builds need
 ## buildah and debootstrap; the browser tier drives chromium headless with Playwright; the node
-## tier's real nodes run containerd and runc, with the CNI plugins and iptables (kube-proxy).
-SYSTEM_PACKAGES := buildah debootstrap chromium containerd runc containernetworking-plugins iptables
+## tier's real nodes run runc (containerd and the NVIDIA toolkit are built from their Go modules, the
+## toolkit with cgo: gcc), with the CNI plugins and iptables (kube-proxy).
+SYSTEM_PACKAGES := buildah debootstrap chromium runc containernetworking-plugins iptables gcc
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -110,13 +111,14 @@ test-main:
 # this beside its tiers, once the venv is in place).
 ALSO_LOG := $(CURDIR)/out/k8s-also-build.log
 k8s-also-binaries:
-	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns
+	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
 	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build --only control-plane; done
 
-## The node tier alone: real kubelets (containerd, runc) at the newest pinned Kubernetes, our chart and
-## Zero to JupyterHub as containers on them (root; see tests/node/). About 10 min.
+## The node tier alone: real kubelets (containerd 2 with CDI and the NVIDIA container toolkit's runtime,
+## built from their Go modules; Debian's runc) at the newest pinned Kubernetes, our chart and Zero to
+## JupyterHub as containers on them (root; see tests/node/). About 10 min.
 test-node: setup system-deps hub-proxy
-	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns
+	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
 	$(BIN)/pytest -p no:cacheprovider tests/node
 
 ## The cluster and kubelet tiers against each Kubernetes version pinned beside the first.

@@ -505,6 +505,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also build CoreDNS (cluster DNS for `up --real-nodes`), cached apart from the versions",
     )
+    p.add_argument(
+        "--runtime",
+        action="store_true",
+        help="also build the real nodes' containerd 2 and NVIDIA container toolkit (runtimebuild.py)",
+    )
     args = p.parse_args(argv)
     if args.print_bin_dir:
         print(bin_dir())
@@ -514,6 +519,10 @@ def main(argv: list[str] | None = None) -> int:
         print(build(force=args.force, only=only))
         if args.coredns:
             print(build_coredns())
+        if args.runtime:
+            from .runtimebuild import build_runtime  # it builds with this module's helpers
+
+            print(*build_runtime())
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import timing
 from .build import VERSIONS_FILE, BuildError, _go_env, build_go_install, cache_root
 
 
@@ -54,15 +55,21 @@ def part_dir(part: Part, path: Path = VERSIONS_FILE) -> Path:
 def build_part(part: Part, path: Path = VERSIONS_FILE) -> Path:
     """The folder holding the part's binaries, built once (a concurrent build waits on the lock)."""
     out = part_dir(part, path)
-    if all(os.access(out / c, os.X_OK) for c in part.commands):
-        return out
+    with timing.timed(f"{part.table} {version_of(part, path)}") as step:
+        if not all(os.access(out / c, os.X_OK) for c in part.commands):
+            step.cold = True
+            _build(part, out, path)
+    return out
+
+
+def _build(part: Part, out: Path, path: Path) -> None:
     if part.cgo and shutil.which("gcc") is None:
         raise BuildError(f"building {part.module} needs a C compiler (NVML through cgo): apt-get install gcc")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f"{part.table}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if all(os.access(out / c, os.X_OK) for c in part.commands):
-            return out
+            return
         work = out.parent / "src"
         work.mkdir(exist_ok=True)
         staged = out.parent / f"{out.name}.partial"
@@ -76,7 +83,6 @@ def build_part(part: Part, path: Path = VERSIONS_FILE) -> Path:
             build_go_install(f"{part.module}/cmd/{command}", version, "-s -w", work, staged, env)
         shutil.rmtree(out, ignore_errors=True)
         staged.replace(out)
-    return out
 
 
 def build_runtime(path: Path = VERSIONS_FILE) -> tuple[Path, Path]:
