@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio.client import V1Pod, V1ResourceRequirements, V1Toleration
+from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements, V1Toleration
 
 from gpushare_hub.core import DEFAULT_NAMES, ResourceNames
 from gpushare_hub.core.catalogue import Slice
@@ -120,4 +120,33 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
         spec.node_selector = {**(spec.node_selector or {}), **want.node_selector}
     if want.tolerations:
         spec.tolerations = [*(spec.tolerations or []), *(_toleration(t) for t in want.tolerations)]
+    return pod
+
+
+NO_CARD = ("NVIDIA_VISIBLE_DEVICES", "void")  # the NVIDIA runtime's words for "no card"
+WHOLE_GPU = "nvidia.com/gpu"
+
+
+def without_cards(pod: V1Pod, names: ResourceNames) -> V1Pod:
+    """A pod whose notebook container asks for no GPU (no slice, no card count, no
+    ``nvidia.com/gpu``) gets ``NVIDIA_VISIBLE_DEVICES=void``, unless it names one itself: where
+    the NVIDIA runtime runs it (the default runtime on a legacy node, or a runtime class), a CUDA
+    image's ``NVIDIA_VISIBLE_DEVICES=all`` would otherwise give it every card of the node. A pod
+    that asks for GPU resources gets its cards from the device plugin's Allocate, whose variables
+    the pod's own would override."""
+    containers = list(pod.spec.containers or [])
+    if not containers:
+        return pod
+    notebook = containers[0]
+    resources = notebook.resources
+    asked = {
+        *((resources.limits or {}) if resources else {}),
+        *((resources.requests or {}) if resources else {}),
+    }
+    if asked & {names.memory, names.count, WHOLE_GPU}:
+        return pod
+    env = list(notebook.env or [])
+    if any((e.get("name") if isinstance(e, dict) else e.name) == NO_CARD[0] for e in env):
+        return pod
+    notebook.env = [*env, V1EnvVar(name=NO_CARD[0], value=NO_CARD[1])]
     return pod

@@ -42,7 +42,7 @@ from .options import (
     quota_for,
     returned_problem,
 )
-from .pod import SlicePod, apply_slice
+from .pod import SlicePod, apply_slice, without_cards
 from .progress import Bound, NeverFits, spawn_status, waiting_ahead
 from .progress import render as render_status
 from .stored import guard_stored_options
@@ -97,9 +97,6 @@ LIMIT_TITLES = {
     True: "The slice is enforced below your code, for every CUDA program: going past it fails "
     "with an out-of-memory error in your notebook only.",
 }
-
-
-NO_CARD_VAR = "NVIDIA_VISIBLE_DEVICES"  # the NVIDIA runtime reads it; "void" means no card
 
 
 class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
@@ -655,12 +652,6 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         ret: Any = options.get(RETURNED_KEY) if isinstance(options, dict) else None
         if ret is not None and not returned_problem(ret):  # checked at load_user_options too
             env[RETURNED_ENV] = json.dumps(ret)
-        if self._gpushare_chosen is None or self.gpushare_slice is None:
-            # A server without a slice gets no card: where the NVIDIA runtime runs it (its
-            # default on a legacy node, or a runtime class), a CUDA image's
-            # NVIDIA_VISIBLE_DEVICES=all would otherwise give it every card of the node. A slice's
-            # server gets its card from Allocate, whose variables the pod's own would override.
-            env.setdefault(NO_CARD_VAR, "void")
         return env
 
     async def get_pod_manifest(self) -> V1Pod:
@@ -668,7 +659,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         pod: V1Pod = await super().get_pod_manifest()
         chosen = self._gpushare_chosen
         if chosen is None or self.gpushare_slice is None:
-            return pod
+            return without_cards(pod, self.resource_names)
         return apply_slice(pod, self.slice_pod(chosen))
 
     def slice_pod(self, chosen: Slice) -> SlicePod:

@@ -116,7 +116,8 @@ async def test_after_a_park_the_form_says_which_slice_went_back_and_has_it_chose
     assert json.loads(sp.get_env()["GPUSHARE_RETURNED"]) == returned
     assert "GPUSHARE_RETURNED" not in make().get_env()
     # The CPU-only server gets no card even where the NVIDIA runtime would read an image's "all".
-    assert sp.get_env()["NVIDIA_VISIBLE_DEVICES"] == "void"
+    env = {e.name: e.value for e in (await sp.get_pod_manifest()).spec.containers[0].env}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     form = await sp.get_options_form()
     assert 'id="gpushare-returned"' in form and "was returned after 2.0 h idle on the GPU" in form
     assert "Tesla T4 · 5 GiB &lt;b&gt;fast&lt;/b&gt; slice" in form  # escaped
@@ -440,8 +441,23 @@ async def test_the_form_prices_a_slice_against_the_budget_and_a_spent_budget_ref
         await start_options(make(quota_gib_hours=1.0), {"profile": "t4-5g"})
 
 
-async def test_a_slices_server_leaves_its_card_to_allocate(make):
+async def test_a_server_that_asks_a_gpu_leaves_its_card_to_allocate(make):
+    # The pod's own NVIDIA_VISIBLE_DEVICES would override the one Allocate gives the container:
+    # a catalogue slice, and a plain profile asking the resource itself, get none.
     sp = make(ledger=ledger_with())
     await start_options(sp, {"profile": "t4-5g"})
-    # The pod's own NVIDIA_VISIBLE_DEVICES would override the one Allocate gives the container.
-    assert "NVIDIA_VISIBLE_DEVICES" not in sp.get_env()
+    names = [e.name for e in (await sp.get_pod_manifest()).spec.containers[0].env or []]
+    assert "NVIDIA_VISIBLE_DEVICES" not in names
+    plain = make(
+        ledger=ledger_with(),
+        profile_list=[
+            {
+                "display_name": "raw",
+                "slug": "raw",
+                "kubespawner_override": {"extra_resource_limits": {"aliyun.com/gpu-mem": "5"}},
+            }
+        ],
+    )
+    await start_options(plain, {"profile": "raw"})
+    names = [e.name for e in (await plain.get_pod_manifest()).spec.containers[0].env or []]
+    assert "NVIDIA_VISIBLE_DEVICES" not in names
