@@ -85,6 +85,24 @@ def test_a_declared_length_past_the_limit_is_refused_before_a_byte_of_the_body_i
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/services/gpushare/metrics/x",  # no route: tornado's own 404 would read the body whole
+        "/services/gpushare/oauth_callback",
+        "/services/gpushare",  # redirected to the dashboard
+        "/services/gpushare/",
+        "/elsewhere",
+    ],
+)
+def test_every_path_refuses_a_large_body_before_it_is_sent_routed_or_not(hub_service, path):
+    with socket.create_connection(("127.0.0.1", hub_service.port), timeout=5) as conn:
+        conn.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n".encode())
+        conn.sendall(b"a" * 5000)
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+
+
 def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(hub_service):
     with socket.create_connection(("127.0.0.1", hub_service.port), timeout=5) as conn:
         conn.sendall(
