@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup labextension demo system-deps replay test test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-steps test-main k8s-also-binaries lint-checks test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP) labextension
 
@@ -42,8 +42,9 @@ replay: setup
 	$(BIN)/gpushare-replay --policy fgd
 	$(BIN)/gpushare-replay --mode static --policy binpack --plot out/replay-static.png
 
-# Kubernetes versions pinned beside the first one (versions.toml's [also."vX.Y.Z"] tables).
+# Kubernetes versions pinned beside the first one (versions.toml's [also."vX.Y.Z"] tables), and the newest.
 K8S_ALSO = $(shell $(BIN)/python -c 'from gpushare_hub.localcluster.build import Versions; print(*[v.kubernetes for v in Versions.all()[1:]])')
+K8S_NEWEST = $(shell $(BIN)/python -c 'from gpushare_hub.localcluster.build import Versions; print(Versions.all()[-1].kubernetes)')
 
 ## Every pinned Kubernetes version, each into its own cache entry.
 k8s-binaries: setup
@@ -52,8 +53,9 @@ k8s-binaries: setup
 
 ## Debian packages installed once (as root) when missing: the chart tier's image builds need
 ## buildah and debootstrap; the browser tier drives chromium headless with Playwright; the node
-## tier's real nodes run containerd and runc, with the CNI plugins and iptables (kube-proxy).
-SYSTEM_PACKAGES := buildah debootstrap chromium containerd runc containernetworking-plugins iptables
+## tier's real nodes run runc (containerd and the NVIDIA toolkit are built from their Go modules, the
+## toolkit with cgo: gcc), with the CNI plugins and iptables (kube-proxy).
+SYSTEM_PACKAGES := buildah debootstrap chromium runc containernetworking-plugins iptables gcc
 system-deps:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -67,38 +69,78 @@ system-deps:
 hub-proxy: setup
 	$(BIN)/gpushare-localcluster proxy
 
-## Every test tier (unit, cluster, kubelet, hub, browser, chart, bench, then node on its own), after building
-## what they need; then the cluster and kubelet tiers again against each further pinned Kubernetes version.
-test: setup system-deps k8s-binaries hub-proxy
-	$(BIN)/ruff check gpushare_hub tests helm images
-	$(BIN)/mypy
-	$(BIN)/mypy helm/generate.py
-	$(BIN)/mypy images/build.py
-	$(BIN)/lint-imports --no-cache
-	$(BIN)/pytest -p no:cacheprovider
+# `make test`'s timing: each step appends a line to TIMING_FILE (gpushare_hub/localcluster/timing.py:
+# the Makefile's steps through STEP, the builders and the pytest plugin tests/support/timing.py
+# themselves), and the run ends with their table, also when a step failed.
+TIMING      := $(PYTHON) gpushare_hub/localcluster/timing.py
+TIMING_FILE := $(CURDIR)/out/make-test-timing.tsv
+STEP        := $(TIMING) step
+LABEXTENSION_BUILT := test -n "$$(cat gpushare_hub/notebook/labextension/.source-key 2>/dev/null)" && \
+  test "$$(cat gpushare_hub/notebook/labextension/.source-key)" = "$$($(BIN)/python -c \
+  'from gpushare_hub.notebook.build import source_key; print(source_key())' 2>/dev/null)"
+
+## Every test tier (unit, cluster, kubelet, hub, browser, chart, bench, fuzz, then node on its own), after
+## building what they need; then the cluster and kubelet tiers again against each further pinned
+## Kubernetes version. Ends with a table of each build's and each tier's wall time.
+test:
+	@mkdir -p out && rm -f $(TIMING_FILE)
+	@GPUSHARE_TIMING=$(TIMING_FILE) $(MAKE) --no-print-directory test-steps; rc=$$?; \
+	  $(TIMING) table $(TIMING_FILE); exit $$rc
+
+test-steps:
+	$(STEP) venv --cached-if 'test -f $(STAMP)' -- $(MAKE) --no-print-directory $(STAMP)
+	$(STEP) labextension --cached-if '$(LABEXTENSION_BUILT)' -- $(BIN)/python -m gpushare_hub.notebook.build
+	$(STEP) "Debian packages" --cached-if 'dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1' -- \
+	  $(MAKE) --no-print-directory system-deps
+	$(BIN)/gpushare-localcluster build --only control-plane clients
+	$(MAKE) --no-print-directory hub-proxy
+	@echo "building the further Kubernetes versions and CoreDNS in the background (nice 19): $(ALSO_LOG)"
+	@nice -n 19 $(MAKE) --no-print-directory k8s-also-binaries >$(ALSO_LOG) 2>&1 & bg=$$!; \
+	  $(MAKE) --no-print-directory test-main; rc=$$?; \
+	  echo "waiting for the background build ($(ALSO_LOG)):"; wait $$bg; brc=$$?; cat $(ALSO_LOG); \
+	  if [ $$rc != 0 ]; then exit $$rc; fi; exit $$brc
 	$(MAKE) --no-print-directory test-node
 	$(MAKE) --no-print-directory test-k8s-also
 
-## The node tier alone: real kubelets (containerd, runc) at the newest pinned Kubernetes, our chart and
-## Zero to JupyterHub as containers on them (root; see tests/node/). About 10 min.
-test-node: setup system-deps k8s-binaries hub-proxy
-	$(BIN)/gpushare-localcluster build --coredns
+# While `make test` builds the further versions: the checks, then every tier but node (first version).
+test-main:
+	$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks
+	$(BIN)/pytest -p no:cacheprovider
+
+# What the node tier and test-k8s-also need beyond the first version (no `setup`: `make test` runs
+# this beside its tiers, once the venv is in place).
+ALSO_LOG := $(CURDIR)/out/k8s-also-build.log
+k8s-also-binaries:
+	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
+	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build --only control-plane; done
+
+## The node tier alone: real kubelets (containerd 2 with CDI and the NVIDIA container toolkit's runtime,
+## built from their Go modules; Debian's runc) at the newest pinned Kubernetes, our chart and Zero to
+## JupyterHub as containers on them (root; see tests/node/). About 10 min.
+test-node: setup system-deps hub-proxy
+	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
 	$(BIN)/pytest -p no:cacheprovider tests/node
 
 ## The cluster and kubelet tiers against each Kubernetes version pinned beside the first.
-test-k8s-also: setup k8s-binaries
+test-k8s-also: setup
+	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build --only control-plane; done
 	set -e; for v in $(K8S_ALSO); do echo "== Kubernetes $$v"; GPUSHARE_K8S_VERSION=$$v $(BIN)/pytest -p no:cacheprovider tests/cluster tests/kubelet; done
 
 test-unit: setup
 	$(BIN)/pytest -m unit
 
 ## The chart tier alone: helm lint/template, schema, dry run, install into its own local cluster.
-test-chart: setup k8s-binaries
+test-chart: setup
+	$(BIN)/gpushare-localcluster build --only control-plane clients
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff check gpushare_hub tests helm images
 	$(BIN)/ruff format --check gpushare_hub tests helm images
+	$(MAKE) --no-print-directory lint-checks
+
+# What `make test` checks before its tiers (and `make lint` besides the format).
+lint-checks:
+	$(BIN)/ruff check gpushare_hub tests helm images
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py

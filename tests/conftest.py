@@ -19,8 +19,9 @@ import pytest
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 
-# Fixtures the tiers share (tests/support/), registered once.
-pytest_plugins = ["tests.support.hubservice"]
+# Fixtures and helpers the tiers share (tests/support/), registered once: the hub service's test
+# stand-in, and each tier's time for `make test`'s table.
+pytest_plugins = ["tests.support.hubservice", "tests.support.timing"]
 
 
 def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
@@ -56,7 +57,7 @@ def running_cluster(scheduler: bool = True) -> Iterator[LocalCluster]:
     """A started control plane (with the default scheduler unless told not to), whose logs a
     failing test's report lists; everything stops on exit."""
     try:
-        build.build()
+        build.build(only=list(build.GROUPS["control-plane"]))
     except build.BuildError as err:
         pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
     with LocalCluster(keep_workdir=True) as cluster:

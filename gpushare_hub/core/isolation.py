@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import InvalidObject
@@ -92,6 +92,7 @@ class NodeIsolation:
     claimed: str = COOPERATIVE
     check: Check | None = None
     problem: str = ""  # an annotation that could not be read, in words (the node counts as cooperative)
+    device_mode: str = ""  # how the node hands out cards: "cdi", "legacy", or "" (not said)
 
     @property
     def effective(self) -> str:
@@ -105,11 +106,22 @@ class NodeIsolation:
         return WORDS[self.effective]
 
 
+DEVICE_MODES = ("cdi", "legacy")
+
+
 def read_node_isolation(
-    node: str, annotations: Mapping[str, Any], tier_key: str, check_key: str
+    node: str, annotations: Mapping[str, Any], tier_key: str, check_key: str, mode_key: str = ""
 ) -> NodeIsolation:
-    """The node's tier from its annotations; a value that is not a tier is ignored, with a problem
-    naming it (the node then counts as ``cooperative``, which every node enforces)."""
+    """The node's tier and device mode from its annotations; a value that is not a tier is ignored,
+    with a problem naming it (the node then counts as ``cooperative``, which every node enforces);
+    a device mode that is not one is not shown."""
+    mode = annotations.get(mode_key) if mode_key else None
+    return replace(
+        _read_tier(node, annotations, tier_key, check_key), device_mode=mode if mode in DEVICE_MODES else ""
+    )
+
+
+def _read_tier(node: str, annotations: Mapping[str, Any], tier_key: str, check_key: str) -> NodeIsolation:
     raw = annotations.get(tier_key)
     if raw is None or raw == "":
         return NodeIsolation()

@@ -39,8 +39,8 @@ from .readyfile import DemoUser, Ready, ready_file_problem, remove_ready, write_
 if TYPE_CHECKING:
     from ..localcluster.cluster import LocalCluster
 
-# Only what the demo runs (the Kubernetes build makes the kubelet too; helm is left out).
-DEMO_BINARIES = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+# Only what the demo runs: the control plane (neither the kubelet nor helm).
+DEMO_BINARIES = list(build.GROUPS["control-plane"])
 # Measured on a 2-core machine (docs/measurements/2026-11-22-build-and-ci.md): the first run builds
 # Kubernetes from source.
 K8S_BUILD_ESTIMATE_S = 10 * 60

@@ -157,8 +157,8 @@ def hard_tier(env: Mapping[str, str]) -> str | None:
         return claimed
     if env.get(MPS_VAR, "").strip():
         return MPS
-    # NVIDIA_GPU_MEMORY_LIMITS alone says nothing: Allocate sets it on every node, and only nodes
-    # that claim the driver tier have the hook that applies it.
+    # NVIDIA_GPU_MEMORY_LIMITS alone says nothing here: Allocate sets it only where the node claims
+    # the driver tier, and a pod may set it itself.
     return None
 
 
@@ -228,8 +228,9 @@ def document(
     results: Sequence[FrameworkResult],
     checked: datetime,
     step_mib: int = DEFAULT_STEP_MIB,
+    layer: str = "",
 ) -> dict[str, Any]:
-    """The JSON report (``--json``)."""
+    """The JSON report (``--json``); ``layer``: the GPU layer found missing, if one is."""
     claimed = claimed_tier(env)
     observed = observed_tier(results)
     notes = []
@@ -238,6 +239,8 @@ def document(
         notes.append(f"{TIER_VAR}={raw_claim[:40]!r} is not a tier ({', '.join(TIERS)}); taken as unset")
     if not results:
         notes.append("no GPU framework (torch, cupy, jax) can be imported here: nothing was tried")
+    if layer:
+        notes.append(layer)
     card = next((env[v] for v in CARD_VARS if env.get(v)), "").split(",")[0].strip() or None
     return {
         "slice_mib": slice_mib,
@@ -408,8 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     except NoSlice as err:
         print(f"gpushare-selftest: {err}", file=sys.stderr)
         return 2
+    from .gpulayers import missing_layer
+
     results = run(slice_mib, args.step_mib, env)
-    doc = document(slice_mib, env, results, datetime.now(UTC), args.step_mib)
+    # Where no framework reached the GPU, say which layer below them is missing.
+    layer = missing_layer() if all(r.error is not None for r in results) else ""
+    doc = document(slice_mib, env, results, datetime.now(UTC), args.step_mib, layer)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     return 0 if doc["ok"] else 1
 

@@ -42,6 +42,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import timing
+
 VERSIONS_FILE = Path(__file__).with_name("versions.toml")
 # Built from k8s.io/kubernetes; kubectl is what the docs' commands run in the chart tier, and
 # kube-proxy gives the real nodes (`up --real-nodes`) their Service addresses.
@@ -59,6 +61,15 @@ BINARIES = (
     "kwok",
     "helm",
 )
+# What each use of a version set runs, so that each run builds only that (``build(only=...)``, the
+# CLI's ``build --only control-plane clients``): every LocalCluster runs the control plane; the
+# chart tier and the real nodes' installs run the clients; only real nodes (the node tier, at the
+# newest version, and ``up --real-nodes``) run the kubelet and kube-proxy.
+GROUPS = {
+    "control-plane": ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"),
+    "clients": ("kubectl", "helm"),
+    "node": ("kubelet", "kube-proxy"),
+}
 
 
 class BuildError(RuntimeError):
@@ -333,7 +344,7 @@ def build(force: bool = False, only: list[str] | None = None) -> Path:
     """
     cache_root().mkdir(parents=True, exist_ok=True)
     with open(cache_root() / f"{cache_dir().name}.lock", "w") as lock:
-        if not force and not missing_binaries():
+        if not force and not [b for b in missing_binaries() if b in (only or BINARIES)]:
             return _build_locked(force, only)
         _log("taking the build lock (a concurrent build of this cache entry finishes first)")
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -347,6 +358,7 @@ def _build_locked(force: bool, only: list[str] | None) -> Path:
     todo = wanted if force else [b for b in missing_binaries() if b in wanted]
     if not todo:
         _log(f"cache complete: {bdir}")
+        timing.record("build", f"Kubernetes {v.kubernetes}", "cached", time.time(), 0.0)
         return bdir
     go_version = check_go(v)
     _log(f"building {', '.join(todo)} with {go_version} into {bdir}")
@@ -358,23 +370,31 @@ def _build_locked(force: bool, only: list[str] | None) -> Path:
     staged.mkdir(exist_ok=True)
     k8s_cmds = tuple(c for c in KUBERNETES_COMMANDS if c in todo)
     if k8s_cmds:
-        build_kubernetes(v, work, staged, env, k8s_cmds)
+        with timing.timed(f"Kubernetes {v.kubernetes}") as step:
+            step.cold, step.note = True, " ".join(k8s_cmds)
+            build_kubernetes(v, work, staged, env, k8s_cmds)
     if "etcd" in todo:
-        build_etcd(v, work, staged, env)
+        with timing.timed(f"etcd {v.etcd} (for {v.kubernetes})") as step:
+            step.cold = True
+            build_etcd(v, work, staged, env)
     if "kwok" in todo:
         work.mkdir(parents=True, exist_ok=True)
-        build_go_install("sigs.k8s.io/kwok/cmd/kwok", v.kwok, "-s -w", work, staged, env)
-        write_kwok_stages(v, work, staged, env)
+        with timing.timed(f"kwok {v.kwok} (for {v.kubernetes})") as step:
+            step.cold = True
+            build_go_install("sigs.k8s.io/kwok/cmd/kwok", v.kwok, "-s -w", work, staged, env)
+            write_kwok_stages(v, work, staged, env)
     if "helm" in todo:
         work.mkdir(parents=True, exist_ok=True)
-        build_go_install(
-            "helm.sh/helm/v3/cmd/helm",
-            v.helm,
-            f"-s -w -X helm.sh/helm/v3/internal/version.version={v.helm}",
-            work,
-            staged,
-            env,
-        )
+        with timing.timed(f"helm {v.helm} (for {v.kubernetes})") as step:
+            step.cold = True
+            build_go_install(
+                "helm.sh/helm/v3/cmd/helm",
+                v.helm,
+                f"-s -w -X helm.sh/helm/v3/internal/version.version={v.helm}",
+                work,
+                staged,
+                env,
+            )
     # Move finished binaries into place only now, so an interrupted build never
     # leaves a half-written file that a later run would take for complete.
     for f in staged.iterdir():
@@ -409,13 +429,19 @@ def build_coredns(path: Path = VERSIONS_FILE) -> Path:
     (``tools/coredns-<version>``) and shared by every Kubernetes version."""
     version = coredns_version(path)
     out = cache_root() / "tools" / f"coredns-{version}"
-    if os.access(out, os.X_OK):
-        return out
+    with timing.timed(f"CoreDNS {version}") as step:
+        if not os.access(out, os.X_OK):
+            step.cold = True
+            _build_coredns(version, out)
+    return out
+
+
+def _build_coredns(version: str, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / "coredns.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if os.access(out, os.X_OK):
-            return out
+            return
         work = out.parent / "src"
         work.mkdir(exist_ok=True)
         staged = out.parent / f"coredns-{version}.partial"
@@ -424,7 +450,6 @@ def build_coredns(path: Path = VERSIONS_FILE) -> Path:
         build_go_install("github.com/coredns/coredns", version, "-s -w", work, staged, env)
         (staged / "coredns").replace(out)
         staged.rmdir()
-    return out
 
 
 def build_go_shim(source: Path, name: str) -> Path:
@@ -468,21 +493,36 @@ def main(argv: list[str] | None = None) -> int:
         description="Build (or reuse) the pinned upstream Kubernetes binaries for the local cluster.",
     )
     p.add_argument("--force", action="store_true", help="rebuild even if the cache is complete")
-    p.add_argument("--only", nargs="+", choices=BINARIES, help="build just these binaries")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=[*BINARIES, *GROUPS],
+        help="build just these binaries (or groups of them)",
+    )
     p.add_argument("--print-bin-dir", action="store_true", help="print the cache's bin folder and exit")
     p.add_argument(
         "--coredns",
         action="store_true",
         help="also build CoreDNS (cluster DNS for `up --real-nodes`), cached apart from the versions",
     )
+    p.add_argument(
+        "--runtime",
+        action="store_true",
+        help="also build the real nodes' containerd 2 and NVIDIA container toolkit (runtimebuild.py)",
+    )
     args = p.parse_args(argv)
     if args.print_bin_dir:
         print(bin_dir())
         return 0
     try:
-        print(build(force=args.force, only=args.only))
+        only = [b for name in args.only for b in GROUPS.get(name, (name,))] if args.only else None
+        print(build(force=args.force, only=only))
         if args.coredns:
             print(build_coredns())
+        if args.runtime:
+            from .runtimebuild import build_runtime  # it builds with this module's helpers
+
+            print(*build_runtime())
     except BuildError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build or reuse the pinned binaries")
     b.add_argument("--force", action="store_true")
-    b.add_argument("--only", nargs="+", choices=build.BINARIES)
+    b.add_argument("--only", nargs="+", choices=[*build.BINARIES, *build.GROUPS])
     b.add_argument("--print-bin-dir", action="store_true")
     b.add_argument("--coredns", action="store_true", help="also CoreDNS, the real nodes' cluster DNS")
     u = sub.add_parser("up", help="run a local cluster until Ctrl-C")

@@ -95,11 +95,7 @@ class LocalCluster:
         self.network: Any = None  # netns.Network, with real nodes
         self.node_server = ""  # the API server as nodes and pods reach it
         self.bin_dir = bin_dir or build.bin_dir()
-        missing = [
-            b
-            for b in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-            if not (self.bin_dir / b).exists()
-        ]
+        missing = [b for b in build.GROUPS["control-plane"] if not (self.bin_dir / b).exists()]
         if missing:
             raise HarnessError(
                 f"missing {', '.join(missing)} in {self.bin_dir}; run `gpushare-localcluster build` first"

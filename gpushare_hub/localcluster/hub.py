@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import timing
 from .cluster import LocalCluster
 from .processes import Component, HarnessError, free_port
 
@@ -49,8 +50,14 @@ def proxy_command(log: Any = None) -> Path:
     """configurable-http-proxy at :data:`PROXY_VERSION`, installed with npm on first use."""
     root = npm_cache_root() / f"{PROXY_PACKAGE}-{PROXY_VERSION}"
     exe = root / "node_modules" / ".bin" / PROXY_PACKAGE
-    if exe.exists():
-        return exe
+    with timing.timed(f"npm: {PROXY_PACKAGE} {PROXY_VERSION}") as step:
+        if not exe.exists():
+            step.cold = True
+            _npm_install(root, exe, log)
+    return exe
+
+
+def _npm_install(root: Path, exe: Path, log: Any) -> None:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         raise HarnessError(
@@ -81,7 +88,6 @@ def proxy_command(log: Any = None) -> Path:
         shutil.rmtree(partial, ignore_errors=True)
     if not exe.exists():
         raise HarnessError(f"npm installed {PROXY_PACKAGE} but {exe} is missing")
-    return exe
 
 
 def _py(value: Any) -> str:

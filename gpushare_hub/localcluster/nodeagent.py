@@ -258,6 +258,10 @@ class NodeAgent:
                     f"--usage-claims-dir={self.claims_dir(name)}",
                     # The isolation self-test tries the fake torch: the node's tier is checked.
                     f"--selftest-path={site_dir()}",
+                    # The agent starts notebooks as processes with Allocate's environment: it
+                    # applies no CDI device, so the card goes as NVIDIA_VISIBLE_DEVICES.
+                    "--device-mode=legacy",
+                    f"--cdi-dir={self.state_dir / 'nodes' / name / 'cdi'}",
                 ],
                 self.log_dir / f"device-plugin-{name}.log",
             ).start()

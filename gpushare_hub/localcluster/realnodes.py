@@ -1,4 +1,5 @@
-"""Real nodes for the local cluster: kubelet + Debian's containerd and runc, in namespaces.
+"""Real nodes for the local cluster: kubelet + containerd 2 (with CDI and the NVIDIA container
+toolkit's runtime, see :mod:`.noderuntime`) and Debian's runc, in namespaces.
 
 Each real node is a network namespace (:mod:`.netns`) and a private mount namespace held by a
 small process; the node's containerd, kubelet and kube-proxy run inside both. The mount
@@ -13,8 +14,10 @@ server is offered to the nodes and pods at 10.200.0.1, and the API server reache
 namespaces have no route outside, and what the host must reach is forwarded to 127.0.0.1.
 
 The machine must be Linux with the cgroup v1 hierarchy (as the test machines have), root, ``ip``,
-``nsenter``, ``unshare``, containerd, runc and the CNI plugins (``make system-deps`` installs the
-Debian packages).
+``nsenter``, ``unshare``, runc and the CNI plugins (``make system-deps`` installs the Debian
+packages); containerd and the toolkit are built from their Go modules (:mod:`.runtimebuild`).
+Simulated cards appear as device nodes (``/dev/nvidia0``.., ``nvidiactl``, ``nvidia-uvm``) made
+where the machine has none, and removed with the nodes.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from . import build, netns
+from . import build, netns, noderuntime, runtimebuild
 from .processes import Component, HarnessError
 
 if TYPE_CHECKING:
@@ -41,9 +44,6 @@ if TYPE_CHECKING:
 
 CNI_BIN = Path("/usr/lib/cni")
 NEEDED_PROGRAMS = (
-    "containerd",
-    "containerd-shim-runc-v2",
-    "ctr",
     "runc",
     "ip",
     "nsenter",
@@ -65,6 +65,8 @@ NODE_PATHS = (
     "/run/gpushare-hub",
     # Node-local data, e.g. the hub database's hostPath PersistentVolume (examples/hub-db-pv.yaml).
     "/var/lib/jupyterhub",
+    # containerd's and the NVIDIA runtime's configs, and the CDI folder (/var/run/cdi).
+    *noderuntime.PATHS,
 )
 # Machine-wide settings a kubelet writes at start (not per namespace); put back when the nodes stop.
 KERNEL_TUNABLES = (
@@ -91,7 +93,7 @@ def check_host() -> None:
     if missing:
         raise HarnessError(
             f"real nodes need {', '.join(missing)}: `make system-deps` installs them "
-            "(apt-get install containerd runc containernetworking-plugins iptables)"
+            "(apt-get install runc containernetworking-plugins iptables)"
         )
 
 
@@ -99,6 +101,7 @@ def check_host() -> None:
 class RealNode:
     net: netns.NodeNet
     folder: Path
+    ctr_bin: Path = Path("ctr")
     holder: Component | None = None
     components: dict[str, Component] = field(default_factory=dict)
     created_mountpoints: list[Path] = field(default_factory=list)
@@ -117,7 +120,7 @@ class RealNode:
         return ["nsenter", f"--target={self.holder.pid}", "--mount", "--net", "--"]
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> str:
-        cmd = ["ctr", f"--address={self.containerd_socket}", "--namespace=k8s.io", *args]
+        cmd = [str(self.ctr_bin), f"--address={self.containerd_socket}", "--namespace=k8s.io", *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise HarnessError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
@@ -145,8 +148,14 @@ def restore_tunables(saved: Mapping[str, str]) -> None:
 class RealNodes:
     """The real nodes of one :class:`LocalCluster` (started with ``real_nodes=True``)."""
 
-    def __init__(self, cluster: LocalCluster, images: Mapping[str, Path], sandbox_image: str) -> None:
+    def __init__(
+        self, cluster: LocalCluster, images: Mapping[str, Path], sandbox_image: str, cards: int = 2
+    ) -> None:
         check_host()
+        try:
+            self.containerd_dir, self.toolkit_dir = runtimebuild.build_runtime()
+        except build.BuildError as err:
+            raise HarnessError(f"cannot build the nodes' runtime: {err}") from err
         if cluster.network is None:
             raise HarnessError("the cluster was not started with real_nodes=True")
         self.cluster = cluster
@@ -162,6 +171,7 @@ class RealNodes:
             p / "k8s.io" for p in Path("/sys/fs/cgroup").iterdir() if not (p / "k8s.io").exists()
         ]
         self._tunables = read_tunables()
+        self._devices = noderuntime.make_device_nodes(Path("/dev"), cards)
         cluster.on_stop_first(self.stop)
 
     # ---- the whole ---------------------------------------------------------------------
@@ -169,6 +179,7 @@ class RealNodes:
         """``count`` real nodes, Ready, each with every image imported."""
         if self.coredns is None:
             self._start_dns()
+            self._add_runtime_class()
         names = []
         for _ in range(count):
             name = f"{prefix}{len(self.nodes)}"
@@ -190,6 +201,7 @@ class RealNodes:
                 if comp is not None:
                     comp.stop(grace=3)
             self.nodes.clear()
+            noderuntime.remove_device_nodes(self._devices)
             for cgroup in self._cgroups:
                 with contextlib.suppress(OSError):
                     cgroup.rmdir()
@@ -208,13 +220,14 @@ class RealNodes:
 
     def host_path(self, node: str, path: str) -> Path:
         """Where ``path`` on ``node`` (under one of :data:`NODE_PATHS`) is on this machine."""
+        return self.host_path_of(self.nodes[node], path)
+
+    @staticmethod
+    def host_path_of(node: RealNode, path: str) -> Path:
+        path = "/run/" + path[len("/var/run/") :] if path.startswith("/var/run/") else path
         for root in NODE_PATHS:
             if path == root or path.startswith(root + "/"):
-                return (
-                    self.nodes[node].folder
-                    / root.strip("/").replace("/", "-")
-                    / path[len(root) :].lstrip("/")
-                )
+                return node.folder / root.strip("/").replace("/", "-") / path[len(root) :].lstrip("/")
         raise HarnessError(f"{path} is not under a node folder ({', '.join(NODE_PATHS)})")
 
     # ---- shared parts ---------------------------------------------------------------------
@@ -277,10 +290,23 @@ class RealNodes:
         discovery: Any = client.DiscoveryV1Api(cluster.api_client())  # takes the plain dict as it is
         discovery.create_namespaced_endpoint_slice("kube-system", slice_body)
 
+    def _add_runtime_class(self) -> None:
+        """The RuntimeClass ``nvidia`` for the toolkit's runtime handler, as the GPU Operator makes it."""
+        from kubernetes import client
+
+        body = {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": "nvidia"},
+            "handler": "nvidia",
+        }
+        nodes: Any = client.NodeV1Api(self.cluster.api_client())  # takes the plain dict as it is
+        nodes.create_runtime_class(body)
+
     # ---- one node -----------------------------------------------------------------------
     def _start_node(self, name: str, labels: Mapping[str, str]) -> RealNode:
         net = self.network.add_node(name)
-        node = RealNode(net, self.folder / name)
+        node = RealNode(net, self.folder / name, ctr_bin=self.containerd_dir / "ctr")
         self.nodes[name] = node
         node.folder.mkdir(parents=True, exist_ok=True)
         self._start_holder(node)
@@ -319,27 +345,12 @@ class RealNodes:
         return comp
 
     def _start_containerd(self, node: RealNode) -> None:
-        config = node.folder / "containerd.toml"
-        config.write_text(
-            f"""version = 2
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{self.sandbox_image}"
-  # Containers may not set an OOM score below containerd's own (needed without a systemd unit).
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
-    conf_dir = "/etc/cni/net.d"
-"""
-        )
+        config = self.host_path_of(node, noderuntime.CONTAINERD_CONFIG)
+        config.write_text(noderuntime.containerd_config(self.sandbox_image, CNI_BIN))
+        for argv in noderuntime.toolkit_commands(self.toolkit_dir):
+            proc = subprocess.run(node.enter() + argv, capture_output=True, text=True, timeout=60)
+            if proc.returncode != 0:
+                raise HarnessError(f"`{' '.join(argv[:3])}` on {node.name} failed: {proc.stderr.strip()}")
         (node.folder / "etc-cni-net.d" / "10-gpushare.conflist").write_text(
             json.dumps(
                 {
@@ -366,7 +377,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 indent=2,
             )
         )
-        comp = self._run_in(node, "containerd", ["containerd", f"--config={config}", "--log-level=warn"])
+        path = f"PATH={self.containerd_dir}{os.pathsep}{os.environ.get('PATH', '')}"  # its shim, then runc
+        argv = [
+            "env",
+            path,
+            str(self.containerd_dir / "containerd"),
+            f"--config={noderuntime.CONTAINERD_CONFIG}",
+        ]
+        comp = self._run_in(node, "containerd", [*argv, "--log-level=warn"])
         comp.wait_until(lambda: bool(node.ctr("version", timeout=5)), 60, "serving its socket")
 
     def _import_images(self, node: RealNode) -> None:

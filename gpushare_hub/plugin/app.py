@@ -143,8 +143,8 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         help="""The tier of GPU-memory isolation this node enforces, published on the Node
         (gpushare-hub.io/isolation) for slices that require one: 'cooperative' (the start-up hook
         and the frameworks' environment caps), 'mps' (needs --mps), or 'driver' (the NVIDIA
-        container toolkit's memory-limit hook applies NVIDIA_GPU_MEMORY_LIMITS, which Allocate
-        sets for every slice; driver r615+ and cgroup v2). 'auto': mps where --mps is on, else
+        container toolkit's apply-cuda-memory-limits hook applies NVIDIA_GPU_MEMORY_LIMITS, which
+        Allocate sets only on such nodes; driver r615+ and cgroup v2). 'auto': mps where --mps is on, else
         cooperative. The self-test checks the claim. Per node: 'isolationTier' in --node-config.""",
     ).tag(config=True)
 

@@ -67,8 +67,13 @@ def generate_commands(
     ctk: str, host_root: str, driver_root: str, dev_root: str, out: Path
 ) -> list[list[str]]:
     """The nvidia-ctk calls that write the spec for every card NVML sees into ``out``: generate
-    against the host's root as mounted here, then rebase its host paths onto the host."""
+    against the host's root as mounted here, then rebase its host paths onto the host. The GPU
+    Operator installs ``nvidia-ctk`` as a shell wrapper that execs ``nvidia-ctk.real`` by its host
+    path, which is not this container's: the binary beside it is run instead (the wrapper sets
+    nothing for it)."""
     exe = under(host_root, ctk)
+    if os.access(f"{exe}.real", os.X_OK):
+        exe = f"{exe}.real"
     generated = out if host_root in ("", "/") else out.with_suffix(".generated.json")
     commands = [
         [
@@ -110,11 +115,16 @@ def served_only(spec: dict[str, Any], uuids: Sequence[str]) -> dict[str, Any]:
     return {**spec, "devices": [devices[u] for u in uuids]}
 
 
-def simulated_spec(cards: Sequence[tuple[str, int]], dev_root: str) -> dict[str, Any]:
+def simulated_spec(cards: Sequence[tuple[str, int]], dev_root: str, host_root: str = "") -> dict[str, Any]:
     """A spec for declared cards ``(uuid, index)``: each card's device node and the control
-    nodes, as NVIDIA's generator lays them out (no libraries: there is no driver)."""
+    nodes that exist under ``dev_root`` on the host (read at ``host_root`` here), as NVIDIA's
+    generator lays them out (no libraries: there is no driver)."""
     base = dev_root.rstrip("/")
-    nodes = [{"path": p, "hostPath": f"{base}{p}"} for p in CONTROL_NODES if os.path.exists(f"{base}{p}")]
+    nodes = [
+        {"path": p, "hostPath": f"{base}{p}"}
+        for p in CONTROL_NODES
+        if os.path.exists(under(host_root, f"{base}{p}"))
+    ]
     return {
         "cdiVersion": SIMULATED_CDI_VERSION,
         "kind": CDI_KIND,

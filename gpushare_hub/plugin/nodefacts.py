@@ -124,7 +124,7 @@ class SpecKeeper:
         if key == self._made_for and self.file.path.exists():
             return False
         if self.source == SIMULATED:
-            spec = simulated_spec(cards, self.paths.dev_root)
+            spec = simulated_spec(cards, self.paths.dev_root, self.paths.host_root)
         else:
             p = self.paths
             spec = ctk_spec(self.source, p.host_root, p.driver_root, p.dev_root, [u for u, _ in cards])

@@ -13,11 +13,15 @@
   size, so fraction caps (JAX/XLA) are set near 1 instead of slice/card, which would cap
   twice; absolute caps (CuPy bytes, TensorFlow MiB) stay as they are. The hook leaves
   PyTorch to MPS.
-* **Driver limit** (always): ``NVIDIA_GPU_MEMORY_LIMITS`` and ``NVIDIA_GPU_MEMORY_REQUESTS``, the
-  slice in MiB, which the NVIDIA container toolkit's ``apply-cuda-memory-limits`` hook reads on
-  nodes whose driver and toolkit have it (NVIDIA documents driver r615 or later with cgroup v2),
-  so that such nodes enforce the slice in the driver with no other change. Elsewhere they are
-  inert. ``GPUSHARE_ISOLATION_TIER`` names the tier the node claims (the self-test reads it).
+* **Driver limit** (nodes that claim the ``driver`` tier only): ``NVIDIA_GPU_MEMORY_LIMITS`` and
+  ``NVIDIA_GPU_MEMORY_REQUESTS``, the slice in MiB, which the NVIDIA container toolkit's
+  ``apply-cuda-memory-limits`` CDI hook applies through NVML. That hook is not in a released
+  toolkit (it is on NVIDIA's branch ``cuda-memory-limits``; v1.20.0, which GPU Operator v26.7
+  ships, has none), and where it is, it fails the container's start when both variables are set
+  on a node it cannot serve: cgroup v1 ("setting GPU memory limits is only supported in cgroup
+  v2"), no ``libnvidia-ml.so.1``, NVML refusing the limit. So they are set only where the admin
+  says the node enforces them (``isolationTier: driver``). ``GPUSHARE_ISOLATION_TIER`` names the
+  tier the node claims (the self-test reads it).
 * **Device mode** (see :mod:`.devicemode`): in ``cdi`` mode the card is named as the CDI device
   ``gpushare-hub.io/gpu=<UUID>`` of the plugin's own spec, and ``NVIDIA_VISIBLE_DEVICES`` is
   ``void`` so that a container run by the NVIDIA runtime (a ``runtimeClassName: nvidia`` pod, or
@@ -34,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpushare_hub.core.cards import Card
-from gpushare_hub.core.isolation import COOPERATIVE
+from gpushare_hub.core.isolation import COOPERATIVE, DRIVER
 from gpushare_hub.core.names import CARD_UUIDS_ENV, CDI_KIND
 from gpushare_hub.isolation.selftest import DRIVER_VAR, TIER_VAR
 
@@ -91,8 +95,9 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
     if iso.hook_host_path:
         mounts.append(Mount(HOOK_CONTAINER_PATH, iso.hook_host_path, read_only=True))
         env["PYTHONPATH"] = HOOK_CONTAINER_PATH
-    env[DRIVER_LIMITS_VAR] = str(limit_mib)
-    env[DRIVER_REQUESTS_VAR] = str(limit_mib)
+    if iso.tier == DRIVER:
+        env[DRIVER_LIMITS_VAR] = str(limit_mib)
+        env[DRIVER_REQUESTS_VAR] = str(limit_mib)
     env[TIER_VAR] = iso.tier
     if iso.tensorflow_memory_limit:
         env["GPUSHARE_TENSORFLOW_MEMORY_LIMIT"] = "true"

@@ -303,6 +303,7 @@ def isolation_document(iso: NodeIsolation) -> dict[str, Any]:
         "words": iso.words,
         "check": iso.check.as_json() if iso.check is not None else None,
         "problem": iso.problem,
+        "device_mode": iso.device_mode or None,
     }
 
 

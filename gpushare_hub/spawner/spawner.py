@@ -99,6 +99,9 @@ LIMIT_TITLES = {
 }
 
 
+NO_CARD_VAR = "NVIDIA_VISIBLE_DEVICES"  # the NVIDIA runtime reads it; "void" means no card
+
+
 class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     """KubeSpawner whose profiles include GPU-memory slices placed by the gpushare scheduler."""
 
@@ -652,6 +655,12 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         ret: Any = options.get(RETURNED_KEY) if isinstance(options, dict) else None
         if ret is not None and not returned_problem(ret):  # checked at load_user_options too
             env[RETURNED_ENV] = json.dumps(ret)
+        if self._gpushare_chosen is None or self.gpushare_slice is None:
+            # A server without a slice gets no card: where the NVIDIA runtime runs it (its
+            # default on a legacy node, or a runtime class), a CUDA image's
+            # NVIDIA_VISIBLE_DEVICES=all would otherwise give it every card of the node. A slice's
+            # server gets its card from Allocate, whose variables the pod's own would override.
+            env.setdefault(NO_CARD_VAR, "void")
         return env
 
     async def get_pod_manifest(self) -> V1Pod:

@@ -38,7 +38,7 @@ def segments(page: Any) -> list[dict[str, str]]:
         """els => els.map(e => ({user: e.dataset.user, server: e.dataset.server, slice: e.dataset.slice,
               since: e.dataset.since, idle: e.dataset.idle, units: e.dataset.units,
               dim: e.classList.contains('dim') ? 'yes' : 'no', text: e.innerText,
-              card: e.closest('[data-card]').dataset.card}))""",
+              card: e.closest('[data-card]').dataset.card, node: e.closest('[data-node]').dataset.node}))""",
     )
 
 
@@ -110,6 +110,10 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
         assert bar.count() >= 1, page.locator(".bar").first.evaluate("e => e.outerHTML.slice(0, 200)")
         assert page.locator("#fragmentation").count() == 1
         assert "Tesla-T4" in page.locator(".summary").inner_text()
+        # Each node says how it hands cards out: the local notebook nodes' plugins run in legacy
+        # mode (their agent reads Allocate's NVIDIA_VISIBLE_DEVICES; no runtime applies CDI there).
+        mode = page.locator(f"[data-node='{segs['amy']['node']}'] [data-device-mode='legacy']")
+        assert "cards through NVIDIA_VISIBLE_DEVICES" in mode.inner_text()
 
         # Usage beside each slice, from the node's device plugin: amy's notebook holds 6.8 GiB
         # (past her 5 GiB) and keeps 37% of the card busy; bo's has done nothing on the GPU.

@@ -89,7 +89,7 @@ def helm() -> Helm:
     binary = build.bin_dir() / "helm"
     if not binary.exists():
         try:
-            build.build()
+            build.build(only=list(build.GROUPS["clients"]))
         except build.BuildError as err:
             pytest.fail(f"cannot build helm: {err}", pytrace=False)
     return Helm(binary)

@@ -186,6 +186,15 @@ class Installed:
         # As the device plugin labels MPS nodes (the nodeOptions mps, mpsMultiUser of docs/isolation.md).
         for node, labels in MPS_NODES.items():
             self.admin.patch_node(node, {"metadata": {"labels": labels}})
+        # The RuntimeClass the GPU Operator creates (the install names it for the plugin's pod).
+        client.NodeV1Api(self.api).create_runtime_class(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            }
+        )
         _, _, self.install_output = self.run_doc("install")
         self.node_check, self.inspect = self.run_doc("install-check")
         self.run_doc("mps")

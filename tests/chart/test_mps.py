@@ -20,6 +20,7 @@ from gpushare_hub.core.cards import Card
 from gpushare_hub.core.names import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.plugin.matching import Waiting
 from gpushare_hub.plugin.response import MPS_ROOT, Isolation, container_response
+from tests.conftest import wait_for
 
 from .conftest import CHART, Helm
 
@@ -199,8 +200,9 @@ def test_the_script_starts_one_daemon_per_card_where_the_plugin_mounts_and_stops
             response = container_response(slice_, Card(0, uuid, "Tesla-T4", 15, 15360), 1024, iso)
             assert {m.host_path for m in response.mounts} == {f"{card}/pipe", f"{card}/shm"}
             assert all(Path(m.host_path).is_dir() for m in response.mounts)
-        time.sleep(1.5)  # one health check round
-        assert any(line.startswith("control get_default_active_thread_percentage") for line in run.lines())
+        # One health check round (every MPS_CHECK_INTERVAL = 1 s): waited for, not slept through.
+        checked = "control get_default_active_thread_percentage"
+        assert wait_for(lambda: any(line.startswith(checked) for line in run.lines()), timeout=10, every=0.05)
         run.proc.send_signal(signal.SIGTERM)
         assert run.proc.wait(timeout=10) == 0
         for uuid in CARDS:

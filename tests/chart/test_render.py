@@ -98,6 +98,7 @@ def test_lint_and_template_pass_on_defaults_and_every_example(helm: Helm, values
         (["--set", "scheduler.image.tag=v1.34.4 --v=9"], ["/scheduler/image/tag", "pattern"]),
         (["--set-string", "devicePlugin.simulate=Tesla T4"], ["/devicePlugin/simulate", "pattern"]),
         (["--set-string", "devicePlugin.simulate=1x T4:"], ["/devicePlugin/simulate", "pattern"]),
+        (["--set", "devicePlugin.deviceMode=nvml"], ["/devicePlugin/deviceMode", "legacy"]),
     ],
     ids=[
         "wrong-type",
@@ -108,6 +109,7 @@ def test_lint_and_template_pass_on_defaults_and_every_example(helm: Helm, values
         "scheduler-tag",
         "simulate-no-count",
         "simulate-no-mib",
+        "unknown-device-mode",
     ],
 )
 def test_the_schema_refuses_bad_values_naming_the_key(helm: Helm, setting, words):
@@ -334,3 +336,31 @@ def test_the_simulate_pattern_accepts_what_the_plugin_reads(cards):
     schema = yaml.safe_load((CHART / "values.schema.yaml").read_text())
     pattern = schema["properties"]["devicePlugin"]["properties"]["simulate"]["pattern"]
     assert re.match(pattern, cards)
+
+
+def test_the_plugin_writes_its_cdi_spec_where_the_runtime_reads_and_reads_the_host_read_only(helm: Helm):
+    pod = one(helm.template(), "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    args = container["args"]
+    assert {"--device-mode=auto", "--cdi-dir=/var/run/cdi", "--host-root=/host", "--driver-root=/"} <= set(
+        args
+    )
+    assert mounts["cdi"]["mountPath"] == volumes["cdi"]["hostPath"]["path"] == "/var/run/cdi"
+    assert "readOnly" not in mounts["cdi"]  # the spec is written there
+    assert mounts["host-root"] == {"name": "host-root", "mountPath": "/host", "readOnly": True}
+    assert volumes["host-root"]["hostPath"] == {"path": "/", "type": "Directory"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True and "tmp" in mounts
+    operator = plugin_container(
+        helm.template(
+            "--set", "devicePlugin.driverRoot=/run/nvidia/driver", "--set", "devicePlugin.deviceMode=cdi"
+        )
+    )
+    assert {"--device-mode=cdi", "--driver-root=/run/nvidia/driver"} <= set(operator["args"])
+    legacy = one(
+        helm.template("--set", "devicePlugin.deviceMode=legacy"), "DaemonSet", "gpushare-device-plugin"
+    )
+    spec = legacy["spec"]["template"]["spec"]
+    assert "host-root" not in {v["name"] for v in spec["volumes"]}  # nothing of the host to read
+    assert not any(a.startswith("--host-root") for a in spec["containers"][0]["args"])

@@ -7,19 +7,22 @@ never a 5xx or a traceback in the hub's log; no pod is created and no server is 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
-from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from tests.hub.conftest import NAMESPACE, SLICES, hub_spawner_config
 from tests.mutate import paths, replaced
+from tests.support.fuzzing import drawn, send_all
 
-from .conftest import HubClient, LogWatch, Tally, report, seeded
+from .conftest import CASES, HubClient, LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
-USER = "fuzz-options"
+# Each sends its share of the cases to its own server's door, one at a time (a user's second
+# POST while the first is answered would be refused for that, not for its body).
+USERS = [f"fuzz-options-{i}" for i in range(4)]
 # JupyterHub's API handler logs each body that is not JSON with a traceback, before our code runs.
 JUPYTERHUB_BAD_JSON = "Couldn't parse JSON"
 SLUGS = [s["slug"] for s in SLICES] + [p["slug"] for p in hub_spawner_config()["profile_list"]]
@@ -84,37 +87,42 @@ def bodies(draw: Any) -> bytes:
 
 
 def test_the_spawn_api_refuses_malformed_user_options_with_a_4xx(hub, local_cluster):
-    token = hub.user_token(USER)
-    path = f"/hub/api/users/{USER}/server"
-    client = HubClient(hub.url, token, timeout=60)
+    """The seeded cases are drawn first, then sent by USERS users side by side (each its own
+    connection and server), so JupyterHub answers one while the next is on its way."""
+    cases = drawn(bodies(), lambda body: not _valid(body), seeded)
+    assert len(cases) == CASES, len(cases)
+    clients = [HubClient(hub.url, hub.user_token(user), timeout=60) for user in USERS]
     watch = LogWatch(hub.hub_log)
     tally = Tally("spawner user_options")
+    counted = threading.Lock()
 
-    def post(body: bytes) -> tuple[int, bytes]:
-        resp = client.send("POST", path, body)
-        return resp.status, resp.read()
-
-    @seeded
-    @given(bodies())
-    def case(body: bytes) -> None:
-        assume(not _valid(body))
-        status, raw = post(body)
-        tally.add(status)
+    def case(worker: int, body: bytes) -> None:
+        resp = clients[worker].send("POST", f"/hub/api/users/{USERS[worker]}/server", body)
+        status, raw = resp.status, resp.read()
+        with counted:
+            tally.add(status)
         assert 400 <= status < 500, (status, body[:200], raw[:300])
         message = json.loads(raw)["message"]
         assert message and len(message) < 600, message
 
     try:
-        case()
+        failures = send_all(cases, len(USERS), case)
     finally:
-        client.conn.close()
-        model = hub.api("GET", f"/users/{USER}")[1]
-        if model.get("servers"):  # an accepted body: stop what it started before failing
-            hub.api("DELETE", f"/users/{USER}/server")
+        for client in clients:
+            client.conn.close()
+        models = {user: hub.api("GET", f"/users/{user}")[1] for user in USERS}
+        for user, model in models.items():
+            if model.get("servers"):  # an accepted body: stop what it started before failing
+                hub.api("DELETE", f"/users/{user}/server")
     tracebacks, upstream, first = watch.tracebacks(upstream=(JUPYTERHUB_BAD_JSON,))
-    report(f"{tally.line(tracebacks)}; JupyterHub's own parser logged {upstream} bodies that are not JSON")
+    report(
+        f"{tally.line(tracebacks)}; JupyterHub's own parser logged {upstream} bodies that are not JSON "
+        f"({len(USERS)} users side by side)"
+    )
+    assert not failures, str(failures)
     assert tracebacks == 0, first
-    assert not model.get("servers") and not model.get("pending"), model
+    for model in models.values():
+        assert not model.get("servers") and not model.get("pending"), model
     pods = local_cluster.get_json(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
-    made = [p["metadata"]["name"] for p in pods if USER in p["metadata"]["name"]]
+    made = [p["metadata"]["name"] for p in pods if any(user in p["metadata"]["name"] for user in USERS)]
     assert not made, f"a refused spawn made a pod: {made}"

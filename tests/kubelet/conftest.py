@@ -89,6 +89,8 @@ class Plugin:
         return self.cluster.credential("user-device-plugin", "gpushare-device-plugin")
 
     def start(self, *extra: str) -> None:
+        if not any(a.startswith("--cdi-dir=") for a in extra):  # not the machine's /var/run/cdi
+            extra = (*extra, f"--cdi-dir={self.health_file.parent / 'cdi'}")
         self.comp = self.cluster._run(
             self.name,
             [

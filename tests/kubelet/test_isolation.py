@@ -76,8 +76,17 @@ def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch
     assert events[-2:] == [["set_fraction", 0.3333, 0], ["alloc", 4096]]
 
 
+def report_runtime(api, runtime: str) -> None:
+    """The Node's container runtime as a kubelet reports it (the plugin reads it to choose its mode)."""
+    api.patch_node_status(NODE, {"status": {"nodeInfo": {"containerRuntimeVersion": runtime}}})
+
+
+def node_annotation(api, key: str) -> str | None:
+    return (api.read_node(NODE).metadata.annotations or {}).get(key)
+
+
 def test_mps_and_cdi_nodes_from_the_per_node_config_map(
-    local_cluster, device_manager, plugin, gpushare, namespace
+    local_cluster, device_manager, plugin, gpushare, namespace, tmp_path
 ):
     api = local_cluster.core_api()
     clear_node(api, device_manager, gpushare)
@@ -88,12 +97,20 @@ def test_mps_and_cdi_nodes_from_the_per_node_config_map(
             "data": {"default": '{"mps": false}', NODE: '{"mps": true, "cdi": true}'},
         },
     )
+    report_runtime(api, "containerd://2.1.4")  # CDI on by default
+    cdi_dir = tmp_path / "cdi"
+    spec_file = cdi_dir / "gpushare-hub.io-gpu.json"
     plugin.kill()
-    plugin.start("--node-config=default/gpushare-plugin-isolation", "--mps-root=/run/gpushare-test/mps")
+    plugin.start(
+        "--node-config=default/gpushare-plugin-isolation",
+        "--mps-root=/run/gpushare-test/mps",
+        f"--cdi-dir={cdi_dir}",
+    )
     try:
         assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
         labelled = wait_for(lambda: mps_label(api) == "true", timeout=20)
         assert labelled, "the MPS node was not labelled for the control daemon"
+        assert wait_for(lambda: node_annotation(api, "gpushare-hub.io/device-mode") == "cdi", timeout=20)
         pod, out = allocate_slice(local_cluster, device_manager, namespace, "pinned", 5)
         uuid = chosen_card(pod)
         env = out["envs"]
@@ -101,19 +118,52 @@ def test_mps_and_cdi_nodes_from_the_per_node_config_map(
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpushare-hub/mps/pipe"
         assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.950"  # MPS already shrinks the total
         assert env["PYTHONPATH"] == HOOK_IN_CONTAINER
-        assert "NVIDIA_VISIBLE_DEVICES" not in env  # CDI names the card instead
-        assert out["cdi_devices"] == [f"nvidia.com/gpu={uuid}"]
+        assert env["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120"  # the slice's env in CDI mode too
+        # CDI names the card from the plugin's own spec; the NVIDIA runtime is told "no card"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "void" and env["GPUSHARE_CARD_UUIDS"] == uuid
+        assert out["cdi_devices"] == [f"gpushare-hub.io/gpu={uuid}"]
+        spec = json.loads(spec_file.read_text())
+        assert spec["kind"] == "gpushare-hub.io/gpu"
+        cards = json.loads(node_annotation(api, "gpushare-hub.io/cards") or "[]")
+        assert sorted(d["name"] for d in spec["devices"]) == sorted(c["uuid"] for c in cards)
         mounts = {m["container_path"]: (m["host_path"], m["read_only"]) for m in out["mounts"]}
         assert mounts == {
             HOOK_IN_CONTAINER: (str(plugin.hook_dir), True),
             "/run/gpushare-hub/mps/pipe": (f"/run/gpushare-test/mps/{uuid}/pipe", False),
             "/dev/shm": (f"/run/gpushare-test/mps/{uuid}/shm", False),
         }
+        assert plugin.comp is not None
+        plugin.comp.stop()  # the spec goes with the plugin
+        assert not spec_file.exists()
     finally:
-        plugin.kill()
+        report_runtime(api, "containerd://1.6.20")
+        if plugin.comp is not None:
+            plugin.kill()
         plugin.start()
         assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
     assert wait_for(lambda: mps_label(api) is None, timeout=20)
+    assert wait_for(lambda: node_annotation(api, "gpushare-hub.io/device-mode") == "legacy", timeout=20)
+
+
+def test_a_cdi_node_whose_runtime_has_no_cdi_advertises_nothing_and_says_why(
+    local_cluster, device_manager, plugin, gpushare, tmp_path
+):
+    api = local_cluster.core_api()
+    report_runtime(api, "containerd://1.6.20")
+    plugin.kill()
+    plugin.start("--device-mode=cdi", f"--cdi-dir={tmp_path / 'cdi'}")
+    try:
+        assert plugin.comp is not None and plugin.comp.proc is not None
+        assert plugin.comp.proc.wait(timeout=60) == 1  # it stops instead of advertising
+        events = api.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={NODE},reason=GPUShareDeviceModeUnavailable"
+        ).items
+        assert events, "no Warning event on the Node"
+        assert "containerd://1.6.20 has no CDI support" in events[-1].message
+        assert not (tmp_path / "cdi" / "gpushare-hub.io-gpu.json").exists()
+    finally:
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
 
 
 def free_port() -> int:

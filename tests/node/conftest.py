@@ -1,6 +1,7 @@
 """Node tier: our chart and Zero to JupyterHub as containers under real kubelets.
 
-One local control plane with one real node (kubelet, Debian's containerd and runc, kube-proxy,
+One local control plane with one real node (kubelet, containerd 2 with CDI and the NVIDIA container
+toolkit's runtime built from their Go modules, Debian's runc, kube-proxy,
 CoreDNS; :mod:`gpushare_hub.localcluster.realnodes`), at the newest pinned Kubernetes version,
 for the whole tier. The tests run in file order and build on each other: install, spawn,
 upgrade, restart, uninstall, as an admin would.

@@ -1,9 +1,12 @@
 """The chart and Zero to JupyterHub on a real node, in the order an admin meets them.
 
 1. ``helm install`` of our chart (simulated cards): the scheduler replicas with their extender,
-   probes passing, one leader; the device plugin registered with the real kubelet.
+   probes passing, one leader; the device plugin registered with the real kubelet, in CDI mode on
+   containerd 2 (its spec in the node's /var/run/cdi) beside the NVIDIA toolkit's runtime.
 2. Zero to JupyterHub 4.4.0 with examples/z2jh-values.yaml and z2jh-small-cluster-values.yaml.
-3. Two users' 5 GiB notebooks share one card; what the kubelet delivered inside the containers.
+3. Two users' 5 GiB notebooks share one card; what the kubelet and containerd's CDI delivered
+   inside the containers (their card's device node, no other); pods without a slice see no card;
+   a whole-card pod and an Aliyun-style pod see exactly their cards.
 4. ``helm upgrade`` to a new image tag and a kubelet restart, with both notebooks running.
 5. ``helm uninstall`` of both charts as docs/uninstall.md says: nothing of ours left.
 """
@@ -123,6 +126,15 @@ def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
         60,
     )
     assert allocatable == "30", "two simulated T4s are 15 GiB slices each"
+    # containerd 2 applies CDI devices: the plugin chose CDI mode and wrote its spec on the node.
+    annotations = stack.cluster.get_json(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
+    assert annotations.get("gpushare-hub.io/device-mode") == "cdi", _plugin_log(stack)[-20:]
+    spec = json.loads(stack.nodes.host_path(node, "/var/run/cdi/gpushare-hub.io-gpu.json").read_text())
+    cards = json.loads(annotations["gpushare-hub.io/cards"])
+    assert spec["kind"] == "gpushare-hub.io/gpu"
+    assert {d["name"]: d["containerEdits"]["deviceNodes"][0]["path"] for d in spec["devices"]} == {
+        c["uuid"]: f"/dev/nvidia{c['index']}" for c in cards
+    }
     # The MPS control daemons need a GPU; their DaemonSet is rendered and admitted here.
     rendered = stack.run(
         "helm", "template", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
@@ -191,13 +203,17 @@ def test_two_users_share_one_card_in_real_containers(stack: RealStack, hub: Hub)
             for line in exec_in(stack, HUB_NAMESPACE, name, "env").splitlines()
             if "=" in line
         )
-        assert env["NVIDIA_VISIBLE_DEVICES"] == card_of(pod), (user, env.get("NVIDIA_VISIBLE_DEVICES"))
+        # CDI mode: the card by UUID in our variable, "void" for the NVIDIA runtime, and in /dev
+        # exactly that card's device node (with the control nodes), as containerd applied the spec.
+        assert env["GPUSHARE_CARD_UUIDS"] == card_of(pod), (user, env.get("GPUSHARE_CARD_UUIDS"))
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "void", env.get("NVIDIA_VISIBLE_DEVICES")
+        assert nvidia_devices(stack, name) == {f"nvidia{index_of(stack, pod)}", *CONTROL_NODES}
         assert HOOK_CONTAINER_PATH in env.get("PYTHONPATH", "").split(":"), env.get("PYTHONPATH")
         mounts = exec_in(stack, HUB_NAMESPACE, name, "cat", "/proc/self/mounts")
         (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
         assert "ro" in line.split()[3].split(","), line
         terminal = terminal_env(stack, hub, user)
-        assert terminal.get("NVIDIA_VISIBLE_DEVICES") == card_of(pod), terminal
+        assert terminal.get("GPUSHARE_CARD_UUIDS") == card_of(pod), terminal
         assert HOOK_CONTAINER_PATH in terminal.get("PYTHONPATH", "").split(":"), terminal
 
     status, ledger = hub.call("GET", "/services/gpushare/api/v1/ledger")
@@ -215,6 +231,73 @@ def test_two_users_share_one_card_in_real_containers(stack: RealStack, hub: Hub)
     )
     assert inspect.returncode == 0, inspect.stderr
     assert "10/15" in inspect.stdout, inspect.stdout
+
+
+CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools")
+
+
+def nvidia_devices(stack: RealStack, pod: str, namespace: str = HUB_NAMESPACE) -> set[str]:
+    """The NVIDIA device nodes a container has in its /dev."""
+    listing = exec_in(stack, namespace, pod, "python3", "-c", "import os; print(*os.listdir('/dev'))")
+    return {n for n in listing.split() if n.startswith("nvidia")}
+
+
+def index_of(stack: RealStack, pod: dict[str, Any]) -> int:
+    node = stack.cluster.get_json(f"/api/v1/nodes/{pod['spec']['nodeName']}")
+    cards = json.loads(node["metadata"]["annotations"]["gpushare-hub.io/cards"])
+    return int(next(c["index"] for c in cards if c["uuid"] == card_of(pod)))
+
+
+def plain_pod(stack: RealStack, name: str, limits: dict[str, str], **spec: Any) -> dict[str, Any]:
+    """A pod from a plain manifest (no hub): python3 sleeping, with these limits."""
+    container = {
+        "name": "c", "image": stack.names["singleuser"], "imagePullPolicy": "Never",
+        "command": ["python3", "-c", "import time; time.sleep(3600)"], "resources": {"limits": limits},
+    }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def test_pods_see_exactly_the_cards_they_asked_for(stack: RealStack, hub: Hub) -> None:
+    """Beside the two notebooks (one card, 10 of 15 GiB): a pod without a slice, one run by the
+    NVIDIA runtime class, an Aliyun-style 3 GiB pod and a whole-card pod, each seeing only its own."""
+    names = ("no-slice", "nvidia-runtime", "aliyun-style", "whole-card")
+    sched = {"schedulerName": "gpushare-scheduler"}
+    manifests = [
+        plain_pod(stack, "no-slice", {}),
+        # The toolkit's runtime, as the GPU Operator sets it up (CDI mode, not the default):
+        # a pod that asks for no card goes through it unchanged.
+        plain_pod(stack, "nvidia-runtime", {}, runtimeClassName="nvidia"),
+        plain_pod(stack, "aliyun-style", {"aliyun.com/gpu-mem": "3"}, **sched),
+        plain_pod(stack, "whole-card", {"aliyun.com/gpu-count": "1"}, **sched),
+    ]
+    for body in manifests:
+        path = stack.cluster.workdir / f"{body['metadata']['name']}.json"
+        path.write_text(json.dumps(body))
+        kubectl(stack, "apply", "--namespace=default", f"--filename={path}")
+    try:
+        for name in names:
+            assert wait_for(lambda n=name: ready(_pod(stack, n)), 120, every=1), _pod(stack, name)["status"]
+        assert nvidia_devices(stack, "no-slice", "default") == set()
+        assert nvidia_devices(stack, "nvidia-runtime", "default") == set()
+        aliyun, whole = _pod(stack, "aliyun-style"), _pod(stack, "whole-card")
+        assert card_of(aliyun) == card_of(notebook_pod(stack, USERS[0])), "binpack: 10 + 3 of 15 GiB"
+        assert card_of(whole) != card_of(aliyun), "the whole card is the other one"
+        for pod in (aliyun, whole):
+            name = pod["metadata"]["name"]
+            assert nvidia_devices(stack, name, "default") == {f"nvidia{index_of(stack, pod)}", *CONTROL_NODES}
+            uuids = exec_in(stack, "default", name, "printenv", "GPUSHARE_CARD_UUIDS").strip()
+            assert uuids == card_of(pod), uuids
+    finally:
+        kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0", *names)
+
+
+def _pod(stack: RealStack, name: str) -> dict[str, Any]:
+    return dict(stack.cluster.get_json(f"/api/v1/namespaces/default/pods/{name}"))
 
 
 def inspect_env(stack: RealStack) -> dict[str, str]:
@@ -321,7 +404,7 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     for user in USERS:
         pod = notebook_pod(stack, user)
         name = pod["metadata"]["name"]
-        env = wait_for(lambda n=name: _try_exec(stack, n, "printenv", "NVIDIA_VISIBLE_DEVICES"), 60, every=1)
+        env = wait_for(lambda n=name: _try_exec(stack, n, "printenv", "GPUSHARE_CARD_UUIDS"), 60, every=1)
         assert env.strip() == card_of(pod), env
         assert restarts(pod) == 0
 
@@ -403,6 +486,7 @@ def test_uninstall_leaves_nothing_of_ours(stack: RealStack, hub: Hub) -> None:
     ours = [
         stack.nodes.host_path(node, "/var/lib/gpushare-hub"),
         stack.nodes.host_path(node, "/run/gpushare-hub"),
+        stack.nodes.host_path(node, "/var/run/cdi"),  # the plugin's CDI spec goes with it
     ]
     files = [f for folder in ours for f in folder.rglob("*") if not f.is_dir()]
     assert files == [], "files the device plugin left on the node"

@@ -195,6 +195,22 @@ def test_a_failing_toolkit_or_a_card_it_does_not_see_is_named(tmp_path, monkeypa
         served_only({"kind": "nvidia.com/gpu", "devices": []}, [A])
 
 
+def test_the_gpu_operators_wrapped_nvidia_ctk_is_run_as_its_real_binary(tmp_path):
+    # The operator's toolkit installs nvidia-ctk as `#! /bin/sh ... exec /usr/local/nvidia/toolkit/
+    # nvidia-ctk.real "$@"`: a host path the plugin's container does not have at that place.
+    toolkit = tmp_path / "usr/local/nvidia/toolkit"
+    toolkit.mkdir(parents=True)
+    for name in ("nvidia-ctk", "nvidia-ctk.real"):
+        (toolkit / name).write_text("#!/bin/sh\n")
+        (toolkit / name).chmod(0o755)
+    (generate, transform) = generate_commands(
+        "/usr/local/nvidia/toolkit/nvidia-ctk", str(tmp_path), "/", "/", tmp_path / "s.json"
+    )
+    assert generate[0] == transform[0] == f"{toolkit}/nvidia-ctk.real"
+    # the hook the spec names is the host's, beside it (the transform takes the host root off)
+    assert f"--nvidia-cdi-hook-path={toolkit}/nvidia-cdi-hook" in generate
+
+
 def test_generate_runs_in_place_on_the_host_without_a_transform(tmp_path):
     commands = generate_commands("/usr/bin/nvidia-ctk", "", "/", "/", tmp_path / "s.json")
     assert len(commands) == 1 and commands[0][0] == "/usr/bin/nvidia-ctk"

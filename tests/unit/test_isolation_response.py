@@ -58,7 +58,7 @@ def test_cdi_names_the_card_from_our_own_spec_and_tells_the_nvidia_runtime_void(
     # An image's NVIDIA_VISIBLE_DEVICES=all must not give a container run by the nvidia runtime
     # every card: "void" is the runtime's word for none; our own variable names the card.
     assert r.envs["NVIDIA_VISIBLE_DEVICES"] == "void" and r.envs["GPUSHARE_CARD_UUIDS"] == UUID
-    assert r.envs["ALIYUN_COM_GPU_MEM_IDX"] == "1" and r.envs["NVIDIA_GPU_MEMORY_LIMITS"] == "5120"
+    assert r.envs["ALIYUN_COM_GPU_MEM_IDX"] == "1" and r.envs["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120"
     legacy = container_response(FIVE, CARD, 1024, Isolation(cdi=False))
     assert legacy.envs["NVIDIA_VISIBLE_DEVICES"] == UUID == legacy.envs["GPUSHARE_CARD_UUIDS"]
     assert legacy.cdi_devices == ()
@@ -166,10 +166,14 @@ def test_the_hook_is_seen_in_use_from_other_processes_mounts_without_the_api(tmp
     assert hook_mounted_elsewhere(Path("/elsewhere"), inside, fake_proc("4242", {"77": notebook})) is None
 
 
-def test_every_slice_carries_the_driver_limit_in_mib_and_the_tier_the_node_claims():
+def test_only_driver_tier_nodes_get_the_driver_limit_and_every_slice_the_tier_the_node_claims():
     r = container_response(FIVE, CARD, 1024, Isolation())
-    assert r.envs["NVIDIA_GPU_MEMORY_LIMITS"] == "5120" and r.envs["NVIDIA_GPU_MEMORY_REQUESTS"] == "5120"
+    # The toolkit's apply-cuda-memory-limits hook fails a container's start on a node it cannot
+    # serve (cgroup v1, no NVML) when both are set: only a node that claims the driver tier has them.
+    assert "NVIDIA_GPU_MEMORY_LIMITS" not in r.envs and "NVIDIA_GPU_MEMORY_REQUESTS" not in r.envs
     assert r.envs["GPUSHARE_ISOLATION_TIER"] == "cooperative"
+    driver = container_response(FIVE, CARD, 1024, Isolation(tier="driver"))
+    assert driver.envs["NVIDIA_GPU_MEMORY_LIMITS"] == "5120" == driver.envs["NVIDIA_GPU_MEMORY_REQUESTS"]
     hard = container_response(FIVE, CARD, 1024, Isolation(mps=True, tier="mps"))
     assert hard.envs["GPUSHARE_ISOLATION_TIER"] == "mps"
 

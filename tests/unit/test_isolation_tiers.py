@@ -184,3 +184,20 @@ def test_a_running_pods_owner_rewriting_its_tier_to_nonsense_does_not_free_its_c
     fresh.observe_pod(read_pod(pod))
     assert fresh.used("gpu-mps", placed.cards[0].uuid) == 5
     assert fresh.ignored() == []
+
+
+def test_the_nodes_device_mode_is_read_beside_its_tier_and_a_made_up_one_is_not_shown():
+    from gpushare_hub.service.view import isolation_document
+
+    annotations = {ISOLATION_ANNOTATION: "mps", "gpushare-hub.io/device-mode": "cdi"}
+    iso = read_node_isolation("gpu-1", annotations, ISOLATION_ANNOTATION, "x", "gpushare-hub.io/device-mode")
+    assert (iso.claimed, iso.device_mode) == ("mps", "cdi")
+    hostile = {"gpushare-hub.io/device-mode": "<img src=x onerror=alert(1)>"}
+    assert (
+        read_node_isolation(
+            "gpu-1", hostile, ISOLATION_ANNOTATION, "x", "gpushare-hub.io/device-mode"
+        ).device_mode
+        == ""
+    )
+    assert read_node_isolation("gpu-1", annotations, ISOLATION_ANNOTATION, "x").device_mode == ""
+    assert isolation_document(iso)["device_mode"] == "cdi"  # the dashboard's node table shows it

@@ -98,3 +98,34 @@ def test_the_version_is_picked_by_env_in_full_or_by_minor(tmp_path, monkeypatch)
     monkeypatch.setenv(build.VERSION_ENV, "v1.35")
     with pytest.raises(build.BuildError, match=r"not pinned once .*pinned: v1.34.4, v1.36.3"):
         build.Versions.load(vf)
+
+
+def test_the_groups_of_binaries_are_each_binary_once():
+    grouped = [b for group in build.GROUPS.values() for b in group]
+    assert sorted(grouped) == sorted(build.BINARIES)
+
+
+def test_a_run_that_needs_only_the_control_plane_does_not_build_the_kubelet(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSHARE_K8S_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(build.VERSION_ENV, raising=False)
+    bdir = build.bin_dir()
+    bdir.mkdir(parents=True)
+    for name in (*build.GROUPS["control-plane"], *build.GROUPS["clients"]):
+        (bdir / name).write_text("#!/bin/sh\n")
+        (bdir / name).chmod(0o755)
+    build.kwok_stages_file(bdir).write_text("---\n")
+
+    def no_go(v: build.Versions) -> str:
+        raise build.BuildError("would build")
+
+    monkeypatch.setattr(build, "check_go", no_go)
+    assert build.build(only=list(build.GROUPS["control-plane"])) == bdir
+    with pytest.raises(build.BuildError, match="would build"):
+        build.build()  # everything: the kubelet and kube-proxy are missing
+
+
+def test_the_command_line_names_groups_of_binaries(monkeypatch, capsys):
+    asked: list[list[str] | None] = []
+    monkeypatch.setattr(build, "build", lambda force=False, only=None: asked.append(only) or Path("/bin"))
+    assert build.main(["--only", "control-plane", "helm"]) == 0
+    assert asked == [[*build.GROUPS["control-plane"], "helm"]]

@@ -40,7 +40,7 @@ def test_the_probe_gets_a_one_unit_slice_with_paths_as_the_plugin_sees_them():
     assert env["PATH"] == "/usr/bin" and env["GPUSHARE_MEMORY_LIMIT_MIB"] == "1024"
     assert env["PYTHONPATH"] == "/var/lib/gpushare-hub/pyhook" != HOOK_CONTAINER_PATH
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == f"/run/mps/{UUID}/pipe"
-    assert env["GPUSHARE_ISOLATION_TIER"] == "mps" and env["NVIDIA_GPU_MEMORY_LIMITS"] == "1024"
+    assert env["GPUSHARE_ISOLATION_TIER"] == "mps" and "NVIDIA_GPU_MEMORY_LIMITS" not in env
     assert env["NVIDIA_VISIBLE_DEVICES"] == UUID
 
 

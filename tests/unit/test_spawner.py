@@ -115,6 +115,8 @@ async def test_after_a_park_the_form_says_which_slice_went_back_and_has_it_chose
     # The parked server is told which slice went back (JupyterLab's status bar says so).
     assert json.loads(sp.get_env()["GPUSHARE_RETURNED"]) == returned
     assert "GPUSHARE_RETURNED" not in make().get_env()
+    # The CPU-only server gets no card even where the NVIDIA runtime would read an image's "all".
+    assert sp.get_env()["NVIDIA_VISIBLE_DEVICES"] == "void"
     form = await sp.get_options_form()
     assert 'id="gpushare-returned"' in form and "was returned after 2.0 h idle on the GPU" in form
     assert "Tesla T4 · 5 GiB &lt;b&gt;fast&lt;/b&gt; slice" in form  # escaped
@@ -436,3 +438,10 @@ async def test_the_form_prices_a_slice_against_the_budget_and_a_spent_budget_ref
     assert "gpushare-budget" not in await make(ledger=ledger_with()).get_options_form()
     with pytest.raises(CatalogueError, match="budget_db is not"):
         await start_options(make(quota_gib_hours=1.0), {"profile": "t4-5g"})
+
+
+async def test_a_slices_server_leaves_its_card_to_allocate(make):
+    sp = make(ledger=ledger_with())
+    await start_options(sp, {"profile": "t4-5g"})
+    # The pod's own NVIDIA_VISIBLE_DEVICES would override the one Allocate gives the container.
+    assert "NVIDIA_VISIBLE_DEVICES" not in sp.get_env()
