@@ -3,7 +3,7 @@
 Each door's test mutates valid requests (seeded: the same cases on every run), sends them, and
 asserts no 5xx, no traceback in the component's log, the component still answering, and its
 state unchanged by what it refused. It prints the counts per door (run with ``-s`` to see them).
-Doors that :func:`drive` their cases send them concurrently, as they are drawn.
+Doors may draw their cases first and send them side by side (tests/support/fuzzing.py).
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, seed, settings
 
 # Each door's line of counts, printed at the end of every run that drove a door (CI's log too).
 COUNTS: list[str] = []
@@ -54,97 +51,6 @@ def seeded(test: Callable[..., None]) -> Callable[..., None]:
             suppress_health_check=list(HealthCheck),
         )(test)
     )
-
-
-# Cases in flight at once at a door that drives them (FUZZ_WORKERS overrides it).
-WORKERS = int(os.environ.get("FUZZ_WORKERS", 12))
-Case = TypeVar("Case")
-
-
-# Each strategy's seeded cases, drawn once per session (strategy, cases), by id of the strategy.
-_DRAWN: dict[int, tuple[st.SearchStrategy[Any], list[Any]]] = {}
-
-
-def _draw(cases: st.SearchStrategy[Case], each: Callable[[Case], object]) -> list[Case]:
-    """The seeded cases of ``cases`` (:func:`seeded`: the same ones on every run), ``each`` called
-    with every one as it is drawn. A strategy is drawn once per session: a door that drives it
-    again (another kind of caller at the same routes) gets the same cases, as a second draw
-    would give them, without drawing them again (the draw is most of a door's time)."""
-    known = _DRAWN.get(id(cases))
-    if known is not None:
-        for case in known[1]:
-            each(case)
-        return known[1]
-    drawn: list[Case] = []
-
-    @seeded
-    @given(case=cases)
-    def draw(case: Case) -> None:
-        drawn.append(case)
-        each(case)
-
-    draw()
-    _DRAWN[id(cases)] = (cases, drawn)
-    return drawn
-
-
-def drawn(cases: st.SearchStrategy[Case]) -> list[Case]:
-    """The seeded cases of ``cases`` (see :func:`_draw`)."""
-    return _draw(cases, lambda _: None)
-
-
-def drive(
-    tally: Tally,
-    cases: st.SearchStrategy[Case] | Sequence[Case],
-    attempt: Callable[[Case], tuple[int, str]],
-) -> None:
-    """Send a door's cases concurrently and count their answers in ``tally``.
-
-    The cases (a strategy's, drawn as :func:`_draw` draws them: the draw never depends on an
-    answer; or a list made from such cases) are handed to :data:`WORKERS` threads as they are
-    drawn. ``attempt(case)`` sends one and says what was wrong with the answer (``""``: nothing),
-    with its status. Every case is sent and checked; the failures are listed at the end, the
-    first ones whole (the case and the problem), instead of a shrunk example."""
-    sent: list[tuple[Case, Future[tuple[int, str]]]] = []
-    started = time.perf_counter()
-    with ThreadPoolExecutor(WORKERS, thread_name_prefix="fuzz") as pool:
-
-        def submit(case: Case) -> None:
-            sent.append((case, pool.submit(_answered, attempt, case)))
-
-        if isinstance(cases, st.SearchStrategy):
-            _draw(cases, submit)
-        else:
-            for case in cases:
-                submit(case)
-        failed: list[str] = []
-        for case, answer in sent:
-            status, problem = answer.result()
-            tally.add(status)
-            if problem:
-                failed.append(f"{case!r:.400}: {problem}")
-    tally.seconds = time.perf_counter() - started
-    assert not failed, f"{tally.door}: {len(failed)} of {len(sent)} cases failed:\n" + "\n".join(failed[:5])
-
-
-def _answered(attempt: Callable[[Case], tuple[int, str]], case: Case) -> tuple[int, str]:
-    try:
-        return attempt(case)
-    except (OSError, http.client.HTTPException) as err:  # no answer at all: a failure too
-        return 0, f"no answer: {type(err).__name__}: {err}"
-
-
-def per_thread(make: Callable[[], Any]) -> Callable[[], Any]:
-    """``make()``'s object for the calling thread, made on its first call there (one keep-alive
-    connection per worker)."""
-    local = threading.local()
-
-    def mine() -> Any:
-        if not hasattr(local, "it"):
-            local.it = make()
-        return local.it
-
-    return mine
 
 
 class LogWatch:
@@ -213,15 +119,17 @@ class Tally:
     def __init__(self, door: str) -> None:
         self.door = door
         self.statuses: Counter[int] = Counter()
-        self.seconds: float | None = None
+        self.started = time.perf_counter()
+        self.lock = threading.Lock()  # doors that send side by side count from several threads
 
     def add(self, status: int) -> None:
-        self.statuses[status] += 1
+        with self.lock:
+            self.statuses[status] += 1
 
     def line(self, tracebacks: int) -> str:
         server_errors = sum(n for s, n in self.statuses.items() if s >= 500)
         shown = ", ".join(f"{s}: {n}" for s, n in sorted(self.statuses.items()))
-        took = "" if self.seconds is None else f" in {self.seconds:.0f} s"
+        took = f" in {time.perf_counter() - self.started:.0f} s"  # the door's time, its draw included
         return (
             f"fuzz {self.door}: {sum(self.statuses.values())} cases, {server_errors} x 5xx, "
             f"{tracebacks} tracebacks ({shown}){took}"

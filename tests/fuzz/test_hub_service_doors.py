@@ -4,27 +4,31 @@ user's server's, a gpushare admin's, a hub admin's, services', an admin's browse
 past the limit without a token; Keep and budget additions with any body. Never a 5xx; every
 caller gets its route's status class (403 where its token does not open the route); every refusal
 in JSON (or a short page for the dashboard) naming what was wrong; nothing in the hub's log (where
-the service writes) that is a traceback. The cases of each door are drawn seeded and sent
-concurrently (:func:`~tests.fuzz.conftest.drive`)."""
+the service writes) that is a traceback. The cases of each door are drawn seeded first, then sent
+:data:`WORKERS` at a time (:func:`door`)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import http.cookiejar
 import json
+import os
 import re
 import socket
 import time
 import urllib.parse
 import urllib.request
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import strategies as st
 
 from tests.hub.conftest import BUDGET_USERS, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
+from tests.support.fuzzing import drawn, send_all
 
-from .conftest import HubClient, LogWatch, Tally, drawn, drive, per_thread, report
+from .conftest import HubClient, LogWatch, Tally, report, seeded
 
 pytestmark = pytest.mark.fuzz
 ROUTES = [
@@ -80,7 +84,45 @@ queries = st.lists(st.tuples(KEYS, VALUES), max_size=3).map(
     lambda pairs: urllib.parse.urlencode(pairs, quote_via=urllib.parse.quote)
 )
 SUFFIXES = st.sampled_from(["", "", "", "", "", "", "/", "/x", "//..", "%00"])
-CASES = st.tuples(st.sampled_from(ROUTES), queries, SUFFIXES)
+ROUTE_CASES = st.tuples(st.sampled_from(ROUTES), queries, SUFFIXES)
+# Cases in flight at once, each worker with its own connection (FUZZ_WORKERS overrides it).
+WORKERS = int(os.environ.get("FUZZ_WORKERS", 12))
+T = TypeVar("T")
+
+
+@functools.cache
+def cases_of(strategy: st.SearchStrategy[T]) -> list[T]:
+    """The door's seeded cases of ``strategy``, drawn once per session: the doors of every kind
+    of caller at the routes, and both callers of the budget door, send the same cases, as each
+    door's own draw would give them (drawing was most of a door's time)."""
+    return drawn(strategy, lambda _: True, seeded)
+
+
+def door(
+    tally: Tally, watch: LogWatch, cases: Sequence[T], attempt: Callable[[int, T], tuple[int, str]]
+) -> str:
+    """Send ``cases`` from :data:`WORKERS` workers side by side; ``attempt(worker, case)`` sends one
+    (on the worker's own connection) and says what was wrong with the answer (``""``: nothing),
+    with its status. Prints the door's counts; every case checked, none wrong, no traceback in the
+    hub's log (where the service writes); the log's text since the door began."""
+
+    def check(worker: int, case: T) -> None:
+        status, wrong = attempt(worker, case)
+        tally.add(status)
+        assert not wrong, wrong
+
+    failures = send_all(cases, WORKERS, check)
+    text = watch.added()
+    tracebacks = text.count("Traceback")
+    report(tally.line(tracebacks))
+    assert not failures, f"{tally.door}: {failures}"
+    assert tracebacks == 0, text[text.find("Traceback") :][:3000]
+    return text
+
+
+def clients(url: str, token: str) -> list[HubClient]:
+    """A keep-alive connection through the proxy per worker."""
+    return [HubClient(url, token) for _ in range(WORKERS)]
 
 
 def service_path(route: str, query: str, suffix: str) -> str:
@@ -178,28 +220,17 @@ def tokens(hub: Any) -> dict[str, str]:
     }
 
 
-def door_report(tally: Tally, watch: LogWatch) -> str:
-    """Print the door's counts; the hub log's text since the door began (no traceback in it)."""
-    text = watch.added()
-    tracebacks = text.count("Traceback")
-    report(tally.line(tracebacks))
-    assert tracebacks == 0, text[text.find("Traceback") :][:3000]
-    return text
-
-
 @pytest.mark.parametrize("who", list(OPENS))
 def test_every_kind_of_token_gets_its_answer_at_every_route_without_a_5xx(hub, tokens, who):
-    client = per_thread(lambda: HubClient(hub.url, tokens[who]))
-    watch = LogWatch(hub.hub_log)
-    tally = Tally(f"hub service as {who}")
+    watch, tally = LogWatch(hub.hub_log), Tally(f"hub service as {who}")
+    sessions = clients(hub.url, tokens[who])
 
-    def attempt(case: tuple[str, str, str]) -> tuple[int, str]:
+    def attempt(worker: int, case: tuple[str, str, str]) -> tuple[int, str]:
         route, query, suffix = case
-        status, raw, ctype = get(client(), service_path(route, query, suffix))
+        status, raw, ctype = get(sessions[worker], service_path(route, query, suffix))
         return status, problem(status, raw, ctype, expected(route, suffix, OPENS[who]))
 
-    drive(tally, CASES, attempt)
-    door_report(tally, watch)
+    door(tally, watch, cases_of(ROUTE_CASES), attempt)
 
 
 # What a browser says of a request: a link followed, an <img> in a notebook (the hub's origin), an
@@ -256,18 +287,17 @@ def test_an_admins_cookie_opens_the_dashboard_and_never_the_api_without_the_page
     the admin opens starts no plan, reads no ledger, exports no history. The routes' cases, each
     with one of :data:`FETCHES` and an ``X-XSRFToken`` header (none, the page's, one a character
     off, hostile ones) in turn, so that every pair comes as often."""
+    watch, tally = LogWatch(hub.hub_log), Tally("hub service with an admin's cookie and no token")
     cookie, xsrf = browser_login(hub, SERVICE_ADMIN)
     tokens = ["", xsrf, xsrf[:-1] + ("A" if xsrf[-1] != "A" else "B"), xsrf + "a", "é" * 8, "a" * 300]
     pairs = [(fetch, token) for token in tokens for fetch in FETCHES]
-    cases = [(case, *pairs[i % len(pairs)]) for i, case in enumerate(drawn(CASES))]
-    client = per_thread(lambda: HubClient(hub.url, ""))
-    watch = LogWatch(hub.hub_log)
-    tally = Tally("hub service with an admin's cookie and no token")
+    cases = [(case, *pairs[i % len(pairs)]) for i, case in enumerate(cases_of(ROUTE_CASES))]
+    sessions = clients(hub.url, "")
 
-    def attempt(case: tuple[tuple[str, str, str], dict[str, str], str]) -> tuple[int, str]:
+    def attempt(worker: int, case: tuple[tuple[str, str, str], dict[str, str], str]) -> tuple[int, str]:
         (route, query, suffix), fetch, token = case
         headers = {"Cookie": cookie, **fetch, **({"X-XSRFToken": token} if token else {})}
-        status, raw, ctype = get(client(), service_path(route, query, suffix), headers)
+        status, raw, ctype = get(sessions[worker], service_path(route, query, suffix), headers)
         want = cookie_expected(route, suffix, fetch, token == xsrf)
         if want is None:
             return status, problem(status, raw, ctype, None)
@@ -277,8 +307,7 @@ def test_an_admins_cookie_opens_the_dashboard_and_never_the_api_without_the_page
             return status, f"403 that does not name the XSRF token: {raw[:300]!r}"
         return status, problem(status, raw, ctype, status)
 
-    drive(tally, cases, attempt)
-    door_report(tally, watch)
+    door(tally, watch, cases, attempt)
 
 
 MAX_BODY = 4096  # the service's limit (gpushare_hub.service.app.MAX_BODY_BYTES)
@@ -334,11 +363,10 @@ def test_a_body_past_the_limit_without_a_token_gets_413_before_it_is_read_whole(
     """Any method, any path under the service (routed or not, the OAuth callback, the prefix's
     redirect), a declared or chunked body from 4 KiB + 1 to 1 TiB, no valid token: 413 naming the
     limit, answered before the rest of a body larger than 16 KiB is sent."""
+    watch, tally = LogWatch(hub.hub_log), Tally("hub service bodies past the limit, no token")
     host, port = "127.0.0.1", urllib.parse.urlparse(hub.url).port or 80
-    watch = LogWatch(hub.hub_log)
-    tally = Tally("hub service bodies past the limit, no token")
 
-    def attempt(case: tuple[str, str, int, str, str]) -> tuple[int, str]:
+    def attempt(_: int, case: tuple[str, str, int, str, str]) -> tuple[int, str]:
         status, raw, sent = send_big_body(host, port, case)
         if status != 413:
             return status, f"{status}, not 413, after {sent} of {case[2]} bytes: {raw[:300]!r}"
@@ -346,8 +374,7 @@ def test_a_body_past_the_limit_without_a_token_gets_413_before_it_is_read_whole(
             return status, f"413 that does not name the limit: {raw[:300]!r}"
         return status, ""
 
-    drive(tally, BIG_BODIES, attempt)
-    door_report(tally, watch)
+    door(tally, watch, cases_of(BIG_BODIES), attempt)
 
 
 BODIES = (
@@ -379,18 +406,15 @@ def test_keep_answers_every_body_without_a_5xx_and_keeps_nothing_it_refused(hub)
     idle slice. Every answer is a 4xx naming the problem (400 for a body that is not the form,
     404 for a well-formed one: nothing of this user's is idle, 413 past 4 KiB), and no Keep is
     stored."""
-    token = hub.user_token("fuzzy-keeper")
-    client = per_thread(lambda: HubClient(hub.url, token))
-    watch = LogWatch(hub.hub_log)
-    tally = Tally("hub service keep")
+    watch, tally = LogWatch(hub.hub_log), Tally("hub service keep")
+    sessions = clients(hub.url, hub.user_token("fuzzy-keeper"))
 
-    def attempt(body: bytes) -> tuple[int, str]:
-        resp = client().send("POST", f"/services/{SERVICE}/api/v1/me/keep", body)
+    def attempt(worker: int, body: bytes) -> tuple[int, str]:
+        resp = sessions[worker].send("POST", f"/services/{SERVICE}/api/v1/me/keep", body)
         raw = resp.read()
         return resp.status, refused_in_json(resp.status, raw, body)
 
-    drive(tally, BODIES, attempt)
-    assert "pressed Keep" not in door_report(tally, watch)
+    assert "pressed Keep" not in door(tally, watch, cases_of(BODIES), attempt)
 
 
 BUDGET_BODIES = (
@@ -419,16 +443,14 @@ def test_budget_additions_answer_every_body_and_name_without_a_5xx_and_add_nothi
     """``POST api/v1/budgets/<user>``, the admins' door that writes: any body, any name. A user
     gets 403; the admin gets 400 for a body that is not ``{"add_gib_hours": <number>}``, 404 for a
     name the hub does not know, 409 for a user without a budget; nothing is added to anyone."""
-    token = hub.user_token("fuzzy-budget" if who == "user" else SERVICE_ADMIN)
+    watch, tally = LogWatch(hub.hub_log), Tally(f"hub service budget additions as {who}")
     admin = hub.user_token(SERVICE_ADMIN)
-    client = per_thread(lambda: HubClient(hub.url, token))
-    watch = LogWatch(hub.hub_log)
-    tally = Tally(f"hub service budget additions as {who}")
+    sessions = clients(hub.url, hub.user_token("fuzzy-budget" if who == "user" else SERVICE_ADMIN))
     before = added(hub, admin)
 
-    def attempt(case: tuple[str, bytes]) -> tuple[int, str]:
+    def attempt(worker: int, case: tuple[str, bytes]) -> tuple[int, str]:
         name, body = case
-        resp = client().send(
+        resp = sessions[worker].send(
             "POST", f"/services/{SERVICE}/api/v1/budgets/" + urllib.parse.quote(name, safe=""), body
         )
         raw = resp.read()
@@ -437,8 +459,8 @@ def test_budget_additions_answer_every_body_and_name_without_a_5xx_and_add_nothi
             wrong = f"{resp.status} for a user, not 403 (or 404 for a path no route serves): {raw[:300]!r}"
         return resp.status, wrong
 
-    drive(tally, BUDGET_CASES, attempt)
-    assert "'s GPU budget for the" not in door_report(tally, watch)  # the service logs every addition
+    text = door(tally, watch, cases_of(BUDGET_CASES), attempt)
+    assert "'s GPU budget for the" not in text  # the service logs every addition
     assert added(hub, admin) == before, "a refused addition changed someone's budget"
 
 
