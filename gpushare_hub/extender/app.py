@@ -97,17 +97,22 @@ class _Base(tornado.web.RequestHandler):
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-class _Verb(LimitedBody, _Base):
-    """A verb's handler: its body is read in chunks and refused with 413 past the limit
-    (:mod:`gpushare_hub.web.bodylimit`)."""
+class _Limited(LimitedBody, _Base):
+    """A handler of the verbs' port: its body is read in chunks and refused with 413 past the
+    limit (:mod:`gpushare_hub.web.bodylimit`). Every handler there is one, /inspect and the 404
+    too: the port's server reads a body up to 1 TiB for a handler that does not stream."""
 
     def prepare(self) -> None:
         super().prepare()
         self.start_body()
 
     def body_too_large(self, size: int, limit: int) -> None:
-        said = f"{self.verb}: the body has {size} bytes, more than {limit}; no valid request is this big"
-        self.send_json({"Error": said}, 413)
+        said = f"the body has {size} bytes, more than {limit}; no valid request is this big"
+        self.send_json({"Error": f"{self.verb}: {said}" if self.verb else said}, 413)
+
+
+class _Verb(_Limited):
+    """A verb's handler."""
 
 
 class FilterHandler(_Verb):
@@ -174,7 +179,7 @@ class ReadyHandler(_Base):
             self.send_json({"status": "syncing"}, 503)
 
 
-class InspectHandler(_Base):
+class InspectHandler(_Limited):
     def get(self, node: str | None = None) -> None:
         snap = self.service.ledger.snapshot()
         if node:
@@ -210,9 +215,14 @@ class NotFoundHandler(_Base):
         )
 
 
-class VerbsNotFound(NotFoundHandler):
+class VerbsNotFound(_Limited, NotFoundHandler):
     where = "this port serves /inspect and the filter, prioritize and bind verbs; /metrics, /healthz "
     where += "and /readyz are on the metrics port"
+
+    def prepare(self) -> None:
+        self.start_body()  # a body past the limit: 413 before the 404
+        if not self._finished:
+            NotFoundHandler.prepare(self)
 
 
 class OpsNotFound(NotFoundHandler):

@@ -15,12 +15,17 @@ JupyterHub's own ``@needs_scope`` handlers do, the service authorises on the tok
   so that code running in an admin's notebook is no gpushare admin;
 - ``api/v1/me`` and Keep answer for a hub **user**: a service's token is refused.
 
+The hub's login cookie (the dashboard's OAuth token) is taken on the dashboard's page, and on
+the API only with the page's XSRF token (:func:`xsrf_sent`): JupyterHub takes a cookie without
+one on a navigation or a same-origin image, which a notebook an admin opens can fire.
+
 The table of what each kind of token may do is in ``docs/security.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hmac
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,3 +92,25 @@ def refusal(caller: Caller, what: str, scope: str) -> str:
         f"{what} needs the scope {scope} (or {' or '.join(HUB_ADMIN_SCOPES)}) on the token itself; "
         "ask a hub admin to grant it, then use a token that holds it"
     )
+
+
+COOKIE_REFUSAL = (
+    "the API takes the hub's login cookie only with the dashboard page's XSRF token (the "
+    "X-XSRFToken header its own calls send), so that a link or an image cannot call it with your "
+    "cookie; from a script, send 'Authorization: token <hub API token>'"
+)
+
+
+def xsrf_sent(headers: Mapping[str, str], expected: Callable[[], bytes | str]) -> bool:
+    """Whether the request's ``X-XSRFToken`` (or ``X-CSRFToken``) header is the page's XSRF token,
+    ``expected()`` (JupyterHub's, tied to the cookie and the session; asked only when a header was
+    sent). Never from the query or the body: a link or a form can set those."""
+    sent = headers.get("X-XSRFToken") or headers.get("X-CSRFToken") or ""
+    if not sent:
+        return False
+    want = expected()
+    want = want.encode() if isinstance(want, str) else want
+    try:
+        return bool(want) and hmac.compare_digest(sent.encode("ascii"), want)
+    except UnicodeEncodeError:
+        return False

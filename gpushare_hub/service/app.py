@@ -46,6 +46,7 @@ from jupyterhub.services.auth import (  # type: ignore[import-untyped]
 )
 from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
 from tornado import httpclient, web
+from tornado.httputil import url_concat
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Enum, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Application, Config
@@ -71,7 +72,7 @@ from gpushare_hub.core.report import (
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.web.bodylimit import SERVER_MAX_BODY, LimitedBody
 
-from .access import SERVER, SERVICE, Caller, refusal
+from .access import COOKIE_REFUSAL, SERVER, SERVICE, Caller, refusal, xsrf_sent
 from .budgets import BudgetKeeper, BudgetRule
 from .hubconfig import CONFIG_ENV
 from .idle import ACTIONS, NOTIFY, PARK, IdleRule, duration_words
@@ -634,11 +635,12 @@ class GPUShareService(Application):
             (url_path_join(prefix, "api/v1/planning"), PlanningHandler),
             (url_path_join(prefix, "api/v1/budgets/([^/]+)"), BudgetAddHandler),
             (url_path_join(prefix, "metrics"), MetricsHandler),
-            (url_path_join(prefix, "oauth_callback"), HubOAuthCallbackHandler),
-            (prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}),
-            (url_path_join(prefix, "api/.*"), NotFoundHandler),
+            (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler),
+            (prefix.rstrip("/"), ToPrefixHandler),
         ]
-        return web.Application(routes, **settings)
+        # Every path, routed or not, streams its body and refuses it past the limit (tornado
+        # would read a body whole for its own 404 handler, up to the server's max_body_size).
+        return web.Application(routes, default_handler_class=NotFoundHandler, **settings)
 
     async def _connect(self) -> None:
         """Reach the API server (retrying every 10 s with the reason logged), then keep watching."""
@@ -783,11 +785,31 @@ class GPUShareService(Application):
 
 class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]
     """Who calls, what they may see; errors as JSON (API) or a short page. A body past
-    :data:`MAX_BODY_BYTES` is refused with 413 as it streams in, before the caller is known."""
+    :data:`MAX_BODY_BYTES` is refused with 413 as it streams in, before the caller is known.
+
+    The hub's login cookie (the dashboard's OAuth token) is taken on a page's navigation
+    (:attr:`cookie_without_xsrf`); the API takes it only with the page's XSRF token in
+    ``X-XSRFToken``, as the dashboard's own calls send it (:func:`.access.xsrf_sent`), so that a
+    link or an image in a notebook an admin opens cannot call the API with the admin's cookie."""
+
+    cookie_without_xsrf = False
+    _cookie_refused = False
 
     def prepare(self) -> None:
         super().prepare()
         self.start_body()
+
+    def get_current_user(self) -> dict[str, Any] | None:
+        user = super().get_current_user()
+        if (
+            user
+            and not self.cookie_without_xsrf
+            and not getattr(self, "_token_authenticated", False)  # HubAuth: the cookie's
+            and not xsrf_sent(self.request.headers, lambda: self.xsrf_token)
+        ):
+            self._cookie_refused = True
+            return None
+        return user  # type: ignore[no-any-return]
 
     def body_too_large(self, size: int, limit: int) -> None:
         said = f"the body has {size} bytes, more than {limit}; the service's requests are small JSON objects"
@@ -842,6 +864,8 @@ class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]
                     "call it with a user's token (or from their notebook server)",
                 )
             return user  # type: ignore[no-any-return]
+        if self._cookie_refused:
+            raise web.HTTPError(403, COOKIE_REFUSAL)
         if self._not_allowed is not None:
             raise web.HTTPError(
                 403,
@@ -1076,8 +1100,8 @@ class BudgetsHandler(BaseHandler):
 
     async def get(self) -> None:
         self.caller()
-        self.filters(())
         self.require(self.service.admin_scope, "Reading every user's GPU budget")
+        self.filters(())
         self.send(self.service.budgets.everyone(await budget_groups(self.service, self.hub)))
 
 
@@ -1087,8 +1111,8 @@ class BudgetAddHandler(BaseHandler):
 
     async def post(self, quoted: str) -> None:
         admin = self.caller()
-        self.filters(())
         self.require(self.service.admin_scope, "Adding to a user's GPU budget")
+        self.filters(())
         svc = self.service
         if not svc.budget_rule.configured:
             raise web.HTTPError(
@@ -1265,8 +1289,8 @@ class PlanningHandler(BaseHandler):
 class MetricsHandler(BaseHandler):
     async def get(self) -> None:
         self.caller()
-        self.filters(())
         self.require(self.service.metrics_scope, "Reading the metrics")
+        self.filters(())
         labels = pending_labels(self.cluster.pending(), self.cluster.ledger())
         svc = self.service
         configured = svc.budget_rule.configured
@@ -1277,18 +1301,42 @@ class MetricsHandler(BaseHandler):
 
 
 class NotFoundHandler(BaseHandler):
-    def get(self) -> None:
+    """Every path no route matches (the application's default handler): 404 for any method."""
+
+    def get(self, *_: str) -> None:
         raise web.HTTPError(
             404,
             "no such endpoint; the API has api/v1/ledger, api/v1/availability, api/v1/me, "
             "api/v1/me/keep, api/v1/budgets, api/v1/budgets/<user>, api/v1/history and api/v1/planning",
         )
 
-    post = put = patch = delete = get
+    post = put = patch = delete = head = options = get
+
+
+class ToPrefixHandler(BaseHandler):
+    """The service's prefix without its slash: the dashboard, the query kept (as tornado's
+    ``RedirectHandler`` did; this one refuses a large body as every route does)."""
+
+    cookie_without_xsrf = True
+
+    def get(self) -> None:
+        pairs = [
+            (k, v.decode(errors="replace")) for k, vs in self.request.query_arguments.items() for v in vs
+        ]
+        self.redirect(url_concat(self.settings["prefix"], pairs) if pairs else self.settings["prefix"], True)
+
+
+class OAuthCallbackHandler(HubOAuthCallbackHandler, BaseHandler):  # type: ignore[misc]
+    """JupyterHub's OAuth callback, refusing a large body as every route does; its errors are a
+    short page (it is a browser's navigation)."""
+
+    cookie_without_xsrf = True
+    json_errors = False
 
 
 class DashboardHandler(BaseHandler):
     json_errors = False
+    cookie_without_xsrf = True  # the page's navigation; its own calls send the XSRF token
 
     def get(self) -> None:
         if not self.current_user:

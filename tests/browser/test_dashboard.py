@@ -1,7 +1,9 @@
 """The "GPU slices" dashboard in a browser: an admin opens it from the hub's Services menu and
 sees each card as a bar of users' slices, filters by user, and watches it update after another
 spawn without reloading; a node with a broken inventory is shown with its reason; a non-admin
-gets the 403 page naming the missing scope. Screenshots: out/browser/ (see conftest.OUT)."""
+gets the 403 page naming the missing scope; a hub admin sees it without the service's scope, and
+the API takes their cookie only with the page's XSRF token. Screenshots: out/browser/ (see
+conftest.OUT)."""
 
 from __future__ import annotations
 
@@ -204,3 +206,23 @@ def test_non_admin_gets_the_403_page_naming_the_missing_scope(hub, browser_page)
     assert "custom:gpushare:admin" in text and "pia-viewer" in text, text
     assert page.locator(".seg").count() == 0
     page.screenshot(path=str(OUT / "dashboard-403.png"), full_page=True)
+
+
+def test_a_hub_admin_sees_the_dashboard_and_its_api_takes_the_cookie_only_from_the_page(hub, browser_page):
+    """A hub admin without the service's custom scope: the dashboard's OAuth token carries
+    admin-ui (JupyterHub's admin role; the service's OAuth client may ask for it), so the page
+    opens and its own calls (the cookie with the page's XSRF token) read the ledger. The same
+    cookie on the API without the token, as a link would send it, gets the 403 naming it."""
+    hub.api("POST", "/users/hub-chief")
+    status, body = hub.api("PATCH", "/users/hub-chief", {"admin": True})
+    assert status == 200 and body["admin"] is True, (status, body)
+    page = browser_page
+    login(page, hub.url, "hub-chief")
+    page.goto(f"{hub.url}/services/{SERVICE}/")
+    page.wait_for_function(
+        "document.querySelector('.summary') && /Tesla-T4/.test(document.querySelector('.summary').innerText)"
+    )
+    assert page.locator("#gpushare-error").count() == 0
+    answer = page.goto(f"{hub.url}/services/{SERVICE}/api/v1/ledger")
+    assert answer is not None and answer.status == 403, answer and answer.status
+    assert "XSRF" in json.loads(answer.text())["message"]

@@ -3,12 +3,15 @@
 Each door's test mutates valid requests (seeded: the same cases on every run), sends them, and
 asserts no 5xx, no traceback in the component's log, the component still answering, and its
 state unchanged by what it refused. It prints the counts per door (run with ``-s`` to see them).
+Doors may draw their cases first and send them side by side (tests/support/fuzzing.py).
 """
 
 from __future__ import annotations
 
 import http.client
 import os
+import threading
+import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
@@ -93,9 +96,11 @@ class HubClient:
         self.token = token
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def send(self, method: str, path: str, body: bytes | None = None) -> http.client.HTTPResponse:
-        """The response, its body not read yet."""
-        headers = {"Authorization": f"token {self.token}"}
+    def send(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> http.client.HTTPResponse:
+        """The response, its body not read yet; with the token unless ``headers`` are given."""
+        headers = dict(headers) if headers is not None else {"Authorization": f"token {self.token}"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
@@ -114,16 +119,20 @@ class Tally:
     def __init__(self, door: str) -> None:
         self.door = door
         self.statuses: Counter[int] = Counter()
+        self.started = time.perf_counter()
+        self.lock = threading.Lock()  # doors that send side by side count from several threads
 
     def add(self, status: int) -> None:
-        self.statuses[status] += 1
+        with self.lock:
+            self.statuses[status] += 1
 
     def line(self, tracebacks: int) -> str:
         server_errors = sum(n for s, n in self.statuses.items() if s >= 500)
         shown = ", ".join(f"{s}: {n}" for s, n in sorted(self.statuses.items()))
+        took = f" in {time.perf_counter() - self.started:.0f} s"  # the door's time, its draw included
         return (
             f"fuzz {self.door}: {sum(self.statuses.values())} cases, {server_errors} x 5xx, "
-            f"{tracebacks} tracebacks ({shown})"
+            f"{tracebacks} tracebacks ({shown}){took}"
         )
 
 

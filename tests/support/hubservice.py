@@ -56,7 +56,17 @@ class ServiceUnderTest:
     callers: dict[str, dict[str, Any]]
     service: Any
     state_db: Path
+    cookie_secret: bytes = b""
     log: list[str] = field(default_factory=list)
+
+    def cookie(self, token: str) -> str:
+        """The ``Cookie`` header of a browser that logged in to the service with ``token`` (the
+        OAuth cookie HubOAuth sets after the hub's login, signed as the service signs it)."""
+        from jupyterhub.services.auth import HubOAuth
+
+        name = HubOAuth.instance().cookie_name
+        signed = web.create_signed_value(self.cookie_secret, name, token).decode()
+        return f"{name}={signed}; jupyterhub-session-id=session-1"
 
     def call(
         self, method: str, route: str, token: str | None = None, body: bytes | None = None, **headers: str
@@ -146,11 +156,10 @@ def hub_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ser
             [(r"/hub/api/user", UserHandler), (r"/hub/api/users/([^/]+)", UserHandler)]
         ).listen(hub_port, "127.0.0.1")
     )
-    stop_service = _serve_in_thread(
-        lambda: svc.make_app(cluster, hub).listen(port, "127.0.0.1", max_body_size=SERVER_MAX_BODY)
-    )
+    app = svc.make_app(cluster, hub)
+    stop_service = _serve_in_thread(lambda: app.listen(port, "127.0.0.1", max_body_size=SERVER_MAX_BODY))
     try:
-        yield ServiceUnderTest(port, callers, svc, db)
+        yield ServiceUnderTest(port, callers, svc, db, app.settings["cookie_secret"])
     finally:
         with contextlib.suppress(Exception):
             stop_service()

@@ -85,6 +85,24 @@ def test_a_declared_length_past_the_limit_is_refused_before_a_byte_of_the_body_i
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/services/gpushare/metrics/x",  # no route: tornado's own 404 would read the body whole
+        "/services/gpushare/oauth_callback",
+        "/services/gpushare",  # redirected to the dashboard
+        "/services/gpushare/",
+        "/elsewhere",
+    ],
+)
+def test_every_path_refuses_a_large_body_before_it_is_sent_routed_or_not(hub_service, path):
+    with socket.create_connection(("127.0.0.1", hub_service.port), timeout=5) as conn:
+        conn.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n\r\n".encode())
+        conn.sendall(b"a" * 5000)
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+
+
 def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(hub_service):
     with socket.create_connection(("127.0.0.1", hub_service.port), timeout=5) as conn:
         conn.sendall(
@@ -95,6 +113,48 @@ def test_a_chunked_body_is_refused_as_soon_as_it_passes_the_limit(hub_service):
             conn.sendall(b"7d0\r\n" + b"a" * 2000 + b"\r\n")
         answer = conn.recv(4096)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+@pytest.mark.parametrize("framing", ["Content-Length: 104857600", "Transfer-Encoding: chunked"])
+def test_a_client_still_sending_after_the_refusal_is_not_reset(hub_service, framing):
+    """The rest of a refused body is read and dropped for a while: a connection closed with
+    unread bytes is reset, and a proxy in front (configurable-http-proxy) that was still sending
+    the body reported the reset as a 503 of its own instead of the 413."""
+    chunked = "chunked" in framing
+    piece = b"800\r\n" + b"a" * 2048 + b"\r\n" if chunked else b"a" * 2048
+    with socket.create_connection(("127.0.0.1", hub_service.port), timeout=5) as conn:
+        head = f"POST /services/gpushare/api/v1/me/keep HTTP/1.1\r\nHost: x\r\n{framing}\r\n\r\n"
+        conn.sendall(head.encode() + piece * 3)
+        answer = b""
+        while b"4096" not in answer:
+            more = conn.recv(4096)
+            assert more, answer
+            answer += more
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+        for _ in range(10):  # 200 KiB more after the answer: EPIPE or a reset once it is closed
+            conn.sendall(piece * 10)
+            time.sleep(0.02)
+
+
+def test_a_refused_body_is_dropped_for_a_bounded_while_then_the_connection_is_closed(
+    hub_service, monkeypatch
+):
+    from gpushare_hub.web import bodylimit
+
+    monkeypatch.setattr(bodylimit, "LINGER_SECONDS", 0.5)
+    with socket.create_connection(("127.0.0.1", hub_service.port), timeout=5) as conn:
+        conn.sendall(
+            b"POST /services/gpushare/api/v1/me/keep HTTP/1.1\r\nHost: x\r\nContent-Length: 9000000\r\n\r\n"
+        )
+        started = time.monotonic()
+        answer = b""
+        while True:  # the answer, then the close once the linger is over
+            more = conn.recv(4096)
+            if not more:
+                break
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert 0.4 < time.monotonic() - started < 3
 
 
 def test_the_state_files_are_readable_by_their_owner_only(hub_service, tmp_path):

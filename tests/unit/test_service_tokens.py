@@ -77,3 +77,11 @@ def test_me_and_keep_answer_for_users_only_not_for_a_services_token(tokens, meth
     assert status == 403 and "hub user" in body["message"] and "scraper" in body["message"], body
     # The scraper still reads what it is for.
     assert tokens.call("GET", "metrics", "scraper")[0] == 200
+
+
+@pytest.mark.parametrize("route", ADMIN_ROUTES)
+def test_a_token_is_authorised_before_its_query_is_read(tokens, route):
+    """A refused caller learns nothing of the parameters: 403, whatever the query (as
+    JupyterHub's ``@needs_scope`` refuses before the handler runs)."""
+    status, body = tokens.call("GET", f"{route}?colour=red&cards=%C2%B2", "alice-own")
+    assert status == 403 and "custom:gpushare" in body["message"], (route, status, body)
