@@ -75,9 +75,7 @@ hub-proxy: setup
 TIMING      := $(PYTHON) gpushare_hub/localcluster/timing.py
 TIMING_FILE := $(CURDIR)/out/make-test-timing.tsv
 STEP        := $(TIMING) step
-LABEXTENSION_BUILT := test -n "$$(cat gpushare_hub/notebook/labextension/.source-key 2>/dev/null)" && \
-  test "$$(cat gpushare_hub/notebook/labextension/.source-key)" = "$$($(BIN)/python -c \
-  'from gpushare_hub.notebook.build import source_key; print(source_key())' 2>/dev/null)"
+LABEXTENSION_BUILT := $(BIN)/python -m gpushare_hub.notebook.build --check
 
 ## Every test tier (unit, cluster, kubelet, hub, browser, chart, bench, fuzz, then node on its own), after
 ## building what they need; then the cluster and kubelet tiers again against each further pinned

@@ -130,10 +130,16 @@ def link_node_modules(source: Path, modules: Path) -> None:
     link.symlink_to(modules, target_is_directory=True)
 
 
+def up_to_date(source: Path = SOURCE, built: Path = BUILT) -> bool:
+    """Whether the built extension's key matches the sources'."""
+    key_file = built / KEY_FILE
+    return key_file.is_file() and key_file.read_text().strip() == source_key(source)
+
+
 def build(force: bool = False, source: Path = SOURCE, built: Path = BUILT) -> bool:
     """Build unless the built extension's key matches the sources'; whether it built."""
     key = source_key(source)
-    if not force and (built / KEY_FILE).is_file() and (built / KEY_FILE).read_text().strip() == key:
+    if not force and up_to_date(source, built):
         return False
     start = time.monotonic()
     link_node_modules(source, node_modules(source))
@@ -158,7 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpushare_hub.notebook.build", description=__doc__)
     parser.add_argument("--force", action="store_true", help="build even when the sources are unchanged")
     parser.add_argument("--no-install", action="store_true", help="do not link it into this Python's prefix")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="build nothing: exit 0 when the built extension is up to date, else 1",
+    )
     args = parser.parse_args(argv)
+    if args.check:
+        return 0 if up_to_date() else 1
     try:
         if not build(force=args.force):
             print(f"[labextension] {BUILT} is up to date", file=sys.stderr)
