@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--only", nargs="+", choices=[*build.BINARIES, *build.GROUPS])
     b.add_argument("--print-bin-dir", action="store_true")
     b.add_argument("--coredns", action="store_true", help="also CoreDNS, the real nodes' cluster DNS")
+    b.add_argument(
+        "--runtime",
+        action="store_true",
+        help="also the real nodes' containerd 2 and NVIDIA container toolkit",
+    )
     u = sub.add_parser("up", help="run a local cluster until Ctrl-C")
     u.add_argument("--nodes", type=int, default=None, help="kwok nodes (default 3, or 0 with --real-nodes)")
     u.add_argument("--cards", type=int, default=2)
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "build":
         rest = (["--force"] if args.force else []) + (["--only", *args.only] if args.only else [])
         rest += ["--print-bin-dir"] if args.print_bin_dir else []
-        return build.main(rest + (["--coredns"] if args.coredns else []))
+        rest += ["--coredns"] if args.coredns else []
+        return build.main(rest + (["--runtime"] if args.runtime else []))
     try:
         return _up(args)
     except KeyboardInterrupt:
