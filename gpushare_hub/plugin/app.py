@@ -411,20 +411,19 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         except (KubeconfigError, CredentialError) as err:
             raise CannotStart(f"{where}{err}", 2) from err
         except NodeConfigError as err:
-            self.warn_node_config(api, err)
+            self.warn_node(api, NODE_CONFIG_REASON, err)
             raise CannotStart(str(err), 2) from err
         except GPUShareError as err:
             raise CannotStart(str(err), 2) from err
         return api
 
-    def warn_node_config(self, api: RestClient, err: NodeConfigError) -> None:
-        """The refused node options as a Warning event on the Node too, where an admin looks
+    def warn_node(self, api: RestClient, reason: str, err: Exception) -> None:
+        """Why the plugin does not start, as a Warning event on the Node too, where an admin looks
         (``kubectl describe node``) while the plugin's pod restarts; best effort."""
         from .kube import KubeUsageSink
 
         try:
-            sink = KubeUsageSink(api, self.node_name)
-            sink.warn_node(NODE_CONFIG_REASON, f"device plugin not started: {err}")
+            KubeUsageSink(api, self.node_name).warn_node(reason, f"device plugin not started: {err}")
         except Exception as failed:  # the plugin stops with the message either way
             logging.getLogger("gpushare.plugin").warning("could not post the Warning event: %s", failed)
 
@@ -445,8 +444,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
 
         from gpushare_hub.core.names import DEVICE_MODE_REASON
 
-        from .kube import KubeUsageSink
-
         if self.cdi and self.device_mode == "auto":
             self.device_mode = CDI
         cards = [(c.uuid, c.index) for c in state.cards]
@@ -455,12 +452,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
                 api, self.node_name, self.backend == "simulated", cards, backend.driver_version()
             )
         except DeviceModeUnavailable as err:
-            try:
-                KubeUsageSink(api, self.node_name).warn_node(
-                    DEVICE_MODE_REASON, f"device plugin not started: {err}"
-                )
-            except Exception as failed:  # the plugin stops with the message either way
-                logging.getLogger("gpushare.plugin").warning("could not post the Warning event: %s", failed)
+            self.warn_node(api, DEVICE_MODE_REASON, err)
             raise CannotStart(str(err), 1) from err
         state.settings.isolation = replace(state.settings.isolation, cdi=self.mode == CDI)
 

@@ -131,10 +131,11 @@ def test_probe_names_the_missing_toolkit_and_an_unwritable_cdi_folder(tmp_path):
 
 
 def fake_ctk(root: Path, devices: list[str], monkeypatch: pytest.MonkeyPatch, exit_code: int = 0) -> Path:
-    """tests/unit/fake_nvidia_ctk.py in the toolkit's place under ``root``."""
+    """tests/support/fake_nvidia_ctk.py in the toolkit's place under ``root``."""
     ctk = root / "usr/local/nvidia/toolkit/nvidia-ctk"
     ctk.parent.mkdir(parents=True, exist_ok=True)
-    ctk.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / "fake_nvidia_ctk.py"} "$@"\n')
+    script = Path(__file__).parents[1] / "support" / "fake_nvidia_ctk.py"
+    ctk.write_text(f'#!/bin/sh\nexec {sys.executable} {script} "$@"\n')
     ctk.chmod(0o755)
     monkeypatch.setenv("FAKE_CTK_CALLS", str(root / "calls.jsonl"))
     monkeypatch.setenv("FAKE_CTK_DEVICES", ",".join(devices))
