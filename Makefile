@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup labextension demo system-deps replay test test-steps test-main k8s-also-binaries lint-checks test-node test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-steps test-main k8s-also-binaries lint-checks test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP) labextension
 
@@ -97,13 +97,15 @@ test-steps:
 	  $(MAKE) --no-print-directory test-main; rc=$$?; \
 	  echo "waiting for the background build ($(ALSO_LOG)):"; wait $$bg; brc=$$?; cat $(ALSO_LOG); \
 	  if [ $$rc != 0 ]; then exit $$rc; fi; exit $$brc
-	$(MAKE) --no-print-directory test-node
-	$(MAKE) --no-print-directory test-k8s-also
+	$(MAKE) --no-print-directory test-newest
 
-# While `make test` builds the further versions: the checks, then every tier but node (first version).
+# While `make test` builds the further versions: the checks, then every tier but node (first version)
+# as two pytest sessions side by side (gpushare_hub/localcluster/sidebyside.py), each with its own
+# cluster and hub: most tiers wait on processes they started. The groups hold about equal time.
+MAIN_GROUPS := fuzz=tests/fuzz,tests/kubelet,tests/unit,tests/bench hub=tests/hub,tests/browser,tests/cluster,tests/chart
 test-main:
 	$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks
-	$(BIN)/pytest -p no:cacheprovider
+	$(BIN)/python -m gpushare_hub.localcluster.sidebyside $(MAIN_GROUPS)
 
 # What the node tier and test-k8s-also need beyond the first version (no `setup`: `make test` runs
 # this beside its tiers, once the venv is in place).
@@ -118,6 +120,17 @@ k8s-also-binaries:
 test-node: setup system-deps hub-proxy
 	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
 	$(BIN)/pytest -p no:cacheprovider tests/node
+
+## `make test`'s last step: the node tier and the cluster and kubelet tiers at the newest pinned
+## version, side by side (two sessions: the node tier mostly waits on its kubelets and containers);
+## then the cluster and kubelet tiers at any other further version.
+test-newest: setup system-deps hub-proxy
+	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
+	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/python -m gpushare_hub.localcluster.sidebyside \
+	  node=tests/node newest=tests/cluster,tests/kubelet
+	set -e; for v in $(filter-out $(K8S_NEWEST),$(K8S_ALSO)); do echo "== Kubernetes $$v"; \
+	  GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build --only control-plane; \
+	  GPUSHARE_K8S_VERSION=$$v $(BIN)/pytest -p no:cacheprovider tests/cluster tests/kubelet; done
 
 ## The cluster and kubelet tiers against each Kubernetes version pinned beside the first.
 test-k8s-also: setup

@@ -35,8 +35,8 @@ def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
 
 
 TIERS = ("unit", "cluster", "kubelet", "hub", "browser", "chart", "bench", "node")
-# The node tier runs alone (`pytest tests/node`, `make test` does): it pins the newest Kubernetes
-# version for its whole session, and real nodes want the machine's cores to themselves.
+# The node tier runs in a session of its own (`pytest tests/node`; `make test` runs it beside the
+# cluster and kubelet tiers at the newest version): it pins the newest version for its whole session.
 collect_ignore = ["node"]
 
 

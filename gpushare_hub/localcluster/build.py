@@ -481,7 +481,7 @@ def build_go_shim(source: Path, name: str) -> Path:
         (pkg / "compat.go").write_text(compat_text)
     env = _go_env(work)
     _log(f"building test shim {name} from {source}")
-    tmp = out.with_suffix(".partial")
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.partial")  # sessions side by side may build it at once
     _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), f"./{name}"], mod, env)
     tmp.replace(out)
     return out
