@@ -59,10 +59,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 """
 
 
-def toolkit_commands(toolkit: Path, legacy: bool = False) -> list[list[str]]:
+def toolkit_commands(toolkit: Path, legacy: bool = False, cli: Path | None = None) -> list[list[str]]:
     """The toolkit's own configuration of the node, run inside it: the ``nvidia`` runtime in
-    containerd's drop-in (the default runtime only in ``legacy``, as with the operator's
-    ``cdi.enabled=false``), and the runtime's config in ``cdi`` mode (``auto`` in legacy)."""
+    containerd's drop-in, and the runtime's config.
+
+    CDI mode (the operator's default since v25.10): ``nvidia`` beside runc, not the default; the
+    runtime's mode ``cdi``. Legacy mode (the operator with ``cdi.enabled=false`` and the toolkit's
+    ``NVIDIA_CONTAINER_RUNTIME_MODE=legacy``): ``nvidia`` the default runtime, its mode ``legacy``:
+    NVIDIA's prestart hook (``nvidia-container-runtime-hook``) calls ``cli`` for each container
+    whose ``NVIDIA_VISIBLE_DEVICES`` names cards. (``auto``, the toolkit's default, means
+    ``jit-cdi`` in v1.20: a spec made in memory from NVML, which simulated cards cannot answer.)
+    """
     ctk = str(toolkit / "nvidia-ctk")
     configure = [
         ctk, "runtime", "configure", "--runtime=containerd", f"--config={CONTAINERD_CONFIG}",
@@ -74,11 +81,39 @@ def toolkit_commands(toolkit: Path, legacy: bool = False) -> list[list[str]]:
         configure.append("--cdi.enabled")
     runtime = [
         ctk, "config", f"--config-file={RUNTIME_CONFIG}", "--in-place",
-        f"--set=nvidia-container-runtime.mode={'auto' if legacy else 'cdi'}",
+        f"--set=nvidia-container-runtime.mode={'legacy' if legacy else 'cdi'}",
         f"--set=nvidia-container-runtime.modes.cdi.default-kind={MANAGEMENT_KIND}",
         f"--set=nvidia-ctk.path={ctk}",
     ]  # fmt: skip
+    if legacy:
+        if cli is None:
+            raise ValueError("legacy mode needs the nvidia-container-cli the hook calls")
+        runtime += [
+            f"--set=nvidia-container-runtime-hook.path={toolkit / 'nvidia-container-runtime-hook'}",
+            f"--set=nvidia-container-cli.path={cli}",
+        ]
     return [configure, [ctk, "config", "default", f"--output={RUNTIME_CONFIG}"], runtime]
+
+
+def fake_cli_script(python: str, cards_file: str) -> str:
+    """The node's ``nvidia-container-cli``: :mod:`.fakecli` with the node's card file."""
+    return f'#!/bin/sh\nexec {python} -m gpushare_hub.localcluster.fakecli --cards {cards_file} "$@"\n'
+
+
+MANAGEMENT_SPEC = "/var/run/cdi/management.nvidia.com-gpu.yaml"
+
+
+def management_spec(cards: int) -> dict[str, object]:
+    """The spec the operator's toolkit DaemonSet writes in CDI mode (``nvidia-ctk cdi generate
+    --mode=management``), which the ``nvidia`` runtime applies for ``NVIDIA_VISIBLE_DEVICES=all``
+    (the device plugin's own pod): ``management.nvidia.com/gpu=all``, every device node; no driver
+    libraries or hooks, as simulated cards have no driver."""
+    nodes = [f"/dev/nvidia{i}" for i in range(cards)] + [f"/dev/{name}" for name in CONTROL]
+    return {
+        "cdiVersion": "0.5.0",
+        "kind": MANAGEMENT_KIND,
+        "devices": [{"name": "all", "containerEdits": {"deviceNodes": [{"path": p} for p in nodes]}}],
+    }
 
 
 def make_device_nodes(dev: Path, cards: int) -> list[Path]:

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from gpushare_hub.plugin.backends import simulated_uuid
+
 from . import build, netns, noderuntime, runtimebuild
 from .processes import Component, HarnessError
 
@@ -102,6 +104,7 @@ class RealNode:
     net: netns.NodeNet
     folder: Path
     ctr_bin: Path = Path("ctr")
+    legacy: bool = False  # nvidia as containerd's default runtime, in the toolkit's legacy mode
     holder: Component | None = None
     components: dict[str, Component] = field(default_factory=dict)
     created_mountpoints: list[Path] = field(default_factory=list)
@@ -171,19 +174,24 @@ class RealNodes:
             p / "k8s.io" for p in Path("/sys/fs/cgroup").iterdir() if not (p / "k8s.io").exists()
         ]
         self._tunables = read_tunables()
+        self.cards = cards
         self._devices = noderuntime.make_device_nodes(Path("/dev"), cards)
         cluster.on_stop_first(self.stop)
 
     # ---- the whole ---------------------------------------------------------------------
-    def add(self, count: int, prefix: str = "real-", labels: Mapping[str, str] | None = None) -> list[str]:
-        """``count`` real nodes, Ready, each with every image imported."""
+    def add(
+        self, count: int, prefix: str = "real-", labels: Mapping[str, str] | None = None, legacy: bool = False
+    ) -> list[str]:
+        """``count`` real nodes, Ready, each with every image imported; ``legacy``: with ``nvidia``
+        as containerd's default runtime in the toolkit's legacy mode
+        (:func:`.noderuntime.toolkit_commands`)."""
         if self.coredns is None:
             self._start_dns()
             self._add_runtime_class()
         names = []
         for _ in range(count):
             name = f"{prefix}{len(self.nodes)}"
-            self._start_node(name, {"gpushare": "true", **(labels or {})})
+            self._start_node(name, {"gpushare": "true", **(labels or {})}, legacy)
             names.append(name)
         self.cluster.wait_nodes_ready(names, timeout=180)
         return names
@@ -304,9 +312,9 @@ class RealNodes:
         nodes.create_runtime_class(body)
 
     # ---- one node -----------------------------------------------------------------------
-    def _start_node(self, name: str, labels: Mapping[str, str]) -> RealNode:
+    def _start_node(self, name: str, labels: Mapping[str, str], legacy: bool = False) -> RealNode:
         net = self.network.add_node(name)
-        node = RealNode(net, self.folder / name, ctr_bin=self.containerd_dir / "ctr")
+        node = RealNode(net, self.folder / name, ctr_bin=self.containerd_dir / "ctr", legacy=legacy)
         self.nodes[name] = node
         node.folder.mkdir(parents=True, exist_ok=True)
         self._start_holder(node)
@@ -347,10 +355,14 @@ class RealNodes:
     def _start_containerd(self, node: RealNode) -> None:
         config = self.host_path_of(node, noderuntime.CONTAINERD_CONFIG)
         config.write_text(noderuntime.containerd_config(self.sandbox_image, CNI_BIN))
-        for argv in noderuntime.toolkit_commands(self.toolkit_dir):
+        for argv in noderuntime.toolkit_commands(self.toolkit_dir, node.legacy, self._fake_cli(node)):
             proc = subprocess.run(node.enter() + argv, capture_output=True, text=True, timeout=60)
             if proc.returncode != 0:
                 raise HarnessError(f"`{' '.join(argv[:3])}` on {node.name} failed: {proc.stderr.strip()}")
+        if not node.legacy:
+            spec = self.host_path_of(node, noderuntime.MANAGEMENT_SPEC)
+            spec.parent.mkdir(parents=True, exist_ok=True)
+            spec.write_text(json.dumps(noderuntime.management_spec(self.cards), indent=2))
         (node.folder / "etc-cni-net.d" / "10-gpushare.conflist").write_text(
             json.dumps(
                 {
@@ -386,6 +398,16 @@ class RealNodes:
         ]
         comp = self._run_in(node, "containerd", [*argv, "--log-level=warn"])
         comp.wait_until(lambda: bool(node.ctr("version", timeout=5)), 60, "serving its socket")
+
+    def _fake_cli(self, node: RealNode) -> Path:
+        """The node's nvidia-container-cli for NVIDIA's legacy hook (:mod:`.fakecli`), with its
+        cards' UUIDs as the device plugin gives them to simulated cards."""
+        cards = node.folder / "simulated-cards.json"
+        cards.write_text(json.dumps({simulated_uuid(node.name, i): i for i in range(self.cards)}))
+        cli = node.folder / "nvidia-container-cli"
+        cli.write_text(noderuntime.fake_cli_script(sys.executable, str(cards)))
+        cli.chmod(0o755)
+        return cli
 
     def _import_images(self, node: RealNode) -> None:
         for name, tar in self.images.items():

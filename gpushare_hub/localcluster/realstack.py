@@ -113,23 +113,31 @@ class RealStack:
 
     # ---- our chart ----------------------------------------------------------------------
     def gpushare_install_argvs(self) -> list[list[str]]:
-        """The hub's namespace (the chart puts a Role there), then ``helm install`` of
-        helm/gpushare-hub, exactly as docs/install.md's "Try the chart without GPUs" writes them
-        (the node tier checks the two agree)."""
+        """docs/gpu-operator.md's commands for a GPU Operator node (label the nodes, the hub's
+        namespace, ``helm install`` with the NVIDIA runtime class), with what docs/install.md's
+        "Try the chart without GPUs" adds for a cluster without GPUs and published images: the
+        local registry's image repositories and simulated cards (the node tier checks that the
+        three agree)."""
         registry = self.names["extender"].rsplit("/", 1)[0]
-        return [["kubectl", "create", "namespace", HUB_NAMESPACE], [
-            "helm", "install", "gpushare-hub", "helm/gpushare-hub", "--namespace", GPUSHARE_NAMESPACE,
-            "--create-namespace",
-            "--set", f"hub.serviceAccount.namespace={HUB_NAMESPACE}",
-            "--set", f"extender.image.repository={registry}/gpushare-extender",
-            "--set", f"devicePlugin.image.repository={registry}/gpushare-device-plugin",
-            "--set-string", f"devicePlugin.simulate={SIMULATED_CARDS}",
-            "--wait",
-        ]]  # fmt: skip
+        return [
+            ["kubectl", "label", "node", *self.nodes.nodes, "gpushare=true",
+             "nvidia.com/gpu.deploy.device-plugin=false", "--overwrite"],
+            ["kubectl", "create", "namespace", HUB_NAMESPACE],
+            ["helm", "install", "gpushare-hub", "helm/gpushare-hub", "--namespace", GPUSHARE_NAMESPACE,
+             "--create-namespace",
+             "--set", f"hub.serviceAccount.namespace={HUB_NAMESPACE}",
+             "--set", "devicePlugin.runtimeClassName=nvidia",
+             "--set", "devicePlugin.driverRoot=/run/nvidia/driver",
+             "--set", f"extender.image.repository={registry}/gpushare-extender",
+             "--set", f"devicePlugin.image.repository={registry}/gpushare-device-plugin",
+             "--set-string", f"devicePlugin.simulate={SIMULATED_CARDS}",
+             "--wait"],
+        ]  # fmt: skip
 
     def install_gpushare(self) -> None:
-        namespace, install = self.gpushare_install_argvs()
-        self.run(namespace[0], *namespace[1:])
+        *before, install = self.gpushare_install_argvs()
+        for argv in before:
+            self.run(argv[0], *argv[1:])
         self.run(install[0], *install[1:], "--timeout=8m")
 
     # ---- Zero to JupyterHub -------------------------------------------------------------

@@ -35,7 +35,7 @@ CONTAINERD = Part(
 TOOLKIT = Part(
     "nvidia-container-toolkit",
     "github.com/NVIDIA/nvidia-container-toolkit",
-    ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime"),
+    ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook"),
     cgo=True,
 )
 

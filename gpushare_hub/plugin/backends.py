@@ -287,6 +287,11 @@ def parse_declaration(spec: str) -> list[tuple[int, str, int]]:
         raise BackendUnavailable(str(err)) from err
 
 
+def simulated_uuid(node: str, index: int) -> str:
+    """A simulated card's UUID: the same for the same node and index on every start."""
+    return f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'{node}/gpu{index}')}"
+
+
 class SimulatedBackend:
     """Declared cards with stable UUIDs (derived from the node name), through the same code paths.
 
@@ -326,8 +331,7 @@ class SimulatedBackend:
         index = 0
         for count, model, mib in parse_declaration(spec):
             for _ in range(count):
-                uid = uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f"{node}/gpu{index}")
-                self.cards.append(DiscoveredCard(f"GPU-{uid}", index, model, mib))
+                self.cards.append(DiscoveredCard(simulated_uuid(node, index), index, model, mib))
                 index += 1
         self.health_file = health_file
         self.usage_file = usage_file

@@ -3,8 +3,9 @@
 One local control plane with one real node (kubelet, containerd 2 with CDI and the NVIDIA container
 toolkit's runtime built from their Go modules, Debian's runc, kube-proxy,
 CoreDNS; :mod:`gpushare_hub.localcluster.realnodes`), at the newest pinned Kubernetes version,
-for the whole tier. The tests run in file order and build on each other: install, spawn,
-upgrade, restart, uninstall, as an admin would.
+for the whole tier; a second node, set up in the toolkit's legacy mode, joins half-way. The tests
+run in file order and build on each other: install, spawn, upgrade, restart, uninstall, as an
+admin would.
 """
 
 from __future__ import annotations

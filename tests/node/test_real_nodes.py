@@ -6,9 +6,11 @@
 2. Zero to JupyterHub 4.4.0 with examples/z2jh-values.yaml and z2jh-small-cluster-values.yaml.
 3. Two users' 5 GiB notebooks share one card; what the kubelet and containerd's CDI delivered
    inside the containers (their card's device node, no other); pods without a slice see no card;
-   a whole-card pod and an Aliyun-style pod see exactly their cards.
+   a whole-card pod and an Aliyun-style pod see exactly their cards. A second node joins set up
+   the legacy way (``nvidia`` the default runtime, NVIDIA's prestart hook): its pods see their
+   cards through ``NVIDIA_VISIBLE_DEVICES``.
 4. ``helm upgrade`` to a new image tag and a kubelet restart, with both notebooks running.
-5. ``helm uninstall`` of both charts as docs/uninstall.md says: nothing of ours left.
+5. ``helm uninstall`` of both charts as docs/uninstall.md says: nothing of ours left on either node.
 """
 
 from __future__ import annotations
@@ -83,12 +85,20 @@ def hub(stack: RealStack) -> Hub:
 
 # ---- 1. our chart --------------------------------------------------------------------------
 def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
-    documented = doc_block("install-simulated", "node-tier").commands()
-    assert stack.gpushare_install_argvs() == [
-        substitute(argv, {"<registry>": "ghcr.io/gpushare-hub"}) for argv in documented
-    ], "the harness installs the chart otherwise than docs/install.md says"
-    stack.install_gpushare()
     node = next(iter(stack.nodes.nodes))
+    label, namespace, install = (
+        substitute(argv, {"<gpu-node-1>": node, "<gpu-node-2>": node})
+        for argv in doc_block("gpu-operator-install", "node-tier").commands()
+    )
+    label = [a for i, a in enumerate(label) if i < 4 or a != node]  # one node yet, named once
+    simulated = substitute(
+        doc_block("install-simulated", "node-tier").commands()[-1], {"<registry>": "ghcr.io/gpushare-hub"}
+    )
+    local = simulated[simulated.index("hub.serviceAccount.namespace=jupyterhub") + 1 :]  # registry, simulate
+    assert stack.gpushare_install_argvs() == [label, namespace, install + local], (
+        "the harness installs the chart otherwise than docs/gpu-operator.md and docs/install.md say"
+    )
+    stack.install_gpushare()
 
     scheduler = pods(stack, GPUSHARE_NAMESPACE, "app.kubernetes.io/component=scheduler")
     assert len(scheduler) == 2 and all(ready(p) for p in scheduler), scheduler
@@ -296,6 +306,60 @@ def test_pods_see_exactly_the_cards_they_asked_for(stack: RealStack, hub: Hub) -
         kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0", *names)
 
 
+def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(stack: RealStack) -> None:
+    """A second node set up as before GPU Operator v25.10 (or with its CDI off): ``nvidia`` is
+    containerd's default runtime, in the toolkit's legacy mode, and the admin sets ``deviceMode:
+    legacy`` for it. Our plugin says so on the Node; Allocate's ``NVIDIA_VISIBLE_DEVICES=<UUID>``
+    reaches NVIDIA's prestart hook (built from the toolkit's module), whose device list the
+    nvidia-container-cli stand-in (gpushare_hub/localcluster/fakecli.py) turns into device nodes.
+    Each pod sees exactly its card; the node stays for the rest of the tier."""
+    name = f"legacy-{len(stack.nodes.nodes)}"
+    options = json.dumps({name: {"deviceMode": "legacy"}})
+    stack.run(
+        "helm", "upgrade", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
+        "--reuse-values", f"--set-json=devicePlugin.nodeOptions={options}", "--wait", "--timeout=5m",
+    )  # fmt: skip
+    assert stack.nodes.add(1, prefix="legacy-", legacy=True) == [name]
+
+    def published() -> dict[str, str]:
+        node = stack.cluster.get_json(f"/api/v1/nodes/{name}")
+        has = node["status"].get("allocatable", {}).get("aliyun.com/gpu-mem") == "30"
+        return node["metadata"].get("annotations", {}) if has else {}
+
+    annotations = wait_for(published, 120, every=1)
+    assert annotations.get("gpushare-hub.io/device-mode") == "legacy", annotations
+    on_it = {"schedulerName": "gpushare-scheduler", "nodeSelector": {"kubernetes.io/hostname": name}}
+    manifests = [
+        plain_pod(stack, "legacy-no-slice", {}, nodeSelector={"kubernetes.io/hostname": name}),
+        plain_pod(stack, "legacy-aliyun-style", {"aliyun.com/gpu-mem": "3"}, **on_it),
+        plain_pod(stack, "legacy-whole-card", {"aliyun.com/gpu-count": "1"}, **on_it),
+    ]
+    names = [m["metadata"]["name"] for m in manifests]
+    for body in manifests:
+        path = stack.cluster.workdir / f"{body['metadata']['name']}.json"
+        path.write_text(json.dumps(body))
+        kubectl(stack, "apply", "--namespace=default", f"--filename={path}")
+    try:
+        for pod_name in names:
+            assert wait_for(lambda n=pod_name: ready(_pod(stack, n)), 120, every=1), _pod(stack, pod_name)
+        assert nvidia_devices(stack, "legacy-no-slice", "default") == set()
+        aliyun, whole = _pod(stack, "legacy-aliyun-style"), _pod(stack, "legacy-whole-card")
+        assert aliyun["spec"]["nodeName"] == whole["spec"]["nodeName"] == name
+        assert card_of(aliyun) != card_of(whole)
+        for pod in (aliyun, whole):
+            pod_name = pod["metadata"]["name"]
+            assert nvidia_devices(stack, pod_name, "default") == {
+                f"nvidia{index_of(stack, pod)}",
+                *CONTROL_NODES,
+            }
+            env = exec_in(
+                stack, "default", pod_name, "printenv", "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_CARD_UUIDS"
+            )
+            assert env.split() == [card_of(pod), card_of(pod)], env
+    finally:
+        kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0", *names)
+
+
 def _pod(stack: RealStack, name: str) -> dict[str, Any]:
     return dict(stack.cluster.get_json(f"/api/v1/namespaces/default/pods/{name}"))
 
@@ -366,8 +430,11 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     def upgraded() -> bool:  # the old pods may still be terminating when helm's --wait returns
         live = [p for p in pods(stack, GPUSHARE_NAMESPACE) if not p["metadata"].get("deletionTimestamp")]
         images = [c["image"] for p in live for c in p["spec"]["containers"] if c["name"] != "kube-scheduler"]
+        expected = 2 + len(stack.nodes.nodes)  # two scheduler replicas' extenders, a plugin per node
         return (
-            len(images) == 3 and all(i.endswith(":0.1.0-upgrade") for i in images) and all(map(ready, live))
+            len(images) == expected
+            and all(i.endswith(":0.1.0-upgrade") for i in images)
+            and all(map(ready, live))
         )
 
     assert wait_for(upgraded, 120, every=1), [
@@ -429,8 +496,10 @@ def _registrations(stack: RealStack) -> int:
 
 
 def _plugin_log(stack: RealStack) -> list[str]:
-    """The device plugin's log; empty while its kubelet does not serve logs (restarting)."""
-    (pod,) = pods(stack, GPUSHARE_NAMESPACE, "app.kubernetes.io/component=device-plugin")
+    """The first node's device plugin's log; empty while its kubelet does not serve logs (restarting)."""
+    first = next(iter(stack.nodes.nodes))
+    plugins = pods(stack, GPUSHARE_NAMESPACE, "app.kubernetes.io/component=device-plugin")
+    (pod,) = [p for p in plugins if p["spec"].get("nodeName") == first]
     try:
         return kubectl(
             stack, "logs", f"--namespace={GPUSHARE_NAMESPACE}", pod["metadata"]["name"]
@@ -444,13 +513,11 @@ def test_uninstall_leaves_nothing_of_ours(stack: RealStack, hub: Hub) -> None:
     for user in (*USERS, "carol"):
         hub.call("DELETE", f"/hub/api/users/{user}/server")
     assert wait_for(lambda: not pods(stack, HUB_NAMESPACE, "component=singleuser-server"), 120, every=1)
-    node = next(iter(stack.nodes.nodes))
+    node, second = list(stack.nodes.nodes)[:2]  # the first node and the legacy one
     for block in (doc_block("uninstall-z2jh", "node-tier"), doc_block("uninstall")):
         for raw in block.commands():
-            argv = substitute(raw, {"<gpu-node-1>": node, "<gpu-node-2>": node})
+            argv = substitute(raw, {"<gpu-node-1>": node, "<gpu-node-2>": second})
             labels = argv[:3] in (["kubectl", "label", "node"], ["kubectl", "annotate", "node"])
-            if labels:
-                argv = [a for i, a in enumerate(argv) if i < 4 or a != node]  # one real node, named once
             proc = subprocess.run(
                 [str(stack.helm if argv[0] == "helm" else stack.kubectl), *argv[1:]],
                 cwd=ROOT,
@@ -479,25 +546,26 @@ def test_uninstall_leaves_nothing_of_ours(stack: RealStack, hub: Hub) -> None:
         120,
         every=1,
     ), namespaces
-    plugin_dir = stack.nodes.host_path(node, "/var/lib/kubelet/device-plugins")
-    assert wait_for(lambda: not [p for p in plugin_dir.iterdir() if "gpushare" in p.name], 30), list(
-        plugin_dir.iterdir()
-    )
-    ours = [
-        stack.nodes.host_path(node, "/var/lib/gpushare-hub"),
-        stack.nodes.host_path(node, "/run/gpushare-hub"),
-        stack.nodes.host_path(node, "/var/run/cdi"),  # the plugin's CDI spec goes with it
-    ]
-    files = [f for folder in ours for f in folder.rglob("*") if not f.is_dir()]
-    assert files == [], "files the device plugin left on the node"
+    for each in (node, second):
+        plugin_dir = stack.nodes.host_path(each, "/var/lib/kubelet/device-plugins")
+        assert wait_for(lambda d=plugin_dir: not [p for p in d.iterdir() if "gpushare" in p.name], 30), list(
+            plugin_dir.iterdir()
+        )
+        ours = [
+            stack.nodes.host_path(each, "/var/lib/gpushare-hub"),
+            stack.nodes.host_path(each, "/run/gpushare-hub"),
+        ]
+        files = [f for folder in ours for f in folder.rglob("*") if not f.is_dir()]
+        # The plugin's CDI spec goes with it; the toolkit's management spec stays.
+        files += list(stack.nodes.host_path(each, "/var/run/cdi").glob("gpushare-hub.io*"))
+        assert files == [], f"files the device plugin left on {each}"
+        annotations = stack.cluster.get_json(f"/api/v1/nodes/{each}")["metadata"].get("annotations", {})
+        assert not [a for a in annotations if a.startswith("gpushare-hub.io/")], annotations
 
 
 # ---- a second node ----------------------------------------------------------------------------
-def test_a_second_real_node_joins_and_its_pods_reach_the_first_nodes_by_service_name(
-    stack: RealStack,
-) -> None:
-    first = next(iter(stack.nodes.nodes))
-    (second,) = stack.nodes.add(1)
+def test_pods_on_the_second_real_node_reach_the_first_nodes_by_service_name(stack: RealStack) -> None:
+    first, second = list(stack.nodes.nodes)[:2]  # the second joined as the legacy node
     image = stack.names["singleuser"]  # any image with python3
 
     def pod(name: str, node: str, command: list[str], labels: dict[str, str]) -> dict[str, Any]:
