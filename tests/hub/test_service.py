@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +139,16 @@ def test_ledger_availability_me_and_metrics_follow_spawns_and_stops(local_cluste
 
         pending = wait_for(fay_pending, timeout=60)
         assert pending and pending["slice"] == "t4-7g" and pending["reason"], pending
-        time.sleep(3)
+        # Positive evidence that the scheduler tried and refused, rather than a pause.
+        fay = pod_of(local_cluster, "fay")["metadata"]["name"]
+
+        def refused() -> bool:
+            events = local_cluster.core_api().list_namespaced_event(
+                NAMESPACE, field_selector=f"involvedObject.name={fay},reason=FailedScheduling"
+            )
+            return bool(events.items)
+
+        assert wait_for(refused, timeout=60), "kube-scheduler never tried fay's pod"
         assert not (pod_of(local_cluster, "fay") or {}).get("spec", {}).get("nodeName"), (
             "a full slice was placed"
         )
@@ -216,7 +224,8 @@ def test_bad_queries_and_tokens_get_a_clear_4xx(hub):
         status, body = hub.api("POST", "/users/ann/tokens", {"note": "short", "expires_in": 1})
     assert status == 201, (status, body)
     expired = body["token"]
-    time.sleep(2.5)
+    # Expired once the service refuses it (no fixed pause); then each refusal says why.
+    assert wait_for(lambda: service(hub, "api/v1/me", expired)[0] == 401, timeout=30)
     for token in (expired, "0" * 32, ""):
         status, body = service(hub, "api/v1/me", token)
         assert status == 401, (token, status, body)
