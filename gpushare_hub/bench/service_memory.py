@@ -16,7 +16,7 @@ holders are measured one after another in the same process with :mod:`tracemallo
 * *raw copies*: the informer plus a copy of every Node and Pod object, the report rebuilt from
   those copies with :func:`~gpushare_hub.core.report.build_report` (a second ledger): how the
   service held its state until 2026-11;
-* *service*: the service's own :class:`~gpushare_hub.service.app.Cluster`, as it runs.
+* *service*: the service's own :class:`~gpushare_hub.service.sources.Cluster`, as it runs.
 
 For each: *held* (traced memory still allocated after the feed, after a garbage collection),
 *feed peak* (the most traced at any moment of the feed), *with report* (held once the
@@ -351,9 +351,14 @@ class Service(Holder):
     """The hub service's ``Cluster``, subscribed to its informer as the service does."""
 
     def __init__(self, names: Any) -> None:
-        from gpushare_hub.service import app
+        try:  # the service's data sources (in service.app before the service was split into rooms)
+            from gpushare_hub.service import sources
+        except ImportError:  # measuring an older commit runs this file there
+            from gpushare_hub.service import app as sources  # type: ignore[no-redef]
 
-        self.cluster = app.Cluster(_service_informer(app, names), names, 30.0, hub_namespaces={HUB_NAMESPACE})
+        self.cluster = sources.Cluster(
+            _service_informer(sources, names), names, 30.0, hub_namespaces={HUB_NAMESPACE}
+        )
         self.informer: Any = self.cluster._subscribed()  # what SharedLedger starts; no API server here
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:

@@ -144,9 +144,9 @@ _COMPUTED = frozenset({"slices", "node_selector", "admin_scope", "metrics_scope"
 
 def _own_settings(section: Mapping[str, Any]) -> dict[str, Any]:
     """``c.GPUShareService.<name>`` values the admin set, checked against the service's settings."""
-    from .app import GPUShareService
+    from .settings import ServiceSettings  # GPUShareService's settings are all ServiceSettings'
 
-    known = set(GPUShareService.class_own_traits(config=True)) - _COMPUTED
+    known = set(ServiceSettings.class_own_traits(config=True)) - _COMPUTED
     wrong = sorted(set(section) - known)
     if wrong:
         raise ValueError(

@@ -310,7 +310,7 @@ def test_an_admins_cookie_opens_the_dashboard_and_never_the_api_without_the_page
     door(tally, watch, cases, attempt)
 
 
-MAX_BODY = 4096  # the service's limit (gpushare_hub.service.app.MAX_BODY_BYTES)
+MAX_BODY = 4096  # the service's limit (gpushare_hub.service.handlers.base.MAX_BODY_BYTES)
 SENT_AT_MOST = 16 * 1024  # of a larger body: the answer must come before the rest is sent
 BIG_PATHS = [
     *(f"/services/{SERVICE}/{route}" for route in ROUTES),

@@ -115,9 +115,10 @@ def hub_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ser
 
     from gpushare_hub.accounting.store import BudgetStore
     from gpushare_hub.core import DEFAULT_NAMES
-    from gpushare_hub.service.app import Cluster, GPUShareService, HubServers
+    from gpushare_hub.service.app import GPUShareService
     from gpushare_hub.service.budgets import BudgetKeeper
     from gpushare_hub.service.returner import HubAPI, IdleReturner
+    from gpushare_hub.service.sources import Cluster, HubServers
     from gpushare_hub.service.store import ServiceStore
     from gpushare_hub.web.bodylimit import SERVER_MAX_BODY
 

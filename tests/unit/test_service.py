@@ -468,7 +468,7 @@ def test_the_service_reads_its_settings_from_configure_hubs_environment_then_fil
 def fed_cluster(hub_namespaces: set[str] | None = None) -> tuple[Any, Any]:
     """The service's Cluster and its informer, fed the fixture by hand (no API server)."""
     from gpushare_hub.core import DEFAULT_NAMES
-    from gpushare_hub.service.app import Cluster, service_informer
+    from gpushare_hub.service.sources import Cluster, service_informer
 
     cluster = Cluster(lambda: service_informer(None, DEFAULT_NAMES), DEFAULT_NAMES, 30.0, hub_namespaces)
     informer = cluster._subscribed()  # what SharedLedger starts
@@ -542,7 +542,7 @@ def test_the_service_keeps_a_few_facts_of_the_gpu_pods_and_nodes_not_the_objects
 
 def test_the_services_informer_tells_only_of_pods_that_can_hold_a_slice_and_misses_no_allocation():
     from gpushare_hub.core import DEFAULT_NAMES
-    from gpushare_hub.service.app import service_informer
+    from gpushare_hub.service.sources import service_informer
 
     informer = service_informer(None, DEFAULT_NAMES)
     told: list[tuple[str, str]] = []
@@ -623,7 +623,7 @@ def test_a_slice_holder_the_hub_has_not_named_yet_makes_one_early_read_not_many(
     one read at once (its idle time shows on the next refresh), never more than one a second."""
     import asyncio
 
-    from gpushare_hub.service.app import HubServers
+    from gpushare_hub.service.sources import HubServers
 
     class Counting(HubServers):
         reads = 0
@@ -779,7 +779,7 @@ def test_configure_hub_tells_servers_where_the_service_is_and_lets_their_tokens_
 
 
 def test_one_me_computation_serves_every_caller_until_the_cluster_changes_or_it_ages():
-    from gpushare_hub.service.app import Cluster
+    from gpushare_hub.service.sources import Cluster
 
     cluster = Cluster(lambda: None, DEFAULT_NAMES, 30.0)
     made: list[int] = []
@@ -930,7 +930,7 @@ def test_configure_hub_passes_the_spawners_budgets_to_the_service_and_points_the
 
 def test_me_gives_each_pending_spawn_its_place_and_an_estimate_only_with_history():
     from gpushare_hub.core.releases import Release, ReleaseHistory
-    from gpushare_hub.service.app import add_queue_places
+    from gpushare_hub.service.handlers.me import add_queue_places
 
     cluster, informer = fed_cluster()  # dave waits for 16 GiB
     for name, units, created in [("jupyter-erin", 5, "12:00:00"), ("jupyter-fay", 3, "12:00:30"),

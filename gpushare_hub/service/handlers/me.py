@@ -1,0 +1,161 @@
+"""``api/v1/me`` (the caller's slices, waiting spawns, idle returns and budget: what the
+notebook's status bar shows) and ``api/v1/me/keep`` (Keep: put off an idle slice's return)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
+from tornado import web
+
+from gpushare_hub.core.catalogue import Catalogue
+from gpushare_hub.core.queue import holds_back
+from gpushare_hub.core.releases import ReleaseHistory
+
+from ..idle import duration_words
+from ..sources import Cluster
+from ..view import availability_document, me_document
+from .base import BaseHandler, RunningService
+
+log = logging.getLogger("gpushare.service")
+
+
+class MeHandler(BaseHandler):
+    server_tokens = users_only = True
+
+    async def get(self) -> None:
+        user = self.caller()
+        self.filters(())
+        svc = self.service
+        name = str(user.get("name"))
+        groups = await self.hub.groups_of(name)
+        allowed = tuple(s for s in svc.catalogue.slices if s.allows(groups))
+        free = self.cluster.recent(
+            ("availability", tuple(s.slug for s in allowed)),
+            lambda: availability_document(
+                self.cluster.ledger(), Catalogue(allowed, {}), svc.node_selector, datetime.now(UTC)
+            ),
+        )
+        ledger = self.cluster.recent("ledger", self.ledger_doc)
+        spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
+        doc = me_document(ledger, name, free, spawn)
+        add_queue_places(doc, self.cluster, getattr(svc, "releases", None))
+        doc["budget"] = (
+            self.cluster.recent(("budget", name, tuple(groups)), lambda: svc.budgets.document(name, groups))
+            if svc.budget_rule.configured
+            else None
+        )
+        self.send(add_idle_returns(doc, svc, ledger, groups, name))
+
+
+def add_queue_places(doc: dict[str, Any], cluster: Cluster, releases: ReleaseHistory | None) -> None:
+    """Each of the caller's pending spawns gains ``ahead`` (older pending spawns as large or
+    larger, of a card model it could use) and ``estimate`` (None without history)."""
+    waiting = [(f.row.since, key, f.pending.demand) for key, f in cluster.pods.items() if f.pending and f.row]
+    now = time.monotonic()
+    for p in doc["pending"]:
+        key = f"{p['namespace']}/{p['pod']}"
+        mine = next((w for w in waiting if w[1] == key), None)
+        if mine is None:
+            p["ahead"], p["estimate"] = None, None
+            continue
+        ahead = sum(
+            1 for since, k, d in waiting if k != key and (since, k) < mine[:2] and holds_back(d, mine[2])
+        )
+        estimate = releases.estimate(mine[2], ahead, now) if releases is not None else None
+        p["ahead"] = ahead
+        p["estimate"] = estimate.to_json() if estimate is not None else None
+
+
+def add_idle_returns(
+    doc: dict[str, Any], svc: RunningService, ledger: dict[str, Any], groups: list[str], name: str
+) -> dict[str, Any]:
+    """``api/v1/me`` gains, per allocation idle on the GPU, ``idle_return`` (the action, phase,
+    deadline, the words, whether Keep may be pressed); and ``returned``: the caller's slices
+    stopped or parked in the last day, with the words and the way back."""
+    now = int(time.time())
+    mine = [a for a in ledger["allocations"] if a["hub_user"] == name]
+    states = {(st.server, st.pod): st for st in svc.returner.states({"allocations": mine}, {name: groups})}
+    for a in doc["allocations"]:
+        st = states.get((a["server"], a["pod"]))
+        a["idle_return"] = st.to_json(now) if st is not None else None
+    returned = []
+    for act in svc.store.returned(name, now - 86400):
+        size = f"{act.units} GiB slice" + (f" ({act.slice})" if act.slice else "")
+        how = (
+            f"and your server was started again without a GPU (profile {act.detail})"
+            if act.what == "parked"
+            else "and your server was stopped"
+        )
+        returned.append(
+            {
+                "server": act.server,
+                "slice": act.slice,
+                "units": act.units,
+                "what": act.what,
+                "at": datetime.fromtimestamp(act.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "idle_seconds": act.idle_seconds,
+                "words": f"your {size} was returned after {duration_words(act.idle_seconds)} idle on "
+                f"the GPU, {how}. Your files are kept: start your {size} again from the spawn page.",
+            }
+        )
+    doc["returned"] = returned
+    return doc
+
+
+class KeepHandler(BaseHandler):
+    """``POST api/v1/me/keep`` ``{"server": ""}``: put off the idle action of the caller's slice."""
+
+    server_tokens = users_only = True
+
+    def post(self) -> None:
+        user = self.caller()
+        self.filters(())
+        name = str(user.get("name"))
+        server = self._server()
+        svc = self.service
+        ledger = self.ledger_doc()
+        mine = [a for a in ledger["allocations"] if a["hub_user"] == name and a["server"] == server]
+        states = svc.returner.states({"allocations": mine}, {name: self.hub.groups.get(name, [])})
+        which = f"server {server!r}" if server else "your default server"
+        if not states:
+            raise web.HTTPError(
+                404,
+                f"no GPU slice of {which} is idle on the GPU now: nothing to keep (any GPU work "
+                "already resets the idle clock)",
+            )
+        st = states[0]
+        if not st.can_keep and st.kept_until is None:
+            raise web.HTTPError(409, f"the idle rule for {which} only notifies: nothing will be returned")
+        now = int(time.time())
+        until = max(st.deadline, now + svc.idle_rule.keep_seconds)
+        if not svc.store.keep(name, server, st.stretch, until, now):
+            raise web.HTTPError(
+                409,
+                f"Keep was already pressed once for this idle stretch of {which}; use the GPU (any "
+                "work resets the idle clock), or save your work",
+            )
+        log.info("%s pressed Keep for %s: the idle action is put off to %d", name, which, until)
+        self.send(
+            {
+                "server": server,
+                "kept_until": datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "seconds_left": until - now,
+            }
+        )
+
+    def _server(self) -> str:
+        body = self.json_body('{"server": "<name>"} ("" for the default server)', b"{}")
+        if not isinstance(body, dict) or set(body) - {"server"}:
+            raise web.HTTPError(
+                400, 'send a JSON object with only "server" (a server name, "" for the default server)'
+            )
+        server = body.get("server", "")
+        if not isinstance(server, str) or len(server) > 255:
+            raise web.HTTPError(400, '"server" must be a server name (a string of at most 255 characters)')
+        return server
