@@ -20,8 +20,9 @@ from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 
 # Fixtures and helpers the tiers share (tests/support/), registered once: the hub service's test
-# stand-in, and each tier's time for `make test`'s table.
-pytest_plugins = ["tests.support.hubservice", "tests.support.timing"]
+# stand-in, the session's hub and notebook nodes (hub, browser and fuzz tiers: one of each per
+# session), and each tier's time for `make test`'s table.
+pytest_plugins = ["tests.support.hubservice", "tests.support.hub_session", "tests.support.timing"]
 
 
 def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:

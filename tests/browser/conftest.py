@@ -1,20 +1,17 @@
 """Browser tier: headless Chromium (Debian's, installed by ``make system-deps``) driven by
-Playwright against the session's real hub (the hub tier's fixtures, one instance per session)."""
+Playwright against the session's real hub (the hub tier's fixtures ``hub`` and ``notebook_nodes``,
+one instance per session: tests/support/hub_session.py, registered in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.hub.conftest import hub, notebook_nodes  # noqa: F401  (shared fixtures)
-
-# Screenshots land here (repository's out/, ignored by git); GPUSHARE_BROWSER_OUT overrides.
-OUT = Path(os.environ.get("GPUSHARE_BROWSER_OUT", Path(__file__).resolve().parents[2] / "out" / "browser"))
+# Screenshots land in OUT (repository's out/browser, ignored by git; GPUSHARE_BROWSER_OUT overrides).
+from tests.support.pictures import OUT
 
 
 def chromium_path() -> str:

@@ -9,20 +9,11 @@ the dashboard's budgets."""
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from tests.hub.conftest import BUDGET_USERS, SERVICE, SERVICE_ADMIN, stop_server
+from tests.support.pictures import picture
 
 from .conftest import OUT, login
-from .test_demo import DOCS_IMAGES
-
-
-def picture(locator: Any, name: str) -> None:
-    """One part of a page, as out/browser/<name> and (when asked) the docs' picture."""
-    locator.screenshot(path=str(OUT / name))
-    if DOCS_IMAGES is not None:
-        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-        locator.screenshot(path=str(DOCS_IMAGES / name))
 
 
 def test_a_spent_budget_on_the_form_then_an_admins_addition_on_the_dashboard_lets_the_spawn_through(

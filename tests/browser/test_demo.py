@@ -28,23 +28,12 @@ import pytest
 from gpushare_hub.localcluster.processes import free_port
 from gpushare_hub.replay.cli import main as replay_main
 from tests.conftest import wait_for
+from tests.support.pictures import docs_picture
 
 from .conftest import OUT
 
 START_TIMEOUT_S = 900  # a first run builds the Kubernetes binaries (see the README)
 DEMO = Path(sys.executable).parent / "gpushare-demo"
-# The README's pictures: written only when asked for, at one viewport, from a clean demo scene.
-DOCS_IMAGES = Path(os.environ["GPUSHARE_DOCS_IMAGES"]) if os.environ.get("GPUSHARE_DOCS_IMAGES") else None
-DOCS_VIEWPORT = {"width": 1280, "height": 800}
-
-
-def docs_picture(page: Any, name: str) -> None:
-    """Save ``name`` into GPUSHARE_DOCS_IMAGES (when set) as the visitor sees it at DOCS_VIEWPORT."""
-    if DOCS_IMAGES is None:
-        return
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    page.set_viewport_size(DOCS_VIEWPORT)
-    page.screenshot(path=str(DOCS_IMAGES / name))
 
 
 def tail(path: Path, lines: int = 60) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tests.conftest import wait_for
 from tests.hub.conftest import pod_of
-from tests.hub.test_idle_return import idle_hub
+from tests.support.idle_hub import idle_hub
 
 from .conftest import OUT, login
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from tests.conftest import wait_for
 from tests.hub.conftest import SERVICE, SERVICE_ADMIN, start_server, stop_server
+from tests.support.pictures import picture
 
 from .conftest import login
-from .test_budget_page import picture
 
 
 def test_an_admin_replays_the_history_on_the_dashboard_and_sees_the_pick(

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from gpushare_hub.demo.fakegpu import write_site
 from tests.conftest import wait_for
 from tests.hub.conftest import pod_of, run_in_kernel, stop_server
-from tests.hub.test_isolation_hub import upload
+from tests.support.isolation import upload
+from tests.support.pictures import docs_picture
 
 from .conftest import OUT, login
-from .test_demo import docs_picture
 
 USER, NEIGHBOUR = "stella", "teo"
 STATUS = "(document.querySelector('#gpushare-statusbar') || {}).textContent || ''"

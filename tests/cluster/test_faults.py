@@ -22,9 +22,9 @@ import pytest
 
 from gpushare_hub.core import Ledger
 from gpushare_hub.localcluster.cluster import LocalCluster
-from tests.cluster.test_extender import allocation, bound, check_no_overcommit_from_the_api_server, inspect
 from tests.conftest import gpu_pod, wait_for
 from tests.objects import read_nodes, read_pods
+from tests.support.extender import allocation, bound, check_no_overcommit_from_the_api_server, inspect
 
 SCHED = "gpushare-faults"
 ROUNDS = int(os.environ.get("GPUSHARE_FAULT_ROUNDS", "1"))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import gpu_pod, wait_for
-from tests.unit.test_inspect import columns
+from tests.support.inspect_cluster import columns
 
 SCHED = "gpushare-scheduler"
 

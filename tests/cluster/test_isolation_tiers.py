@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from gpushare_hub.core.names import ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
-
-from .test_extender import SCHED, bound, events_for
+from tests.support.extender import SCHED, bound, events_for
 
 
 def requiring(name: str, units: int, tier: str, sel: dict[str, str]) -> dict:

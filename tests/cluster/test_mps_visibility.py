@@ -8,8 +8,7 @@ import uuid
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.names import MPS_LABEL, MPS_SERVERS_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
-
-from .test_extender import SCHED, events_for
+from tests.support.extender import SCHED, events_for
 
 
 def mps_node(local_cluster, server_uid: int, multi_user: bool = False) -> tuple[str, dict[str, str]]:

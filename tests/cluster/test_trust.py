@@ -12,14 +12,14 @@ from typing import Any
 from gpushare_hub.core import AllocationRecord, CardShare
 from gpushare_hub.core.names import GPU_MEM_IDX, GPU_MEM_POD
 from gpushare_hub.localcluster.pki import PKI
-from tests.cluster.test_extender import (
+from tests.conftest import gpu_pod, wait_for
+from tests.support.extender import (
     allocation,
     bound,
     check_no_overcommit_from_the_api_server,
     events_for,
     inspect,
 )
-from tests.conftest import gpu_pod, wait_for
 
 SCHED = "gpushare-scheduler"
 

@@ -136,7 +136,3 @@ class Tally:
             f"fuzz {self.door}: {sum(self.statuses.values())} cases, {server_errors} x 5xx, "
             f"{tracebacks} tracebacks ({shown}){took}"
         )
-
-
-# The hub tier's session hub (with the gpushare hub service), for the doors behind JupyterHub.
-from tests.hub.conftest import hub, notebook_nodes  # noqa: E402, F401

@@ -1,138 +1,40 @@
 """Hub tier: a real JupyterHub and configurable-http-proxy with a plain KubeSpawner, our scheduler
 and extender, and local notebook nodes whose node agent runs each notebook as a process on its
-pod IP after asking our device plugin to Allocate (fixtures for the cluster in tests/conftest.py).
+pod IP after asking our device plugin to Allocate (fixtures for the cluster in tests/conftest.py;
+the session's hub and notebook nodes, ``hub`` and ``notebook_nodes``, in tests/support/hub_session.py,
+shared with the browser and fuzz tiers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.hub import LocalHub
 from gpushare_hub.localcluster.nodeagent import Record, recorded_processes
-from gpushare_hub.localcluster.notebooknodes import NotebookNodes, spawner_config
+from gpushare_hub.localcluster.notebooknodes import NotebookNodes
 from tests.conftest import wait_for
 
-NAMESPACE = "hub"
-SCHEDULER = "gpushare-scheduler"
-
-# One hub and one set of notebook nodes per session, even where another tier's conftest imports
-# these fixtures (tests/browser): pytest would otherwise make a second instance for that folder.
-_SESSION: dict[str, Any] = {}
-
-
-@pytest.fixture(scope="session")
-def notebook_nodes(local_cluster: LocalCluster, gpushare: Any) -> NotebookNodes:
-    """Two local notebook nodes (nb-1, nb-2), one 15 GiB Tesla T4 each, served by the node agent."""
-    if "nodes" in _SESSION:
-        return _SESSION["nodes"]  # type: ignore[no-any-return]
-    nodes = _SESSION["nodes"] = NotebookNodes(local_cluster)
-    nodes.add(2, cards=1)
-    nodes.start()
-    return nodes
-
-
-def hub_spawner_config() -> dict[str, Any]:
-    """A plain KubeSpawner asking 5 GiB by default, 10 GiB with ``slice-10``; ``broken`` exits at once."""
-    return {
-        **spawner_config(slice_gib=5, scheduler=SCHEDULER),
-        "profile_list": [
-            {"display_name": "Tesla T4 · 5 GiB slice", "slug": "slice-5", "default": True},
-            {
-                "display_name": "Tesla T4 · 10 GiB slice",
-                "slug": "slice-10",
-                "kubespawner_override": {"extra_resource_limits": {"aliyun.com/gpu-mem": "10"}},
-            },
-            {
-                "display_name": "A notebook command that fails at once",
-                "slug": "broken",
-                "kubespawner_override": {
-                    "cmd": [
-                        "python",
-                        "-c",
-                        "import sys; print('cannot read /etc/notebook.conf'); sys.exit(3)",
-                    ],
-                    "http_timeout": 30,  # the hub gives up on it soon
-                },
-            },
-        ],
-    }
-
-
-# GPUShareSpawner's catalogue in the session's hub (the plain profiles above stay KubeSpawner's).
-SLICES = [
-    {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]},
-    {"slug": "t4-7g", "display_name": "Tesla T4 · 7 GiB", "gib": 7, "models": ["Tesla-T4"]},
-    {"slug": "any-16g", "display_name": "16 GiB of any card", "gib": 16},
-]
-QUOTA_GIB = 10
-
-# The gpushare hub service (gpushare_hub.service.configure_hub) in the session's hub: SERVICE_ADMIN
-# holds custom:gpushare:admin; the service "scraper" (token SCRAPER_TOKEN) may read only metrics.
-SERVICE = "gpushare"
-SERVICE_ADMIN = "gpu-admin"
-SCRAPER_TOKEN = secrets.token_hex(32)
-GPU_IDLE_AFTER = 20  # seconds
-# GiB·h budgets: members of BUDGET_GROUP have none until an admin adds some (0 GiB·h a week);
-# once spent, their GPU servers are stopped BUDGET_GRACE seconds after the warning.
-BUDGET_GROUP = "gpu-budget"
-BUDGET_USERS = ("budget-bob", "budget-cy")
-BUDGET_GRACE = 5
-
-
-def service_config() -> str:
-    """The lines that add the service to the hub's config (after the spawner's)."""
-    return "\n".join(
-        [
-            "from gpushare_hub.service import configure_hub",
-            f"scraper = {{'name': 'scraper', 'api_token': {SCRAPER_TOKEN!r}}}",
-            "c.JupyterHub.services = [*c.JupyterHub.services, scraper]",
-            # The service's own settings pass through configure_hub; a slice with no GPU work
-            # for 20 s is flagged idle (the dashboard test waits for that).
-            f"c.GPUShareService.gpu_idle_after = {GPU_IDLE_AFTER}",
-            # Estimates of a waiting spawn's wait from any history at all (600 s by default).
-            "c.GPUShareService.queue_estimate_after = 0",
-            # The idle rule and the GiB·h book look every 5 s (30 s by default).
-            "c.GPUShareService.gpu_idle_check_seconds = 5",
-            f"c.GPUShareService.budget_grace_seconds = {BUDGET_GRACE}",
-            f"c.JupyterHub.load_groups = {{{BUDGET_GROUP!r}: {{'users': {list(BUDGET_USERS)!r}}}}}",
-            f"configure_hub(c, name={SERVICE!r}, admin_users=[{SERVICE_ADMIN!r}], "
-            "metrics_services=['scraper'])",
-        ]
-    )
-
-
-@pytest.fixture(scope="session")
-def hub(local_cluster: LocalCluster, gpushare: Any, notebook_nodes: NotebookNodes) -> Iterator[LocalHub]:
-    """The hub runs GPUShareSpawner: its catalogue beside the plain KubeSpawner profiles."""
-    if "hub" in _SESSION:
-        yield _SESSION["hub"]
-        return
-    local_cluster.create_namespace(NAMESPACE)
-    config = {
-        **hub_spawner_config(),
-        "slices": SLICES,
-        "quota_gib_per_user": QUOTA_GIB,
-        "quota_gib_hours_per_group": {BUDGET_GROUP: 0.0},
-        "gpushare_scheduler_name": SCHEDULER,
-        "queue_estimate_after": 0,
-    }
-    h = LocalHub(
-        local_cluster,
-        NAMESPACE,
-        config,
-        spawner_class="gpushare_hub.GPUShareSpawner",
-        extra_config="c.JupyterHub.allow_named_servers = True\n" + service_config(),
-    ).start()
-    _SESSION["hub"] = h
-    yield h
+# The session hub's settings, importable from here as before (its fixtures are not imported here:
+# a second registration in this folder would make a second hub).
+from tests.support.hub_session import (  # noqa: F401
+    BUDGET_GRACE,
+    BUDGET_GROUP,
+    BUDGET_USERS,
+    GPU_IDLE_AFTER,
+    NAMESPACE,
+    QUOTA_GIB,
+    SCHEDULER,
+    SCRAPER_TOKEN,
+    SERVICE,
+    SERVICE_ADMIN,
+    SLICES,
+    hub_spawner_config,
+    service_config,
+)
 
 
 def pod_of(cluster: LocalCluster, user: str) -> dict[str, Any] | None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import wait_for
+from tests.support.hub_answers import keep
 
 from .conftest import BUDGET_USERS, NAMESPACE, SERVICE, SERVICE_ADMIN, pod_of, stop_server
-from .test_service import keep
 
 
 def service(hub: Any, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:

@@ -14,9 +14,9 @@ from typing import Any
 
 from gpushare_hub.replay.cli import main
 from tests.conftest import wait_for
+from tests.support.hub_answers import keep
 
 from .conftest import SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
-from .test_service import keep
 
 
 def history(hub: Any, token: str, query: str = "") -> tuple[int, Any]:

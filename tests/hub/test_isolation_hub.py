@@ -14,12 +14,11 @@ import asyncio
 import json
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 from gpushare_hub.localcluster.hub import LocalHub
 from gpushare_hub.localcluster.notebooknodes import venv_bin
-from tests.unit.test_isolation_hook import fake_site
+from tests.support.isolation import fake_site, upload
 
 from .conftest import run_in_kernel, start_server, stop_server
 
@@ -34,19 +33,6 @@ READ_CAP = (
     "print('CAP' + 'S', json.dumps([json.loads(line) for line in open('{log}')]))"
 )
 RESULT = re.compile(r"CAPS (\[.*?\])\r?\n")
-
-
-def upload(hub: LocalHub, user: str, token: str, root: Path) -> None:
-    """Put the files under ``root`` into the notebook's working directory (the Contents API)."""
-    base = f"{hub.url}/user/{user}/api/contents"
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_dir():
-            body: dict[str, Any] = {"type": "directory"}
-        else:
-            body = {"type": "file", "format": "text", "content": path.read_text()}
-        status, reply = hub.request("PUT", f"{base}/{rel}", token, body)
-        assert status in (200, 201), (rel, status, reply)
 
 
 async def _terminal(hub: LocalHub, user: str, token: str, command: str, timeout: float) -> str:

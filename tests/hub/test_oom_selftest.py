@@ -21,9 +21,9 @@ from typing import Any
 
 from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.localcluster.hub import LocalHub
+from tests.support.isolation import upload
 
 from .conftest import SERVICE, Kernel, start_server, stop_server
-from .test_isolation_hub import upload
 
 SLICE_GIB = 5
 HOLD_GIB = 3

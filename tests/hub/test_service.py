@@ -6,24 +6,15 @@ ledger, and bad queries and expired tokens get a clear 4xx."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import wait_for
+from tests.support.hub_answers import keep
 
 from .conftest import NAMESPACE, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
-
-# The answers of one run land here (repository's out/, ignored by git), as examples to read.
-OUT = Path(os.environ.get("GPUSHARE_HUB_OUT", Path(__file__).resolve().parents[2] / "out" / "hub-service"))
-
-
-def keep(name: str, body: Any) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / name).write_text(body if isinstance(body, str) else json.dumps(body, indent=1))
 
 
 def service(hub: Any, path: str, token: str) -> tuple[int, Any]:

@@ -22,9 +22,9 @@ from gpushare_hub.localcluster.processes import Component
 from gpushare_hub.plugin.kube import RBAC_RULES
 from tests.conftest import wait_for
 from tests.jsonlines import JsonLineShim
+from tests.support.plugin_node import NODE
 
 PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
-NODE = "dp-node"
 
 
 class DeviceManager(JsonLineShim):
@@ -56,7 +56,7 @@ def device_manager(local_cluster: LocalCluster) -> Iterator[DeviceManager]:
 
 
 def extender_knows_the_plugins_cards(url: str) -> bool:
-    from tests.cluster.test_extender import inspect
+    from tests.support.extender import inspect
 
     try:
         cards = inspect(url, NODE)["nodes"][0]["cards"]

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import gpu_pod, wait_for
-
-from .test_device_plugin import chosen_card, node_annotations
-from .test_handouts import SCHED, SELECTOR, empty_node, placed
+from tests.support.plugin_node import SCHED, SELECTOR, chosen_card, empty_node, node_annotations, placed
 
 
 def inventory_health(cluster) -> dict[str, bool]:

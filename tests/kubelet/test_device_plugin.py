@@ -7,30 +7,9 @@ import time
 
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
+from tests.support.plugin_node import SCHED, SELECTOR, bound_pod, chosen_card, node_annotations
 
 from .conftest import NODE
-
-SCHED = "gpushare-scheduler"
-SELECTOR = {"test-group": NODE}
-
-
-def node_annotations(cluster) -> dict:
-    return cluster.core_api().read_node(NODE).metadata.annotations
-
-
-def bound_pod(cluster, namespace, name, timeout=40) -> dict | None:
-    def get():
-        pod = cluster.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
-        ok = pod["spec"].get("nodeName") and ALLOCATION_ANNOTATION in (
-            pod["metadata"].get("annotations") or {}
-        )
-        return pod if ok else None
-
-    return wait_for(get, timeout=timeout)
-
-
-def chosen_card(pod: dict) -> str:
-    return json.loads(pod["metadata"]["annotations"][ALLOCATION_ANNOTATION])["cards"][0]["uuid"]
 
 
 def test_registration_advertises_memory_units_and_publishes_the_inventory(

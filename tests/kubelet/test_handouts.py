@@ -8,20 +8,7 @@ from typing import Any
 
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
-
-from .conftest import NODE
-
-SCHED = "gpushare-scheduler"
-SELECTOR = {"test-group": NODE}
-
-
-def empty_node(cluster, device_manager) -> None:
-    """No pod on the node, in the API server and in the device manager (their devices are free)."""
-    assert device_manager.call("forget") == {"ok": True}
-    api = cluster.core_api()
-    for p in api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items:
-        api.delete_namespaced_pod(p.metadata.name, p.metadata.namespace, grace_period_seconds=0)
-    assert wait_for(lambda: not api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE}").items)
+from tests.support.plugin_node import SCHED, SELECTOR, empty_node, placed
 
 
 def shaped(name: str, app: list[int], init: list[int] = (), count: int = 0) -> dict[str, Any]:
@@ -39,12 +26,6 @@ def shaped(name: str, app: list[int], init: list[int] = (), count: int = 0) -> d
             for i, u in enumerate(init)
         ]
     return pod
-
-
-def placed(cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    pod = cluster.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
-    ok = pod["spec"].get("nodeName") and ALLOCATION_ANNOTATION in (pod["metadata"].get("annotations") or {})
-    return pod if ok else None
 
 
 def expected_cards(pod: dict[str, Any], container: str) -> str:

@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from tests.conftest import gpu_pod, wait_for
-from tests.unit.test_isolation_hook import fake_site
+from tests.support.isolation import fake_site
+from tests.support.plugin_node import SCHED, SELECTOR, bound_pod, chosen_card
 
 from .conftest import NODE, extender_knows_the_plugins_cards
-from .test_device_plugin import SCHED, SELECTOR, bound_pod, chosen_card
 
 HOOK_IN_CONTAINER = "/opt/gpushare-hub/pyhook"
 

@@ -14,8 +14,7 @@ from gpushare_hub.plugin.registration import Runner
 from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState
 from tests.conftest import wait_for
-
-from .test_plugin import MemoryPods, placed
+from tests.support.plugin_pods import MemoryPods, placed
 
 
 @pytest.fixture

@@ -12,13 +12,9 @@ from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.extender.schedconfig import scheduler_config
 from gpushare_hub.extender.wire import BadRequest, BindingArgs, ExtenderArgs, filter_result, priority_list
 from tests.objects import read_nodes, read_pod, read_pods
+from tests.support.extender_calls import args
 
 from .helpers import node_obj, pod_obj
-
-
-def args(pod, names, capital=True):
-    keys = ("Pod", "Nodes", "NodeNames") if capital else ("pod", "nodes", "nodenames")
-    return ExtenderArgs.parse(json.dumps({keys[0]: pod, keys[1]: None, keys[2]: names}).encode())
 
 
 def decisions(*names: str, allocator: bool = False) -> Decisions:

@@ -21,9 +21,9 @@ from gpushare_hub.extender.wire import BadRequest
 from gpushare_hub.kube import LedgerInformer
 from gpushare_hub.plugin.matching import waiting_containers
 from tests.objects import read_node, read_nodes, read_pod, read_pods
+from tests.support.extender_calls import args
 
 from .helpers import node_obj, pod_obj
-from .test_extender_decisions import args
 
 UUID = "GPU-sim-gpu-1-0"
 POISON = [

@@ -16,17 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.isolation.hookfiles import HOOK_DIR, hook_files, install_hook
+from tests.support.isolation import fake_site
 
 MIB = 1024 * 1024
 
 USE_TORCH = "import torch; torch.cuda.empty(4096)"
-
-
-def fake_site(root: Path, torch_version: str = "2.4.0") -> Path:
-    """The fake torch (gpushare_hub.demo.fakegpu) in a folder of its own, as torch ``torch_version``."""
-    return write_site(root / f"site-{torch_version}", torch_version)
 
 
 def run(

@@ -17,8 +17,7 @@ from gpushare_hub.plugin.settings import Settings
 from gpushare_hub.plugin.state import PluginState
 from gpushare_hub.plugin.usage import UsageCollector, UsageReporter
 from tests.objects import read_node, read_pod, read_pods
-
-from .test_plugin import NODE, MemoryPods, placed
+from tests.support.plugin_pods import NODE, MemoryPods, placed
 
 POD_UID = "1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901"
 

@@ -23,6 +23,7 @@ from gpushare_hub.core import (
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX, GPU_MEM_POD
 from gpushare_hub.core.verdict import Kind, Reason, explain
 from tests.objects import read_node, read_nodes, read_pod, read_pods
+from tests.support.extender_calls import annotated
 
 from .helpers import node_obj, pod_obj
 
@@ -38,19 +39,6 @@ def place(placer: Placer, key: str, units: int, **kw) -> Placement:
     result = placer.place_and_commit(Demand(key=key, per_card=units, count=1, **kw))
     assert isinstance(result, Placement), getattr(result, "reason", result)
     return result
-
-
-def annotated(p: Placement, units: dict[str, int] | None = None) -> dict:
-    """The pod object as the API server holds it after our bind."""
-    ns, name = p.key.split("/")
-    ann = p.record().pod_annotations(units or {c.uuid: 15 for c in p.cards}, assume_time_ns=1)
-    sizes = {c.units for c in p.cards}
-    asks: dict = {"count": len(p.cards)} if len(p.cards) > 1 else {}
-    if len(sizes) == 1:
-        asks["mem"] = sum(c.units for c in p.cards)
-    return pod_obj(
-        name, ns=ns, annotations=ann, node=p.node, uid=p.uid or f"uid-{name}", phase="Running", **asks
-    )
 
 
 def test_seed_scenario_three_small_pods_share_one_card_under_binpack():

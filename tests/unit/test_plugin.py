@@ -12,8 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpushare_hub.core import AllocationRecord, CardShare, ContainerShare
-from gpushare_hub.core.cards import Card, Node, cards_to_annotation
+from gpushare_hub.core.cards import Card, cards_to_annotation
 from gpushare_hub.core.names import (
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
@@ -36,8 +35,9 @@ from gpushare_hub.plugin.kube import KubePods, KubeUsageSink, publish_isolation,
 from gpushare_hub.plugin.matching import NoMatch, container_env, match, waiting_containers
 from gpushare_hub.plugin.servicer import Servicer
 from gpushare_hub.plugin.settings import Settings
-from gpushare_hub.plugin.state import PluginState, PodSource
+from gpushare_hub.plugin.state import PluginState
 from tests.objects import read_pods
+from tests.support.plugin_pods import NODE, MemoryPods, placed
 
 from . import fakeapi
 from .helpers import pod_obj
@@ -106,19 +106,6 @@ def test_without_nvml_the_plugin_says_why_in_one_line():
     assert "\n" not in message and ("libnvidia-ml" in message or "driver" in message)
 
 
-def placed(name: str, uuid: str, units: int, node: str = "gpu-1", assume: int = 1, containers=None, uid=None):
-    rec = AllocationRecord(
-        node,
-        (CardShare(uuid, 0, units),),
-        tuple(ContainerShare(c, uuid, u) for c, u in (containers or [("notebook", units)])),
-    )
-    ann = rec.pod_annotations({uuid: 15}, assume)
-    return pod_obj(name, units, node=node, annotations=ann, phase="Pending", uid=uid or f"uid-{name}")
-
-
-NODE = Node("gpu-1", (Card(0, "GPU-0", "Tesla-T4", 15, 15360), Card(1, "GPU-1", "Tesla-T4", 15, 15360)))
-
-
 def test_forged_records_on_the_node_are_not_served_and_are_reported():
     real = placed("real", "GPU-0", 10, assume=5)
     idle = placed("idle", "GPU-1", 5)
@@ -176,17 +163,6 @@ def test_container_env_carries_card_and_caps():
     assert (
         env["CUPY_GPU_MEMORY_LIMIT"] == str(5 * 1024**3) and env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.333"
     )
-
-
-class MemoryPods(PodSource):
-    def __init__(self, pods):
-        self.pods, self.assigned = pods, []
-
-    def pods_on_node(self, node):
-        return read_pods(self.pods)
-
-    def mark_assigned(self, namespace, name, uid):
-        self.assigned.append(f"{namespace}/{name}")
 
 
 @pytest.fixture

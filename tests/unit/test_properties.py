@@ -12,8 +12,7 @@ from gpushare_hub.core.cards import cards_to_annotation
 from gpushare_hub.core.fragmentation import FragmentationGradient
 from gpushare_hub.core.names import CARDS_ANNOTATION
 from tests.objects import read_nodes, read_pods
-
-from .test_ledger_and_policy import annotated
+from tests.support.extender_calls import annotated
 
 POLICIES = ["binpack", "spread", "fgd"]
 

@@ -41,8 +41,8 @@ from gpushare_hub.service.view import (
     servers_from_users,
 )
 from tests.objects import read_node, read_nodes, read_pod, read_pods
+from tests.support.inspect_cluster import fixture_cluster, placed
 from tests.unit.helpers import node_obj, pod_obj
-from tests.unit.test_inspect import fixture_cluster, placed
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 SLICES = [

@@ -1,0 +1,28 @@
+"""The start-up hook's test torch: the demo's fake torch in a folder of its own (``fake_site``),
+and the files of such a folder put into a notebook's working directory (``upload``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpushare_hub.demo.fakegpu import write_site
+from gpushare_hub.localcluster.hub import LocalHub
+
+
+def fake_site(root: Path, torch_version: str = "2.4.0") -> Path:
+    """The fake torch (gpushare_hub.demo.fakegpu) in a folder of its own, as torch ``torch_version``."""
+    return write_site(root / f"site-{torch_version}", torch_version)
+
+
+def upload(hub: LocalHub, user: str, token: str, root: Path) -> None:
+    """Put the files under ``root`` into the notebook's working directory (the Contents API)."""
+    base = f"{hub.url}/user/{user}/api/contents"
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_dir():
+            body: dict[str, Any] = {"type": "directory"}
+        else:
+            body = {"type": "file", "format": "text", "content": path.read_text()}
+        status, reply = hub.request("PUT", f"{base}/{rel}", token, body)
+        assert status in (200, 201), (rel, status, reply)
