@@ -90,9 +90,9 @@ test-steps:
 	$(STEP) labextension --cached-if '$(LABEXTENSION_BUILT)' -- $(BIN)/python -m gpushare_hub.notebook.build
 	$(STEP) "Debian packages" --cached-if 'dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1' -- \
 	  $(MAKE) --no-print-directory system-deps
-	$(BIN)/gpushare-localcluster build --only control-plane clients
+	$(BIN)/gpushare-localcluster build --only control-plane kubectl
 	$(MAKE) --no-print-directory hub-proxy
-	@echo "building the further Kubernetes versions and CoreDNS in the background (nice 19): $(ALSO_LOG)"
+	@echo "building helm, the further Kubernetes versions and CoreDNS in the background (nice 19): $(ALSO_LOG)"
 	@nice -n 19 $(MAKE) --no-print-directory k8s-also-binaries >$(ALSO_LOG) 2>&1 & bg=$$!; \
 	  $(MAKE) --no-print-directory test-main; rc=$$?; \
 	  echo "waiting for the background build ($(ALSO_LOG)):"; wait $$bg; brc=$$?; cat $(ALSO_LOG); \
@@ -107,10 +107,12 @@ test-main:
 	$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks
 	$(BIN)/python -m gpushare_hub.localcluster.sidebyside $(MAIN_GROUPS)
 
-# What the node tier and test-k8s-also need beyond the first version (no `setup`: `make test` runs
-# this beside its tiers, once the venv is in place).
+# What the chart tier (helm: it runs last in its session, and waits on the build lock if helm is
+# not built yet), the node tier and test-k8s-also need beyond the first version's control plane
+# (no `setup`: `make test` runs this beside its tiers, once the venv is in place).
 ALSO_LOG := $(CURDIR)/out/k8s-also-build.log
 k8s-also-binaries:
+	$(BIN)/gpushare-localcluster build --only clients
 	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
 	set -e; for v in $(K8S_ALSO); do GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build --only control-plane; done
 
