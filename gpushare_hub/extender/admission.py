@@ -4,13 +4,13 @@ Generated here, from one place, and shipped as a manifest the chart installs
 (``gpushare-extender --print-admission-policy``; ``examples/gpushare-admission-policy.yaml``
 is its output with the chart's default identities, kept true by a test).
 
-Who may write what (the trust model in docs/security.md and DESIGN.md):
+Who may write what (the trust model in docs/security.md and docs/development/architecture.md):
 
 * ``gpushare-hub.io/allocation`` and ``ALIYUN_COM_GPU_MEM_*`` on pods (and in Bindings):
   only the extender's identity. The one exception: the device plugin of a node may
   set ``ALIYUN_COM_GPU_MEM_ASSIGNED`` / ``_ASSUME_TIME`` on pods bound to that node.
-* ``gpushare-hub.io/cards``, ``/allocator``, ``/mps-servers`` and ``/usage`` on Nodes:
-  only the device plugin of that Node.
+* ``gpushare-hub.io/cards``, ``/allocator``, ``/mps-servers``, ``/usage``, ``/isolation``,
+  ``/isolation-check`` and ``/device-mode`` on Nodes: only the device plugin of that Node.
 * ``gpushare-hub.io/policy`` on pods: like the allocation, unless the admin lets users
   choose (``allow_user_policy``; off by default) or names identities that may set it
   (``policy_setters``, e.g. the hub's). The card-model annotations stay
@@ -39,6 +39,7 @@ from gpushare_hub.core.names import (
     ALLOCATION_ANNOTATION,
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
+    DEVICE_MODE_ANNOTATION,
     GPU_MEM_ASSIGNED,
     GPU_MEM_ASSUME_TIME,
     GPU_MEM_PREFIX,
@@ -60,6 +61,7 @@ NODE_KEYS = (
     USAGE_ANNOTATION,
     ISOLATION_ANNOTATION,
     ISOLATION_CHECK_ANNOTATION,
+    DEVICE_MODE_ANNOTATION,
 )
 
 

@@ -1,9 +1,9 @@
 """GPUShareSpawner: KubeSpawner with a catalogue of GPU-memory slices.
 
 The glue between JupyterHub/KubeSpawner and the pure modules beside it:
-:mod:`.catalogue` (what is offered), :mod:`.options` (what a request may ask),
-:mod:`.availability` (what fits now), :mod:`.pod` (the manifest edits) and
-:mod:`.progress` (what a waiting user reads).
+:mod:`gpushare_hub.core.catalogue` (what is offered), :mod:`.options` (what a request may
+ask), :mod:`gpushare_hub.core.availability` (what fits now), :mod:`.pod` (the manifest edits)
+and :mod:`.progress` (what a waiting user reads).
 """
 
 from __future__ import annotations
