@@ -46,13 +46,12 @@ interface Allocation {
   units?: number;
   used_mib?: number | null;
   usage_note?: string;
-  // The node's last self-test: `check` (the hub service's name), `selftest` in older drafts.
+  // `check`: the node's last self-test, as the hub service's api/v1/me names it.
   isolation?: {
     tier?: string | null;
     words?: string;
     problem?: string;
     check?: SelfTest | null;
-    selftest?: SelfTest | null;
   } | null;
   neighbours?: { count?: number; units?: number; used_mib?: number | null } | null;
   // The hub service's idle rule, while this slice is idle on the GPU.
@@ -320,7 +319,7 @@ function renderPanel(
   const iso = alloc.isolation;
   if (iso) {
     row(table, 'isolation', (iso.words || iso.tier || '') + (iso.problem ? ` (${iso.problem})` : ''), 'gpushare-tier');
-    const t = iso.check ?? iso.selftest;
+    const t = iso.check;
     const test = t
       ? `${t.ok ? 'passed' : 'FAILED'}` +
         (t.observed ? `: observed ${t.observed}` : '') +

@@ -18,6 +18,7 @@ from gpushare_hub.notebook import build, install
 from gpushare_hub.notebook.hubclient import HubMe
 from gpushare_hub.notebook.sliceinfo import as_json, read_slice, render_html
 from gpushare_hub.notebook.status import me_url, pick_allocation, returned_slice, status_document, status_text
+from tests.support.golden import golden_me
 
 ALLOCATE_ENV = {
     "JUPYTERHUB_USER": "alice",
@@ -63,21 +64,17 @@ SLICE = read_slice(ALLOCATE_ENV, hook_loaded=True)
 
 
 def allocation(**changes):
-    a = {
-        "namespace": "hub", "pod": "jupyter-alice", "hub_user": "alice", "server": "", "slice": "t4-5g",
-        "card_uuid": "GPU-sim-nb-1-0", "units": 5, "node": "nb-1", "used_mib": 3174, "usage_note": "",
-        "isolation": {"tier": "cooperative", "words": "cooperative limit", "selftest": None},
-        "neighbours": {"count": 2, "units": 8, "used_mib": 2048},
-    }  # fmt: skip
+    """alice's allocation in the service's api/v1/me (tests/support/golden/me.json), busy: its
+    processes hold 3174 MiB and work (the golden one is idle on the GPU, about to be returned)."""
+    [a] = golden_me()["allocations"]
+    a.update(used_mib=3174, sm_util=37, gpu_idle=False, gpu_idle_seconds=None, gpu_idle_since=None)
+    a["idle_return"] = None
     return {**a, **changes}
 
 
 def me(*allocations):
-    return {
-        "version": "v1", "user": "alice", "unit": "GiB", "allocations": list(allocations), "pending": [],
-        "larger_free": [{"slug": "t4-7g", "display_name": "Tesla T4 · 7 GiB", "gib": 7}],
-        "spawn_url": "/hub/spawn/alice",
-    }  # fmt: skip
+    """The service's api/v1/me (tests/support/golden/me.json) with these allocations."""
+    return {**golden_me(), "allocations": list(allocations)}
 
 
 def test_the_status_line_says_use_of_the_slice_the_cap_and_the_neighbours():
@@ -325,10 +322,9 @@ def test_the_panels_self_test_runs_the_console_test_and_answers_its_json_or_word
 
 
 def test_a_slice_about_to_be_returned_says_so_first_and_the_panel_gets_the_services_words():
-    ret = {
-        "action": "park", "phase": "warning", "seconds_left": 600, "can_keep": True, "kept": False,
-        "words": "your GPU has been idle for 1 h 50 min; in 10 min it goes back, unless you use it.",
-    }  # fmt: skip
+    ret = golden_me()["allocations"][0]["idle_return"]  # the service's: warned, 10 min left
+    assert (ret["action"], ret["phase"]) == ("park", "warning") and ret["can_keep"] is True
+    assert ret["seconds_left"] == 600
     a = allocation(idle_return=ret)
     assert status_text(SLICE, a, "").startswith("GPU idle: returned in 10 min · GPU 3.1 / 5 GiB")
     doc = status_document(SLICE, me(a), "", "")
@@ -351,8 +347,17 @@ def test_a_spent_budget_leads_the_status_line_and_the_panel_says_when_it_resets(
         "warned_at": "2026-11-26T13:50:00+00:00",
         "due_at": "2026-11-26T14:05:00+00:00",
     }
-    budget = {"spent": True, "words": "101 of 100 GiB·h used this week", "overrun": overrun}
-    spent = {**me(allocation()), "budget": {**budget, "resets_words": "Monday 30 November 00:00 UTC"}}
+    unspent = golden_me()["budget"]  # the service's: 15 of 100 GiB·h used this week
+    assert unspent["resets_words"] == "Monday 30 November 00:00 UTC"
+    budget = {
+        **unspent,
+        "used_gib_hours": 101.0,
+        "left_gib_hours": 0.0,
+        "spent": True,
+        "words": "101 of 100 GiB·h used this week",
+        "overrun": overrun,
+    }
+    spent = {**me(allocation()), "budget": budget}
     doc = status_document(SLICE, spent, "", "")
     assert (
         doc["text"]
@@ -363,7 +368,7 @@ def test_a_spent_budget_leads_the_status_line_and_the_panel_says_when_it_resets(
     )
     notify = {**spent, "budget": {**spent["budget"], "overrun": {"action": "notify", "due_at": None}}}
     assert status_document(SLICE, notify, "", "")["text"].startswith("GPU budget spent · GPU 3.1")
-    fine = {**spent, "budget": {"spent": False, "words": "3 of 100 GiB·h used this week"}}
+    fine = {**spent, "budget": unspent}
     assert status_document(SLICE, fine, "", "")["text"].startswith("GPU 3.1 / 5 GiB")
     odd = {**spent, "budget": {"spent": "yes", "overrun": 5}}  # another process's JSON: types checked
     assert status_document(SLICE, odd, "", "")["problem"] == ""

@@ -10,6 +10,7 @@ asked as documented (and its absence said, not raised).
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 import json
 import os
@@ -26,6 +27,7 @@ import pytest
 
 from gpushare_hub.demo.fakegpu import site_dir
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from tests.support.golden import golden_me
 
 GIB = 1024**3
 MIB = 1024**2
@@ -56,36 +58,40 @@ TORCH_OOM = (
 
 
 def me(**changes: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "version": 1,
-        "user": "alice",
-        "unit": "GiB",
-        "allocations": [
-            {
-                "server": "",
-                "slice": "t4-5g",
-                "units": 5,
-                "card_uuid": "GPU-mine",
-                "used_mib": 5300,
-                "neighbours": {"count": 2, "units": 8, "used_mib": 2048},
-                "isolation": {"tier": "cooperative", "words": "cooperative limit"},
-            },
-            {
-                "server": "big",
-                "slice": "t4-7g",
-                "units": 7,
-                "card_uuid": "GPU-other",
-                "used_mib": None,
-                "neighbours": {"count": 0, "units": 0, "used_mib": None},
-                "isolation": {"tier": "mps", "words": "hard limit by MPS"},
-            },
-        ],
-        "larger_free": [
-            {"slug": "t4-7g", "display_name": "Tesla T4 · 7 GiB", "gib": 7},
-            {"slug": "t4-10g", "display_name": "Tesla T4 · 10 GiB", "gib": 10},
-        ],
-        "spawn_url": "/hub/spawn/alice",
-    }
+    """The service's api/v1/me (tests/support/golden/me.json), where this (default) server runs out
+    of memory: busy on its card (GPU-mine), its processes past its 5 GiB slice (the golden one is
+    idle); and alice's named server "big" holds 7 GiB alone on a card of an MPS node."""
+    doc = golden_me()
+    [mine] = doc["allocations"]
+    mine.update(
+        card_uuid="GPU-mine",
+        used_mib=5300,
+        sm_util=87,
+        over_slice=True,
+        gpu_idle=False,
+        gpu_idle_seconds=None,
+        gpu_idle_since=None,
+        idle_return=None,
+    )
+    big = copy.deepcopy(mine)
+    big.update(
+        pod="jupyter-alice--big",
+        server="big",
+        slice="t4-7g",
+        units=7,
+        node="gpu-b",
+        card_uuid="GPU-other",
+        card={**mine["card"], "used": 7, "free": 8},
+        used_mib=None,
+        sm_util=None,
+        over_slice=False,
+        usage_note="usage not measured on this node",
+        isolation={**mine["isolation"], "claimed": "mps", "tier": "mps", "words": "hard limit by MPS"},
+        neighbours={"count": 0, "units": 0, "used_mib": None},
+    )
+    big["isolation"]["check"] = {**mine["isolation"]["check"], "claimed": "mps", "observed": "mps"}
+    doc["allocations"].append(big)
+    doc["pending"] = []  # "big" got its slice
     doc.update(changes)
     return doc
 
@@ -152,13 +158,19 @@ def test_the_cap_named_follows_the_tier_allocate_gave_the_container(env, cap):
 
 def test_the_services_tier_wins_over_the_nodes_claim_when_its_check_failed():
     # The node claims mps (Allocate says so), but its self-test failed: the service says cooperative.
-    text = explain(env={**ENV, "GPUSHARE_ISOLATION_TIER": "mps"})
+    failed = me()
+    iso = failed["allocations"][0]["isolation"]
+    iso.update(claimed="mps", check={**iso["check"], "claimed": "mps", "ok": False})
+    assert (iso["tier"], iso["words"]) == ("cooperative", "cooperative limit")
+    text = explain(env={**ENV, "GPUSHARE_ISOLATION_TIER": "mps"}, me=failed)
     assert "PyTorch's per-process fraction" in text and "MPS pinned-memory limit" not in text
 
 
 def test_under_a_hard_tier_fitting_the_slice_is_not_blamed_on_the_card():
     hard = me()
-    hard["allocations"][0]["isolation"] = {"tier": "mps", "words": "hard limit by MPS"}
+    iso = hard["allocations"][0]["isolation"]
+    iso.update(claimed="mps", tier="mps", words="hard limit by MPS")
+    iso["check"] = {**iso["check"], "claimed": "mps", "observed": "mps"}
     text = explain(me=hard, held=(1 * GIB, 1 * GIB))
     assert "the card itself is full" not in text and "the MPS pinned-memory limit" in text
 

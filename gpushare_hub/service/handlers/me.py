@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -34,30 +35,67 @@ class MeHandler(BaseHandler):
         svc = self.service
         name = str(user.get("name"))
         groups = await self.hub.groups_of(name)
-        allowed = tuple(s for s in svc.catalogue.slices if s.allows(groups))
-        free = self.cluster.recent(
-            ("availability", tuple(s.slug for s in allowed)),
-            lambda: availability_document(
-                self.cluster.ledger(), Catalogue(allowed, {}), svc.node_selector, datetime.now(UTC)
-            ),
-        )
+        free = availability_of(svc, self.cluster, groups)
         ledger = self.cluster.recent("ledger", self.ledger_doc)
-        spawn = url_path_join(os.environ.get("JUPYTERHUB_BASE_URL", "/"), "hub/spawn", quote(name, safe=""))
-        doc = me_document(ledger, name, free, spawn)
-        add_queue_places(doc, self.cluster, getattr(svc, "releases", None))
-        doc["budget"] = (
-            self.cluster.recent(("budget", name, tuple(groups)), lambda: svc.budgets.document(name, groups))
-            if svc.budget_rule.configured
-            else None
-        )
-        self.send(add_idle_returns(doc, svc, ledger, groups, name))
+        self.send(me_answer(svc, self.cluster, ledger, free, name, groups, spawn_url(name)))
 
 
-def add_queue_places(doc: dict[str, Any], cluster: Cluster, releases: ReleaseHistory | None) -> None:
+def availability_of(
+    svc: RunningService, cluster: Cluster, groups: list[str], now: datetime | None = None
+) -> dict[str, Any]:
+    """``api/v1/availability`` of the slices ``groups`` may start (``me``'s ``larger_free``)."""
+    allowed = tuple(s for s in svc.catalogue.slices if s.allows(groups))
+    doc: dict[str, Any] = cluster.recent(
+        ("availability", tuple(s.slug for s in allowed)),
+        lambda: availability_document(
+            cluster.ledger(), Catalogue(allowed, {}), svc.node_selector, now or datetime.now(UTC)
+        ),
+    )
+    return doc
+
+
+def spawn_url(name: str, base: str | None = None) -> str:
+    """The hub's spawn page of ``name`` (where a larger slice is started); ``base``: the hub's
+    base URL (``$JUPYTERHUB_BASE_URL`` when not given)."""
+    base = os.environ.get("JUPYTERHUB_BASE_URL", "/") if base is None else base
+    return str(url_path_join(base, "hub/spawn", quote(name, safe="")))
+
+
+def me_answer(
+    svc: RunningService,
+    cluster: Cluster,
+    ledger: dict[str, Any],
+    free: Mapping[str, Any],
+    name: str,
+    groups: list[str],
+    spawn: str,
+    *,
+    now: int | None = None,
+    monotonic: float | None = None,
+) -> dict[str, Any]:
+    """``api/v1/me`` for ``name``, from the unfiltered ``ledger`` document and ``free`` (their
+    slices' ``api/v1/availability``): :func:`~gpushare_hub.service.view.me_document`, then the
+    pending spawns' places, the budget and the idle returns. ``now`` (Unix seconds) and
+    ``monotonic`` (the release history's clock) default to the clocks' readings; the tests'
+    golden document (tests/support/golden.py) is made here with fixed ones."""
+    doc = me_document(ledger, name, free, spawn)
+    add_queue_places(doc, cluster, getattr(svc, "releases", None), monotonic)
+    doc["budget"] = (
+        cluster.recent(("budget", name, tuple(groups)), lambda: svc.budgets.document(name, groups))
+        if svc.budget_rule.configured
+        else None
+    )
+    return add_idle_returns(doc, svc, ledger, groups, name, now)
+
+
+def add_queue_places(
+    doc: dict[str, Any], cluster: Cluster, releases: ReleaseHistory | None, now: float | None = None
+) -> None:
     """Each of the caller's pending spawns gains ``ahead`` (older pending spawns as large or
-    larger, of a card model it could use) and ``estimate`` (None without history)."""
+    larger, of a card model it could use) and ``estimate`` (None without history). ``now``:
+    on the releases' clock (``time.monotonic()`` when not given)."""
     waiting = [(f.row.since, key, f.pending.demand) for key, f in cluster.pods.items() if f.pending and f.row]
-    now = time.monotonic()
+    now = time.monotonic() if now is None else now
     for p in doc["pending"]:
         key = f"{p['namespace']}/{p['pod']}"
         mine = next((w for w in waiting if w[1] == key), None)
@@ -73,12 +111,18 @@ def add_queue_places(doc: dict[str, Any], cluster: Cluster, releases: ReleaseHis
 
 
 def add_idle_returns(
-    doc: dict[str, Any], svc: RunningService, ledger: dict[str, Any], groups: list[str], name: str
+    doc: dict[str, Any],
+    svc: RunningService,
+    ledger: dict[str, Any],
+    groups: list[str],
+    name: str,
+    now: int | None = None,
 ) -> dict[str, Any]:
     """``api/v1/me`` gains, per allocation idle on the GPU, ``idle_return`` (the action, phase,
     deadline, the words, whether Keep may be pressed); and ``returned``: the caller's slices
-    stopped or parked in the last day, with the words and the way back."""
-    now = int(time.time())
+    stopped or parked in the last day, with the words and the way back. ``now``: Unix seconds
+    (``time.time()`` when not given)."""
+    now = int(time.time()) if now is None else now
     mine = [a for a in ledger["allocations"] if a["hub_user"] == name]
     states = {(st.server, st.pod): st for st in svc.returner.states({"allocations": mine}, {name: groups})}
     for a in doc["allocations"]:
