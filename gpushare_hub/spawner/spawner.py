@@ -39,6 +39,7 @@ from .options import (
     Refused,
     check_options,
     check_quota,
+    options_problem,
     quota_for,
     returned_problem,
 )
@@ -598,8 +599,22 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         return self.render_form
 
     # ---- validation, quota, availability ------------------------------------------------
+    @validate("user_options")
+    def _bounded_user_options(self, proposal: Any) -> Any:
+        """JupyterHub sets ``user_options`` from the request before any spawner code runs, and
+        every server model it answers with holds them (``GET /hub/api/users``, which the hub
+        service polls): options nested too deep to encode would make those answers fail with a
+        500 for as long as the spawn is pending. Keep ``{}`` instead and remember why;
+        :meth:`load_user_options` refuses the spawn with that reason (a 400)."""
+        value = proposal["value"]
+        self._options_problem = options_problem(value) if value is not None else None
+        return {} if self._options_problem else value
+
     async def load_user_options(self) -> None:
         """Check ``user_options`` (untrusted) and apply the chosen profile and slice."""
+        problem = getattr(self, "_options_problem", None)
+        if problem:  # the options were too deep or too heavy to keep (_bounded_user_options)
+            raise SpawnRefused(Refused(Reason.MALFORMED, problem, 'send {"profile": "<slug>"}'))
         await self.ensure_ledger()
         profiles, catalogue = await self._profiles()
         initialised = self._get_initialized_profile_list(profiles)

@@ -461,3 +461,20 @@ async def test_a_server_that_asks_a_gpu_leaves_its_card_to_allocate(make):
     await start_options(plain, {"profile": "raw"})
     names = [e.name for e in (await plain.get_pod_manifest()).spec.containers[0].env or []]
     assert "NVIDIA_VISIBLE_DEVICES" not in names
+
+
+async def test_options_too_deep_to_encode_are_not_kept_on_the_spawner_while_the_spawn_is_refused(make):
+    """JupyterHub puts a request's user_options on the spawner before any of our code runs, and
+    every server model it answers with (``GET /hub/api/users``, the hub service's poll) holds them:
+    options too deep to encode failed those answers with a 500 while the spawn was pending (found
+    by the fuzz tier's spawner door). They are kept as ``{}``, and the spawn is refused naming why."""
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    sp = make(ledger=ledger_with())
+    sp.user_options = {"profile": deep}
+    assert sp.user_options == {} and json.dumps(sp.user_options) == "{}"
+    with pytest.raises(SpawnRefused, match="user options nest deeper than 8 levels"):
+        await sp.load_user_options()
+    await start_options(sp, {"profile": "t4-5g"})  # the next request is read as usual
+    assert sp.gpushare_slice == "t4-5g"
