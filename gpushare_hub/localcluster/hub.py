@@ -121,6 +121,7 @@ class LocalHub:
         self.token = secrets.token_hex(32)
         self.proxy_token = secrets.token_hex(32)
         self.url = ""
+        self.direct_url = ""
         self.hub: Component | None = None
         self.proxy: Component | None = None
         self._user_tokens: dict[str, str] = {}
@@ -155,6 +156,7 @@ class LocalHub:
         chp = proxy_command()
         public, api, hub_port = self.port or free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{public}"
+        self.direct_url = f"http://127.0.0.1:{hub_port}"  # JupyterHub itself, not through the proxy
         proxy_api = f"http://127.0.0.1:{api}"
         env = {**os.environ, "CONFIGPROXY_AUTH_TOKEN": self.proxy_token}
         self.proxy = Component(
