@@ -417,10 +417,10 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     status, ledger_before = hub.call("GET", "/services/gpushare/api/v1/ledger")
     assert status == 200
     node = next(iter(stack.nodes.nodes))
-    real = stack.nodes.nodes[node]
-    for role in ("extender", "device-plugin"):
-        name = stack.names[role]
-        real.ctr("images", "tag", name, name.rsplit(":", 1)[0] + ":0.1.0-upgrade")
+    for real in stack.nodes.nodes.values():  # the new tag on every node (the plugin runs on each)
+        for role in ("extender", "device-plugin"):
+            name = stack.names[role]
+            real.ctr("images", "tag", name, name.rsplit(":", 1)[0] + ":0.1.0-upgrade")
     stack.run(
         "helm", "upgrade", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
         "--reuse-values", "--set=extender.image.tag=0.1.0-upgrade",
