@@ -356,6 +356,12 @@ def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(st
                 stack, "default", pod_name, "printenv", "NVIDIA_VISIBLE_DEVICES", "GPUSHARE_CARD_UUIDS"
             )
             assert env.split() == [card_of(pod), card_of(pod)], env
+        # The slice's start-up hook reaches the container in this mode too: on its path, read-only.
+        path = exec_in(stack, "default", "legacy-aliyun-style", "printenv", "PYTHONPATH")
+        assert HOOK_CONTAINER_PATH in path.strip().split(":"), path
+        mounts = exec_in(stack, "default", "legacy-aliyun-style", "cat", "/proc/self/mounts")
+        (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
+        assert "ro" in line.split()[3].split(","), line
     finally:
         kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0", *names)
 
