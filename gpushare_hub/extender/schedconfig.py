@@ -80,11 +80,21 @@ def profile(
     tie. The scheduler itself already counts that assumed pod, so its node scoring
     must pull the same way: MostAllocated on our resource for binpack (and fgd),
     LeastAllocated for spread. The system-default topology spreading, which would
-    push notebooks apart, is turned off; constraints a pod states still apply.
+    push notebooks apart, is turned off; constraints a pod states still apply. Outside
+    spread, so is the balanced-allocation score: it favours an empty node over one whose
+    CPU and memory the hub's own pods already use unevenly, and could outweigh the
+    packing (seen on the node tier: a third 5 GiB notebook sent to an empty second node
+    beside a card with 5 GiB free).
     """
     strategy = "LeastAllocated" if policy == "spread" else "MostAllocated"
+    plugins = (
+        {}
+        if policy == "spread"
+        else {"plugins": {"score": {"disabled": [{"name": "NodeResourcesBalancedAllocation"}]}}}
+    )
     return {
         "schedulerName": scheduler_name,
+        **plugins,
         "pluginConfig": [
             {
                 "name": "NodeResourcesFit",
