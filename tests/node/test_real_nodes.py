@@ -285,13 +285,8 @@ def test_pods_see_exactly_the_cards_they_asked_for(stack: RealStack, hub: Hub) -
         plain_pod(stack, "aliyun-style", {"aliyun.com/gpu-mem": "3"}, **sched),
         plain_pod(stack, "whole-card", {"aliyun.com/gpu-count": "1"}, **sched),
     ]
-    for body in manifests:
-        path = stack.cluster.workdir / f"{body['metadata']['name']}.json"
-        path.write_text(json.dumps(body))
-        kubectl(stack, "apply", "--namespace=default", f"--filename={path}")
     try:
-        for name in names:
-            assert wait_for(lambda n=name: ready(_pod(stack, n)), 120, every=1), _pod(stack, name)["status"]
+        apply_ready(stack, manifests)
         assert nvidia_devices(stack, "no-slice", "default") == set()
         assert nvidia_devices(stack, "nvidia-runtime", "default") == set()
         aliyun, whole = _pod(stack, "aliyun-style"), _pod(stack, "whole-card")
@@ -303,7 +298,16 @@ def test_pods_see_exactly_the_cards_they_asked_for(stack: RealStack, hub: Hub) -
             uuids = exec_in(stack, "default", name, "printenv", "GPUSHARE_CARD_UUIDS").strip()
             assert uuids == card_of(pod), uuids
     finally:
-        kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0", *names)
+        kubectl(
+            stack,
+            "delete",
+            "pods",
+            "--namespace=default",
+            "--wait=true",
+            "--grace-period=0",
+            "--ignore-not-found",
+            *names,
+        )
 
 
 def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(stack: RealStack) -> None:
@@ -335,13 +339,8 @@ def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(st
         plain_pod(stack, "legacy-whole-card", {"aliyun.com/gpu-count": "1"}, **on_it),
     ]
     names = [m["metadata"]["name"] for m in manifests]
-    for body in manifests:
-        path = stack.cluster.workdir / f"{body['metadata']['name']}.json"
-        path.write_text(json.dumps(body))
-        kubectl(stack, "apply", "--namespace=default", f"--filename={path}")
     try:
-        for pod_name in names:
-            assert wait_for(lambda n=pod_name: ready(_pod(stack, n)), 120, every=1), _pod(stack, pod_name)
+        apply_ready(stack, manifests)
         assert nvidia_devices(stack, "legacy-no-slice", "default") == set()
         aliyun, whole = _pod(stack, "legacy-aliyun-style"), _pod(stack, "legacy-whole-card")
         assert aliyun["spec"]["nodeName"] == whole["spec"]["nodeName"] == name
@@ -363,7 +362,26 @@ def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(st
         (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
         assert "ro" in line.split()[3].split(","), line
     finally:
-        kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0", *names)
+        kubectl(
+            stack,
+            "delete",
+            "pods",
+            "--namespace=default",
+            "--wait=true",
+            "--grace-period=0",
+            "--ignore-not-found",
+            *names,
+        )
+
+
+def apply_ready(stack: RealStack, manifests: list[dict[str, Any]]) -> None:
+    """``kubectl apply`` each pod into ``default``, then wait until every one is Ready."""
+    for body in manifests:
+        path = stack.cluster.workdir / f"{body['metadata']['name']}.json"
+        path.write_text(json.dumps(body))
+        kubectl(stack, "apply", "--namespace=default", f"--filename={path}")
+    for name in (m["metadata"]["name"] for m in manifests):
+        assert wait_for(lambda n=name: ready(_pod(stack, n)), 120, every=1), _pod(stack, name)["status"]
 
 
 def _pod(stack: RealStack, name: str) -> dict[str, Any]:
