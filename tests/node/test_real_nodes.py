@@ -20,6 +20,7 @@ import re
 import shlex
 import subprocess
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -219,9 +220,7 @@ def test_two_users_share_one_card_in_real_containers(stack: RealStack, hub: Hub)
         assert env["NVIDIA_VISIBLE_DEVICES"] == "void", env.get("NVIDIA_VISIBLE_DEVICES")
         assert nvidia_devices(stack, name) == {f"nvidia{index_of(stack, pod)}", *CONTROL_NODES}
         assert HOOK_CONTAINER_PATH in env.get("PYTHONPATH", "").split(":"), env.get("PYTHONPATH")
-        mounts = exec_in(stack, HUB_NAMESPACE, name, "cat", "/proc/self/mounts")
-        (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
-        assert "ro" in line.split()[3].split(","), line
+        assert_hook_mounted_read_only(stack, HUB_NAMESPACE, name)
         terminal = terminal_env(stack, hub, user)
         assert terminal.get("GPUSHARE_CARD_UUIDS") == card_of(pod), terminal
         assert HOOK_CONTAINER_PATH in terminal.get("PYTHONPATH", "").split(":"), terminal
@@ -298,16 +297,7 @@ def test_pods_see_exactly_the_cards_they_asked_for(stack: RealStack, hub: Hub) -
             uuids = exec_in(stack, "default", name, "printenv", "GPUSHARE_CARD_UUIDS").strip()
             assert uuids == card_of(pod), uuids
     finally:
-        kubectl(
-            stack,
-            "delete",
-            "pods",
-            "--namespace=default",
-            "--wait=true",
-            "--grace-period=0",
-            "--ignore-not-found",
-            *names,
-        )
+        delete_pods(stack, names)
 
 
 def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(stack: RealStack) -> None:
@@ -358,20 +348,22 @@ def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(st
         # The slice's start-up hook reaches the container in this mode too: on its path, read-only.
         path = exec_in(stack, "default", "legacy-aliyun-style", "printenv", "PYTHONPATH")
         assert HOOK_CONTAINER_PATH in path.strip().split(":"), path
-        mounts = exec_in(stack, "default", "legacy-aliyun-style", "cat", "/proc/self/mounts")
-        (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
-        assert "ro" in line.split()[3].split(","), line
+        assert_hook_mounted_read_only(stack, "default", "legacy-aliyun-style")
     finally:
-        kubectl(
-            stack,
-            "delete",
-            "pods",
-            "--namespace=default",
-            "--wait=true",
-            "--grace-period=0",
-            "--ignore-not-found",
-            *names,
-        )
+        delete_pods(stack, names)
+
+
+def assert_hook_mounted_read_only(stack: RealStack, namespace: str, pod: str) -> None:
+    """The start-up hook's folder is mounted in the container, read-only."""
+    mounts = exec_in(stack, namespace, pod, "cat", "/proc/self/mounts")
+    (line,) = [m for m in mounts.splitlines() if m.split()[1] == HOOK_CONTAINER_PATH]
+    assert "ro" in line.split()[3].split(","), line
+
+
+def delete_pods(stack: RealStack, names: Sequence[str]) -> None:
+    """Delete these pods of ``default`` at once, and wait until they are gone."""
+    kubectl(stack, "delete", "pods", "--namespace=default", "--wait=true", "--grace-period=0",
+            "--ignore-not-found", *names)  # fmt: skip
 
 
 def apply_ready(stack: RealStack, manifests: list[dict[str, Any]]) -> None:
