@@ -355,7 +355,8 @@ class RealNodes:
     def _start_containerd(self, node: RealNode) -> None:
         config = self.host_path_of(node, noderuntime.CONTAINERD_CONFIG)
         config.write_text(noderuntime.containerd_config(self.sandbox_image, CNI_BIN))
-        for argv in noderuntime.toolkit_commands(self.toolkit_dir, node.legacy, self._fake_cli(node)):
+        cli = self._fake_cli(node) if node.legacy else None  # only NVIDIA's legacy hook calls it
+        for argv in noderuntime.toolkit_commands(self.toolkit_dir, node.legacy, cli):
             proc = subprocess.run(node.enter() + argv, capture_output=True, text=True, timeout=60)
             if proc.returncode != 0:
                 raise HarnessError(f"`{' '.join(argv[:3])}` on {node.name} failed: {proc.stderr.strip()}")
