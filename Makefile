@@ -1,6 +1,7 @@
 # The commands a newcomer needs: `make demo` (the whole stack on this machine), `make replay`
 # (capacity planning on a real trace) and `make test`. Everything else is set up on the way: a
-# virtualenv in .venv, configurable-http-proxy from npm into ~/.cache/gpushare-hub/npm, and the
+# virtualenv in .venv (its packages installed by uv, from PyPI, about five times faster than pip),
+# configurable-http-proxy from npm into ~/.cache/gpushare-hub/npm, and the
 # pinned Kubernetes binaries built from source into ~/.cache/gpushare-hub/k8s (once).
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup labextension demo system-deps replay test test-steps test-main k8s-also-binaries lint-checks test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-steps test-setup test-main newest-chain test-between k8s-also-binaries lint-checks test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP) labextension
 
@@ -19,10 +20,10 @@ labextension: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 is needed, found " + sys.version'
-	@echo "installing gpushare-hub and its Python packages into $(VENV) (about 1 to 3 min the first time) ..."
+	@echo "installing gpushare-hub and its Python packages into $(VENV) (under a minute the first time) ..."
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,plot,dev,demo]'
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[test,plot,dev,demo]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 ## The first thing to try: GPU slices for JupyterHub, all of it on this machine, until Ctrl-C.
@@ -85,32 +86,53 @@ test:
 	@GPUSHARE_TIMING=$(TIMING_FILE) $(MAKE) --no-print-directory test-steps; rc=$$?; \
 	  $(TIMING) table $(TIMING_FILE); exit $$rc
 
+# The first version's control plane and kubectl build (Go, both cores) from the start, with the
+# system Python (the builder is standard library only), while the venv, the labextension, Debian's
+# packages and the proxy are set up (mostly waits on the network). Then three things side by side:
+# the checks, the main sessions and the newest version's chain (below).
+FIRST_LOG  := $(CURDIR)/out/k8s-first-build.log
+NEWEST_LOG := $(CURDIR)/out/newest-chain.log
+CHECK_LOG  := $(CURDIR)/out/checks.log
 test-steps:
-	$(STEP) venv --cached-if 'test -f $(STAMP)' -- $(MAKE) --no-print-directory $(STAMP)
-	$(STEP) labextension --cached-if '$(LABEXTENSION_BUILT)' -- $(BIN)/python -m gpushare_hub.notebook.build
+	@echo "building the first Kubernetes version's control plane and kubectl in the background: $(FIRST_LOG)"
+	@$(PYTHON) -m gpushare_hub.localcluster.build --only control-plane kubectl >$(FIRST_LOG) 2>&1 & first=$$!; \
+	  $(MAKE) --no-print-directory test-setup; rc=$$?; \
+	  wait $$first; frc=$$?; cat $(FIRST_LOG); \
+	  if [ $$rc != 0 ]; then exit $$rc; fi; exit $$frc
+	@echo "the newest version's chain (helm, its binaries, CoreDNS, containerd, the toolkit; then its node,"
+	@echo "  kubelet and cluster tiers) runs beside the main sessions; its log: $(NEWEST_LOG)"
+	@$(MAKE) --no-print-directory newest-chain >$(NEWEST_LOG) 2>&1 & chain=$$!; \
+	  $(MAKE) --no-print-directory test-main; rc=$$?; \
+	  echo "waiting for the newest version's chain ($(NEWEST_LOG)):"; wait $$chain; crc=$$?; cat $(NEWEST_LOG); \
+	  if [ $$crc != 0 ]; then echo "the newest version's chain failed (exit $$crc): $(NEWEST_LOG)"; fi; \
+	  if [ $$rc != 0 ]; then exit $$rc; fi; exit $$crc
+	$(MAKE) --no-print-directory test-between
+
+test-setup:
 	$(STEP) "Debian packages" --cached-if 'dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1' -- \
 	  $(MAKE) --no-print-directory system-deps
-	$(BIN)/gpushare-localcluster build --only control-plane kubectl
+	$(STEP) venv --cached-if 'test -f $(STAMP)' -- $(MAKE) --no-print-directory $(STAMP)
+	$(STEP) labextension --cached-if '$(LABEXTENSION_BUILT)' -- $(BIN)/python -m gpushare_hub.notebook.build
 	$(MAKE) --no-print-directory hub-proxy
-	@echo "building helm, the further Kubernetes versions and CoreDNS in the background (nice 19): $(ALSO_LOG)"
-	@nice -n 19 $(MAKE) --no-print-directory k8s-also-binaries >$(ALSO_LOG) 2>&1 & bg=$$!; \
-	  $(MAKE) --no-print-directory test-main; rc=$$?; \
-	  echo "waiting for the background build ($(ALSO_LOG)):"; wait $$bg; brc=$$?; cat $(ALSO_LOG); \
-	  if [ $$rc != 0 ]; then exit $$rc; fi; exit $$brc
-	$(MAKE) --no-print-directory test-newest
 
-# While `make test` builds the further versions: the checks, then every tier but node (first version)
-# as two pytest sessions side by side (gpushare_hub/localcluster/sidebyside.py), each with its own
-# cluster and hub: most tiers wait on processes they started. The groups hold about equal time.
+# The checks, in the background, and every tier but node (first version) as two pytest sessions side
+# by side (gpushare_hub/localcluster/sidebyside.py), each with its own cluster and hub: most tiers
+# wait on processes they started. The groups hold about equal time.
 MAIN_GROUPS := fuzz=tests/fuzz,tests/kubelet,tests/unit,tests/bench hub=tests/hub,tests/browser,tests/cluster,tests/chart
 test-main:
-	$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks
-	$(BIN)/python -m gpushare_hub.localcluster.sidebyside $(MAIN_GROUPS)
+	@$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks >$(CHECK_LOG) 2>&1 & checks=$$!; \
+	  $(BIN)/python -m gpushare_hub.localcluster.sidebyside $(MAIN_GROUPS); rc=$$?; \
+	  wait $$checks; crc=$$?; echo "== ruff, mypy, lint-imports ($(CHECK_LOG)):"; cat $(CHECK_LOG); \
+	  if [ $$rc != 0 ]; then exit $$rc; fi; exit $$crc
 
-# What the chart tier (helm: it runs last in its session, and waits on the build lock if helm is
-# not built yet), the node tier and test-k8s-also need beyond the first version's control plane
-# (no `setup`: `make test` runs this beside its tiers, once the venv is in place).
-ALSO_LOG := $(CURDIR)/out/k8s-also-build.log
+# Beside the main sessions: what the chart tier (helm: it runs last in its session, and waits on the
+# build lock if helm is not built yet), the node tier and the newest version's tiers need, built
+# once; then `make test-newest`'s sessions. No `setup`: `make test` runs this once the venv is in place.
+newest-chain:
+	$(MAKE) --no-print-directory k8s-also-binaries
+	$(NEWEST_SESSIONS)
+
+# What the chart tier, the node tier and test-k8s-also need beyond the first version's control plane.
 k8s-also-binaries:
 	$(BIN)/gpushare-localcluster build --only clients
 	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
@@ -128,8 +150,16 @@ test-node: setup system-deps hub-proxy
 ## then the cluster and kubelet tiers at any other further version.
 test-newest: setup system-deps hub-proxy
 	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/gpushare-localcluster build --coredns --runtime
-	GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/python -m gpushare_hub.localcluster.sidebyside \
-	  node=tests/node newest=tests/cluster,tests/kubelet
+	$(NEWEST_SESSIONS)
+	$(MAKE) --no-print-directory test-between
+
+# The newest version's sessions: the node tier (real nodes: it mostly waits on its kubelets and
+# containers) beside the kubelet and cluster tiers at that version.
+NEWEST_SESSIONS = GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/python -m gpushare_hub.localcluster.sidebyside \
+	node=tests/node newest=tests/kubelet,tests/cluster
+
+# The cluster and kubelet tiers at each version pinned between the first and the newest (none today).
+test-between:
 	set -e; for v in $(filter-out $(K8S_NEWEST),$(K8S_ALSO)); do echo "== Kubernetes $$v"; \
 	  GPUSHARE_K8S_VERSION=$$v $(BIN)/gpushare-localcluster build --only control-plane; \
 	  GPUSHARE_K8S_VERSION=$$v $(BIN)/pytest -p no:cacheprovider tests/cluster tests/kubelet; done

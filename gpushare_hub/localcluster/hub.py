@@ -9,7 +9,9 @@ Usage::
 
 The proxy is installed from npm at a pinned version into a cache outside the repository
 (``~/.cache/gpushare-hub/npm``, reused when present). Ports are chosen free, the database is
-a fresh sqlite file in the cluster's work folder, the hub reaches the API server with the
+a fresh sqlite file in the cluster's work folder (written without fsync: a hub process that
+dies loses nothing, only the machine's own crash could; JupyterHub commits several times per
+spawn, and each fsync stalls its one event loop), the hub reaches the API server with the
 cluster's admin kubeconfig, and both processes are components of the cluster, so they stop
 with it and their logs sit beside the others.
 """
@@ -90,6 +92,16 @@ def _npm_install(root: Path, exe: Path, log: Any) -> None:
         raise HarnessError(f"npm installed {PROXY_PACKAGE} but {exe} is missing")
 
 
+# The hub's sqlite connections skip fsync (PRAGMA synchronous=OFF): see the module's docstring.
+NO_FSYNC = (
+    "import sqlalchemy.engine, sqlalchemy.event",
+    "@sqlalchemy.event.listens_for(sqlalchemy.engine.Engine, 'connect')",
+    "def _no_fsync(connection, _record):",
+    "    if type(connection).__module__.startswith('sqlite3'):",
+    "        connection.execute('PRAGMA synchronous=OFF')",
+)
+
+
 def _py(value: Any) -> str:
     return repr(value)
 
@@ -141,6 +153,7 @@ class LocalHub:
             f"c.JupyterHub.spawner_class = {_py(self.spawner_class)}",
             "c.JupyterHub.cleanup_servers = True",
             "c.JupyterHub.log_level = 'DEBUG'",
+            *NO_FSYNC,
             "c.ConfigurableHTTPProxy.should_start = False",
             f"c.ConfigurableHTTPProxy.api_url = {_py(proxy_api)}",
             f"c.ConfigurableHTTPProxy.auth_token = {_py(self.proxy_token)}",

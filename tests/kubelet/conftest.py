@@ -8,6 +8,7 @@ kube-scheduler and our extender.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from collections.abc import Iterator
@@ -40,7 +41,13 @@ class DeviceManager(JsonLineShim):
         )
 
 
-@pytest.fixture(scope="session")
+# The tier's fixtures live as long as the tier (package scope), not the session: the kubelet's
+# socket folder is the machine's, and `make test` runs this tier at two Kubernetes versions in two
+# sessions side by side, which take turns on it (PLUGIN_DIR_LOCK).
+PLUGIN_DIR_LOCK = PLUGIN_DIR / ".gpushare-kubelet-tier.lock"
+
+
+@pytest.fixture(scope="package")
 def device_manager(local_cluster: LocalCluster) -> Iterator[DeviceManager]:
     if os.geteuid() != 0:
         pytest.fail(
@@ -50,9 +57,11 @@ def device_manager(local_cluster: LocalCluster) -> Iterator[DeviceManager]:
         )
     binary = build.build_go_shim(Path(__file__).parent / "dmharness" / "main.go", "dmharness")
     PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
-    dm = DeviceManager(binary, local_cluster.logs / "dmharness.log")
-    yield dm
-    dm.close()
+    with PLUGIN_DIR_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session's kubelet tier finishes first
+        dm = DeviceManager(binary, local_cluster.logs / "dmharness.log")
+        yield dm
+        dm.close()
 
 
 def extender_knows_the_plugins_cards(url: str) -> bool:
@@ -113,7 +122,7 @@ class Plugin:
         self.comp.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def plugin(
     local_cluster: LocalCluster,
     device_manager: DeviceManager,
