@@ -341,3 +341,14 @@ def test_the_admins_view_lists_users_with_a_budget_and_what_was_added(tmp_path: 
     rows = {u["user"]: u for u in doc["users"]}
     assert set(rows) == {"alice", "bea", "carl"}
     assert rows["alice"]["used_gib_hours"] == pytest.approx(5) and rows["carl"]["added_gib_hours"] == 4
+
+
+def test_the_book_on_a_file_is_written_ahead_and_synced_at_checkpoints(tmp_path):
+    """WAL with synchronous=NORMAL (1): the spawner reads while the service writes, and a commit
+    costs no fsync of its own."""
+    store = BudgetStore(tmp_path / "book.sqlite")
+    try:
+        assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1
+    finally:
+        store.close()
