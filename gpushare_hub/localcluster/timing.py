@@ -108,8 +108,8 @@ def merged(lines: list[Line]) -> list[Line]:
     return list(out.values())
 
 
-def _row(name: str, state: str, seconds: float, note: str = "") -> str:
-    return f"  {name[:54]:<54} {state:>7} {seconds:>9.1f}  {note[:60]}".rstrip()
+def _row(name: str, state: str, seconds: float, note: str = "", at: str = "") -> str:
+    return f"  {name[:46]:<46} {state:>7} {at:>7} {seconds:>9.1f}  {note[:60]}".rstrip()
 
 
 def _overlapping(lines: list[Line]) -> float:
@@ -127,7 +127,9 @@ def table(lines: list[Line], slow_shown: int = 15) -> str:
     """The table `make test` ends with."""
     if not lines:
         return "(no timing recorded)"
-    out = ["", "== make test: where the time went (wall seconds) =="]
+    out = ["", "== make test: where the time went (wall seconds; from: its start, after the run's) =="]
+    steps = [x for x in lines if x.kind != "slow"]
+    began = min((x.start for x in steps), default=0.0)
     for kind, title, head in (
         ("build", "builds (cold: built now; cached: found built)", "state"),
         ("check", "checks", "state"),
@@ -137,10 +139,9 @@ def table(lines: list[Line], slow_shown: int = 15) -> str:
         rows = [x for x in merged(lines) if x.kind == kind]
         if not rows:
             continue
-        out.append(f"{title:<56} {head:>7} {'seconds':>9}")
-        out += [_row(x.name, x.state, x.seconds, x.note) for x in rows]
+        out.append(f"{title:<48} {head:>7} {'from':>7} {'seconds':>9}")
+        out += [_row(x.name, x.state, x.seconds, x.note, f"+{x.start - began:.0f}") for x in rows]
         out.append(_row("(sum)", "", sum(x.seconds for x in rows)))
-    steps = [x for x in lines if x.kind != "slow"]
     wall = max(x.start + x.seconds for x in steps) - min(x.start for x in steps)
     out.append(f"make test: {wall:.0f} s from its first step's start to its last step's end")
     out.append(

@@ -3,6 +3,7 @@ table reads it, and that a timed step keeps its command's exit status."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,9 @@ def test_the_table_shows_each_step_the_wall_time_and_side_by_side_steps_once():
     text = timing.table(lines)
     assert "Kubernetes v1.37.2" in text and "cold" in text and "100.0" in text
     assert "hub" in text and "150.0" in text
+    # Each row says when it started, after the run's first step: the session beside the build.
+    assert re.search(r"pytest tests +900 +\+20 +200\.0", text), text
+    assert re.search(r"Kubernetes v1\.37\.2 +cold +\+10 +100\.0", text), text
     assert "make test: 220 s from its first step's start" in text
     assert "(211 s covered by the steps above" in text
     assert "61.0  tests/hub/test_budgets.py::test_spent" in text and "Stops the server." in text
