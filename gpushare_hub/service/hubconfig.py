@@ -29,6 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from .address import free_port, listen_on
+from .hubroles import (
+    DISPLAY_NAME,
+    add_roles,
+    add_scopes,
+    admin_scope,
+    config_section,
+    current_value,
+    metrics_scope,
+    returns_servers,
+)
 
 CONFIG_ENV = "GPUSHARE_SERVICE_CONFIG"
 # The spawner's GiB·h budget settings, which the service applies as well.
@@ -38,43 +48,8 @@ BUDGET_SETTINGS = (
     "quota_gib_hours_window",
     "quota_gib_hours_timezone",
 )
-DISPLAY_NAME = "GPU slices"
 # A page.html that extends JupyterHub's and names a service by its info["display_name"].
 TEMPLATES = str(Path(__file__).parent / "templates")
-
-# What the service's own hub token may do: list users with their groups, servers and activity.
-SERVICE_SCOPES = (
-    "list:users",
-    "read:users:name",
-    "read:users:groups",
-    "read:users:activity",
-    "read:servers",
-)
-
-
-# JupyterHub's `server` role: what a server's own token holds by default.
-SERVER_SCOPES = ("users:activity!user", "access:servers!server")
-
-
-def admin_scope(name: str = "gpushare") -> str:
-    """The custom scope that opens the dashboard and the ledger API of service ``name``."""
-    return f"custom:{name}:admin"
-
-
-def metrics_scope(name: str = "gpushare") -> str:
-    """The custom scope that lets a token scrape ``metrics`` (no dashboard access)."""
-    return f"custom:{name}:metrics"
-
-
-def _section(c: Any, cls: str) -> Mapping[str, Any]:
-    return c.get(cls, {})  # type: ignore[no-any-return]
-
-
-def _current(c: Any, key: str, empty: Any) -> Any:
-    section = _section(c, "JupyterHub")
-    value = section.get(key, empty) if key in section else empty
-    # An unset trait reads as a LazyConfigValue in traitlets; only plain values are kept.
-    return value if isinstance(value, type(empty)) else empty
 
 
 def configure_hub(
@@ -119,11 +94,11 @@ def configure_hub(
     be given; a host other than a loopback address makes the service listen on every interface
     of that port (each request still needs a hub token). None: ``http://127.0.0.1:<port>``.
     """
-    spawner = _section(c, "GPUShareSpawner")
-    kube = _section(c, "KubeSpawner")
+    spawner = config_section(c, "GPUShareSpawner")
+    kube = config_section(c, "KubeSpawner")
     service_config = _service_config(name, spawner, kube, slices, node_selector)
-    service_config.update(_own_settings(_section(c, "GPUShareService")))
-    service_config.setdefault("state_db", _beside_hub_db(_current(c, "db_url", "")))
+    service_config.update(_own_settings(config_section(c, "GPUShareService")))
+    service_config.setdefault("state_db", _beside_hub_db(current_value(c, "db_url", "")))
     if "budget_db" not in spawner:  # the spawner reads the GiB·h book the service keeps there
         c.GPUShareSpawner.budget_db = os.path.abspath(service_config["state_db"])
     env = _kube_access(kubeconfig, service_config)
@@ -132,9 +107,14 @@ def configure_hub(
     env.update(environment or {})
     _add_service(c, name, url, env)
     _tell_servers(c, name, url)
-    _add_scopes(c, name)
-    _add_roles(
-        c, name, list(admin_users), list(admin_groups), list(metrics_services), _returns(service_config)
+    add_scopes(c, name)
+    add_roles(
+        c,
+        name,
+        list(admin_users),
+        list(admin_groups),
+        list(metrics_services),
+        returns_servers(service_config),
     )
 
 
@@ -259,14 +239,14 @@ def _service_url(url: str | None, port: int | None, service_config: dict[str, An
 
 def _tell_servers(c: Any, name: str, url: str) -> None:
     """Notebook servers learn where the service is (``GPUShareSpawner.service_url``); their
-    tokens may call it through JupyterHub's ``server`` role (see :func:`_grant_every_server`)."""
-    if not _section(c, "GPUShareSpawner").get("service_url"):
+    tokens may call it through JupyterHub's ``server`` role (see :func:`grant_every_server`)."""
+    if not config_section(c, "GPUShareSpawner").get("service_url"):
         c.GPUShareSpawner.service_url = f"{url.rstrip('/')}/services/{name}/"
 
 
 def _add_service(c: Any, name: str, url: str, env: dict[str, str]) -> None:
     """The ``c.JupyterHub.services`` entry (replacing one of that name) and our page.html's folder."""
-    services = [s for s in _current(c, "services", []) if s.get("name") != name]
+    services = [s for s in current_value(c, "services", []) if s.get("name") != name]
     services.append(
         {
             "name": name,
@@ -282,19 +262,9 @@ def _add_service(c: Any, name: str, url: str, env: dict[str, str]) -> None:
         }
     )
     c.JupyterHub.services = services
-    paths = list(_current(c, "template_paths", []))
+    paths = list(current_value(c, "template_paths", []))
     if TEMPLATES not in paths:
         c.JupyterHub.template_paths = [*paths, TEMPLATES]  # an admin's own page.html still wins
-
-
-def _add_scopes(c: Any, name: str) -> None:
-    scopes = dict(_current(c, "custom_scopes", {}))
-    scopes[admin_scope(name)] = {
-        "description": f"See every user's GPU slices on the {DISPLAY_NAME} dashboard and ledger API.",
-        "subscopes": [metrics_scope(name)],
-    }
-    scopes[metrics_scope(name)] = {"description": f"Scrape the {DISPLAY_NAME} service's Prometheus metrics."}
-    c.JupyterHub.custom_scopes = scopes
 
 
 def _beside_hub_db(db_url: str) -> str:
@@ -305,83 +275,3 @@ def _beside_hub_db(db_url: str) -> str:
         path = db_url[len("sqlite:///") :].split("?", 1)[0]
         return str(Path(path).with_name(name)) if path else name
     return name
-
-
-def _returns(service_config: Mapping[str, Any]) -> bool:
-    """Whether an idle action, or the action on a spent GiB·h budget, stops or parks servers
-    (then the service's role may)."""
-    actions = [service_config.get("gpu_idle_action", "notify")]
-    for key in ("gpu_idle_action_per_group", "gpu_idle_action_per_slice"):
-        actions += list((service_config.get(key) or {}).values())
-    budgets = service_config.get("quota_gib_hours") is not None or service_config.get(
-        "quota_gib_hours_per_group"
-    )
-    if budgets:
-        actions.append(service_config.get("budget_action", "stop"))
-    return any(a in ("stop", "park") for a in actions)
-
-
-def _add_roles(
-    c: Any,
-    name: str,
-    admin_users: list[str],
-    admin_groups: list[str],
-    metrics_services: list[str],
-    returns: bool = False,
-) -> None:
-    """Our roles (replacing earlier ones of the same names), and every user's access to the service.
-    ``returns``: the idle rule stops or parks servers, so the service's role gets ``servers``
-    (start and stop any user's servers); otherwise it writes nothing."""
-    access = f"access:services!service={name}"
-    ours = {f"{name}-service", f"{name}-admins", f"{name}-metrics"}
-    roles = [dict(r) for r in _current(c, "load_roles", []) if r.get("name") not in ours]
-    roles.append(
-        {
-            "name": f"{name}-service",
-            "description": "The gpushare service reads users, groups, servers and activity"
-            + (", and stops or parks servers idle on the GPU." if returns else "."),
-            "scopes": list(SERVICE_SCOPES) + (["servers"] if returns else []),
-            "services": [name],
-        }
-    )
-    roles.append(
-        {
-            "name": f"{name}-admins",
-            "description": f"Full view of the {DISPLAY_NAME} dashboard.",
-            "scopes": [admin_scope(name), access],
-            "users": admin_users,
-            "groups": admin_groups,
-        }
-    )
-    _grant_every_user(roles, access)
-    _grant_every_server(roles, access)
-    if metrics_services:
-        roles.append(
-            {
-                "name": f"{name}-metrics",
-                "description": f"Scrape the {DISPLAY_NAME} metrics.",
-                "scopes": [metrics_scope(name), access],
-                "services": metrics_services,
-            }
-        )
-    c.JupyterHub.load_roles = roles
-
-
-def _grant_every_server(roles: list[dict[str, Any]], access: str) -> None:
-    """Every notebook server's own token may call the service (the JupyterLab status bar, the
-    out-of-memory note): JupyterHub's "server" role, which such tokens get unless an admin sets
-    ``server_token_scopes``, extended (an admin's own "server" role keeps its scopes)."""
-    server_role = next((r for r in roles if r.get("name") == "server"), None)
-    if server_role is None:
-        server_role = {"name": "server", "scopes": list(SERVER_SCOPES)}
-        roles.append(server_role)
-    server_role["scopes"] = [*[s for s in server_role.get("scopes", SERVER_SCOPES) if s != access], access]
-
-
-def _grant_every_user(roles: list[dict[str, Any]], access: str) -> None:
-    """Every user may open the service: JupyterHub's default "user" role, extended."""
-    user_role = next((r for r in roles if r.get("name") == "user"), None)
-    if user_role is None:
-        user_role = {"name": "user", "scopes": ["self"]}
-        roles.append(user_role)
-    user_role["scopes"] = [*[s for s in user_role.get("scopes", ["self"]) if s != access], access]

@@ -41,7 +41,7 @@ from gpushare_hub.core.report import (
 )
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
-from .view import HubServer, servers_from_users
+from .hubservers import HubServer, servers_from_users
 
 log = logging.getLogger("gpushare.service")
 # How long one api/v1/me computation serves every caller, unless the cluster changed before.

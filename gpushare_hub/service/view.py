@@ -12,13 +12,11 @@ units that no catalogued slice can use, per card, per model and in all, counted 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpushare_hub.core import Ledger, model_matches
+from gpushare_hub.core import Ledger
 from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.isolation import NodeIsolation
@@ -27,127 +25,10 @@ from gpushare_hub.core.usage import NOT_MEASURED
 from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
 from gpushare_hub.core.waste import card_fragment
 
+from .hubservers import HubServer, idle_seconds
+from .query import Filters
+
 API_VERSION = "v1"
-
-# ---- query parameters ----------------------------------------------------------------------
-
-NODE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain
-MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,62}$")
-USER_RE = re.compile(r"^[^\x00-\x1f\x7f/]{1,255}$")
-FILTER_KEYS = ("node", "model", "user")
-
-
-class QueryError(ValueError):
-    """A query parameter is wrong; the message names it and what is allowed."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True)
-class Filters:
-    """Only this node, card model and hub user (empty: all)."""
-
-    node: str = ""
-    model: str = ""
-    user: str = ""
-    refresh: int | None = None
-
-    def keeps_card(self, node: str, card: CardRow) -> bool:
-        return (not self.node or node == self.node) and (
-            not self.model or model_matches(card.model, self.model)
-        )
-
-    def keeps_pod(self, pod: PodRow) -> bool:
-        return not self.user or pod.hub_user == self.user
-
-
-def parse_query(query: Mapping[str, Sequence[Any]], allowed: Sequence[str]) -> Filters:
-    """Read ``?node=&model=&user=&refresh=`` (only the keys in ``allowed``); raise :class:`QueryError`."""
-    values: dict[str, str] = {}
-    for key, raw in query.items():
-        if key not in allowed:
-            raise QueryError(
-                key, f"unknown query parameter {key!r}; this endpoint takes {', '.join(allowed) or 'none'}"
-            )
-        if len(raw) != 1:
-            raise QueryError(key, f"query parameter {key!r} is given {len(raw)} times; give it once")
-        value = raw[0].decode("utf-8", "replace") if isinstance(raw[0], bytes) else str(raw[0])
-        values[key] = value
-    checks = {
-        "node": (NODE_RE, "a node name (lower-case letters, digits, '-' and '.'), e.g. nb-1"),
-        "model": (MODEL_RE, "a card model as NVML names it, e.g. Tesla-T4"),
-        "user": (USER_RE, "a hub user name"),
-    }
-    for key, (pattern, what) in checks.items():
-        if key in values and not pattern.fullmatch(values[key]):  # fullmatch: no trailing newline
-            raise QueryError(
-                key, f"query parameter {key}={values[key][:80]!r} is not {what}; leave it out for all"
-            )
-    refresh = None
-    if "refresh" in values:
-        raw_refresh = values["refresh"]
-        digits = raw_refresh.isascii() and raw_refresh.isdigit() and len(raw_refresh) <= 4
-        if not digits or not 1 <= int(raw_refresh) <= 3600:
-            raise QueryError(
-                "refresh",
-                f"query parameter refresh={raw_refresh[:20]!r} is not a number of seconds "
-                "from 1 to 3600, e.g. refresh=5",
-            )
-        refresh = int(raw_refresh)
-    return Filters(values.get("node", ""), values.get("model", ""), values.get("user", ""), refresh)
-
-
-# ---- the hub's side ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HubServer:
-    """One of the hub's servers, as its REST API reports it (times are RFC 3339 strings)."""
-
-    user: str
-    server: str = ""
-    started: str = ""
-    last_activity: str = ""
-
-
-def servers_from_users(users: Iterable[Mapping[str, Any]]) -> tuple[list[HubServer], dict[str, list[str]]]:
-    """The servers and each user's groups, from ``GET /hub/api/users`` models (untrusted shapes skipped)."""
-    servers: list[HubServer] = []
-    groups: dict[str, list[str]] = {}
-    for user in users:
-        if not isinstance(user, Mapping) or not isinstance(user.get("name"), str):
-            continue
-        name = user["name"]
-        listed = user.get("groups")
-        groups[name] = [g for g in listed if isinstance(g, str)] if isinstance(listed, list) else []
-        owned = user.get("servers")
-        for sname, srv in owned.items() if isinstance(owned, Mapping) else ():
-            if not isinstance(sname, str) or not isinstance(srv, Mapping):
-                continue
-            servers.append(
-                HubServer(
-                    user=name,
-                    server=str(sname),
-                    started=str(srv.get("started") or ""),
-                    last_activity=str(srv.get("last_activity") or user.get("last_activity") or ""),
-                )
-            )
-    return servers, groups
-
-
-def _parse_time(text: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def idle_seconds(last_activity: str, now: datetime) -> int | None:
-    when = _parse_time(last_activity) if last_activity else None
-    return None if when is None else max(0, int((now - when).total_seconds()))
-
 
 # ---- documents ---------------------------------------------------------------------------------
 

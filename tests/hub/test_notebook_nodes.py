@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.request
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from gpushare_hub.localcluster.nodeagent import start_ticks
@@ -116,8 +116,7 @@ def test_a_pod_of_an_unknown_image_stays_kwok_only_and_the_agent_says_so_once(
     local_cluster, hub, notebook_nodes
 ):
     api = local_cluster.core_api()
-    body = gpu_pod("other-image", 1, SCHEDULER, {LABEL: "true"})
-    api.create_namespaced_pod(NAMESPACE, body)
+    api.create_namespaced_pod(NAMESPACE, gpu_pod("other-image", 1, SCHEDULER, {LABEL: "true"}))
     try:
         running = wait_for(
             lambda: api.read_namespaced_pod("other-image", NAMESPACE).status.phase == "Running", timeout=60
@@ -125,12 +124,21 @@ def test_a_pod_of_an_unknown_image_stays_kwok_only_and_the_agent_says_so_once(
         assert running
         line = "pod hub/other-image: image quay.io/jupyter/base-notebook is not one this agent runs"
         assert wait_for(lambda: line in notebook_nodes.agent_log().read_text(), timeout=30)
-        time.sleep(2)  # a few reconcile rounds later, still said once
+        # Positive evidence of later reconcile rounds: each goes over every pod the agent knows,
+        # so the round that speaks of a second such pod went over the first one again.
+        api.create_namespaced_pod(NAMESPACE, gpu_pod("other-image-2", 1, SCHEDULER, {LABEL: "true"}))
+        second = "pod hub/other-image-2: image quay.io/jupyter/base-notebook is not one this agent runs"
+        assert wait_for(lambda: second in notebook_nodes.agent_log().read_text(), timeout=60)
         assert notebook_nodes.agent_log().read_text().count(line) == 1
         uid = api.read_namespaced_pod("other-image", NAMESPACE).metadata.uid
         assert record_of(notebook_nodes, uid) is None
     finally:
-        api.delete_namespaced_pod("other-image", NAMESPACE, grace_period_seconds=0)
+        for name in ("other-image", "other-image-2"):
+            try:
+                api.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
 
 
 def test_a_command_that_exits_at_once_fails_the_pod_with_its_code_and_last_output(local_cluster, hub):

@@ -44,11 +44,13 @@ from gpushare_hub.core.names import (
 from gpushare_hub.core.releases import Release, ReleaseHistory
 from gpushare_hub.service.budgets import BudgetKeeper, BudgetRule, held_now
 from gpushare_hub.service.handlers.me import availability_of, me_answer, spawn_url
+from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.idle import PARK, IdleRule
+from gpushare_hub.service.query import Filters
 from gpushare_hub.service.returner import IdleReturner
 from gpushare_hub.service.sources import Cluster, service_informer
 from gpushare_hub.service.store import IdleAction, ServiceStore
-from gpushare_hub.service.view import Filters, HubServer, ledger_document
+from gpushare_hub.service.view import ledger_document
 from tests.support.inspect_cluster import placed
 from tests.unit.helpers import node_obj, pod_obj
 

@@ -17,7 +17,9 @@ from gpushare_hub.core.names import CARDS_ANNOTATION
 from gpushare_hub.core.report import PendingPod, build_report, pod_facts
 from gpushare_hub.core.verdict import Reason
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
-from gpushare_hub.service.hubconfig import CONFIG_ENV, SERVICE_SCOPES
+from gpushare_hub.service.hubconfig import CONFIG_ENV
+from gpushare_hub.service.hubroles import SERVICE_SCOPES
+from gpushare_hub.service.hubservers import HubServer, servers_from_users
 from gpushare_hub.service.metrics import (
     LABELS,
     NO_HUB_USER,
@@ -29,17 +31,8 @@ from gpushare_hub.service.metrics import (
     per_user,
     render_metrics,
 )
-from gpushare_hub.service.view import (
-    FILTER_KEYS,
-    Filters,
-    HubServer,
-    QueryError,
-    availability_document,
-    ledger_document,
-    me_document,
-    parse_query,
-    servers_from_users,
-)
+from gpushare_hub.service.query import FILTER_KEYS, Filters, QueryError, parse_query
+from gpushare_hub.service.view import availability_document, ledger_document, me_document
 from tests.objects import read_node, read_nodes, read_pod, read_pods
 from tests.support.inspect_cluster import fixture_cluster, placed
 from tests.unit.helpers import node_obj, pod_obj

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from html import escape
 from typing import Any, Protocol
@@ -24,10 +25,11 @@ from gpushare_hub.web.bodylimit import LimitedBody
 from ..access import COOKIE_REFUSAL, SERVER, SERVICE, Caller, refusal, xsrf_sent
 from ..budgets import BudgetKeeper, BudgetRule
 from ..idle import IdleRule
+from ..query import Filters, QueryError, parse_query, query_values
 from ..returner import IdleReturner
 from ..sources import Cluster, HubServers
 from ..store import ServiceStore
-from ..view import Filters, QueryError, ledger_document, parse_query
+from ..view import ledger_document
 
 # The largest request body (Keep's and a budget addition's JSON need a few dozen bytes).
 MAX_BODY_BYTES = 4096
@@ -163,8 +165,18 @@ class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]
             raise web.HTTPError(403, refusal(who, what, scope))
 
     def filters(self, allowed: tuple[str, ...]) -> Filters:
+        """The ledger's filters from the query (``query.parse_query``); 400 naming a wrong one."""
         try:
             return parse_query(self.request.query_arguments, allowed)
+        except QueryError as err:
+            raise web.HTTPError(400, str(err)) from err
+
+    def query_args(
+        self, choices: Mapping[str, tuple[str, ...]], times: tuple[str, ...] = (), texts: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """The query's values (``query.query_values``); 400 naming a wrong one."""
+        try:
+            return query_values(self.request.query_arguments, choices, times, texts)
         except QueryError as err:
             raise web.HTTPError(400, str(err)) from err
 

@@ -11,7 +11,6 @@ from tornado import web
 
 from gpushare_hub.core.history import WAITED_AFTER, history_rows, to_csv
 
-from ..query import query_values
 from .base import BaseHandler
 
 log = logging.getLogger("gpushare.service")
@@ -62,4 +61,4 @@ class HistoryHandler(BaseHandler):
 
     def _query(self) -> dict[str, Any]:
         """``format`` (json, csv), ``names`` (pseudonyms, real), ``since`` and ``until``."""
-        return query_values(self, HISTORY_QUERY, ("since", "until"))
+        return self.query_args(HISTORY_QUERY, ("since", "until"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from ..view import FILTER_KEYS, availability_document
+from ..query import FILTER_KEYS
+from ..view import availability_document
 from .base import BaseHandler
 
 

@@ -12,7 +12,7 @@ from tornado import web
 from tornado.httputil import url_concat
 
 from ..metrics import pending_labels, render_metrics
-from ..view import FILTER_KEYS
+from ..query import FILTER_KEYS
 from .base import BaseHandler, hub_home
 from .budgets import budget_groups
 

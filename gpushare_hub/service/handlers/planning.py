@@ -12,7 +12,6 @@ from tornado import web
 from gpushare_hub.core.planning import PlanningError
 
 from ..planning import catalogue_sizes, cluster_shape, plan_from_history, plans_for
-from ..query import query_values
 from .base import BaseHandler
 
 # The query's texts (since and until are times), read by planning.plans_for.
@@ -30,7 +29,7 @@ class PlanningHandler(BaseHandler):
     async def get(self) -> None:
         self.caller()
         self.require(self.service.admin_scope, "Planning from the hub's history")
-        query = query_values(self, {}, ("since", "until"), PLANNING_TEXTS)
+        query = self.query_args({}, ("since", "until"), PLANNING_TEXTS)
         svc = self.service
         keeper = svc.budgets
         now = time.time()
