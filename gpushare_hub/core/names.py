@@ -88,3 +88,10 @@ ISOLATION_CHECK_REASON = "GPUShareIsolationCheckFailed"  # the node's self-test 
 MPS_MISMATCH_REASON = "GPUShareMPSUserMismatch"  # an MPS server runs as another user than the pod
 NODE_UNREADABLE_REASON = "GPUShareNodeUnreadable"  # a Node's card inventory cannot be read
 DEVICE_MODE_REASON = "GPUShareDeviceModeUnavailable"  # the node can hand out cards in no device mode
+NODE_CONFIG_REASON = "GPUShareNodeConfigInvalid"  # the node's options in the plugin's ConfigMap are wrong
+# Reasons of the hub service's events on a user's GPU pods (Normal, or Warning before an action).
+IDLE_WARNING_REASON = "GPUShareIdleWarning"  # idle on the GPU: the slice will be returned
+IDLE_NOTIFIED_REASON = "GPUShareIdle"  # idle on the GPU (the rule only tells)
+IDLE_RETURNED_REASON = "GPUShareIdleReturned"  # returned for being idle on the GPU
+BUDGET_SPENT_REASON = "GPUShareBudgetSpent"  # the user's GiB-hour budget is spent
+BUDGET_RETURNED_REASON = "GPUShareBudgetReturned"  # returned for a spent budget

@@ -23,6 +23,7 @@ from traitlets.config import Application
 
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.isolation import COOPERATIVE, MPS
+from gpushare_hub.core.names import DEVICE_MODE_REASON, NODE_CONFIG_REASON
 from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
@@ -33,7 +34,7 @@ from gpushare_hub.kube.rest import RestClient
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
 from .devicemode import CDI
 from .devicemodeapp import DeviceModeOptions, DeviceModeUnavailable
-from .nodeconfig import NODE_CONFIG_REASON, NodeConfigError
+from .nodeconfig import NodeConfigError
 from .nodefacts import SpecKeeper
 from .registration import Runner
 from .response import HOOK_HOST_PATH, MPS_ROOT, Isolation
@@ -441,8 +442,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         """The node's device mode into the state's isolation (its CDI spec written in CDI mode);
         :class:`CannotStart`, with a Warning event on the Node, where no mode can work."""
         from dataclasses import replace
-
-        from gpushare_hub.core.names import DEVICE_MODE_REASON
 
         if self.cdi and self.device_mode == "auto":
             self.device_mode = CDI

@@ -41,7 +41,6 @@ from .devicemode import CDI, LEGACY, MODES
 BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit")
 KNOWN = {"reserveFraction", "isolationTier", "deviceMode", *BOOLEANS}
 # The Warning event on the Node when the plugin refuses its options and stops.
-NODE_CONFIG_REASON = "GPUShareNodeConfigInvalid"
 MAX_DEPTH = 4  # the options are flat; a value is never an object
 
 

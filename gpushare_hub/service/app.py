@@ -3,8 +3,8 @@
 ``python -m gpushare_hub.service`` runs :class:`GPUShareService`, which wires the service's
 rooms together (laid out as JupyterHub's application and its ``apihandlers``):
 
-- :mod:`.settings`: the service's settings (``c.GPUShareService.<name>``) and the rules built
-  from them;
+- :mod:`.settings`: the service's settings (``c.GPUShareService.<name>``); :mod:`.rules`: the
+  rules built from them;
 - :mod:`.sources`: what the handlers read, kept current by two watchers (the cluster's ledger,
   the hub's servers and groups);
 - :mod:`.handlers`: one module per resource of the API, the dashboard and the metrics;
@@ -19,7 +19,6 @@ and the book, and serves the handlers.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -33,7 +32,6 @@ from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 from traitlets import TraitError
-from traitlets.config import Config
 
 from gpushare_hub.accounting.store import BudgetStore
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
@@ -56,7 +54,8 @@ from .handlers.pages import (
 from .handlers.planning import PlanningHandler
 from .hubconfig import CONFIG_ENV
 from .returner import HubAPI, IdleReturner
-from .settings import ServiceConfigError, ServiceSettings
+from .rules import ServiceConfigError, budget_rule, env_config, idle_rule
+from .settings import ServiceSettings
 from .sources import Cluster, HubServers, service_informer
 from .store import ServiceStore
 from .view import ledger_document
@@ -85,19 +84,7 @@ class GPUShareService(ServiceSettings):
         super().initialize(argv)
         env = os.environ.get(CONFIG_ENV)
         if env:
-            try:
-                settings = json.loads(env)
-            except ValueError as err:
-                raise ServiceConfigError(
-                    f"${CONFIG_ENV} is not JSON ({err}); configure_hub() writes it, or set it to "
-                    '{"GPUShareService": {...}}'
-                ) from None
-            if not isinstance(settings, dict) or not all(isinstance(v, dict) for v in settings.values()):
-                raise ServiceConfigError(
-                    f"${CONFIG_ENV} must be a JSON object of sections, e.g. "
-                    '{"GPUShareService": {"slices": [...]}}'
-                )
-            self.update_config(Config(settings))
+            self.update_config(env_config(env))
         if self.config_file:
             path = Path(self.config_file)
             if not path.is_file():
@@ -107,8 +94,8 @@ class GPUShareService(ServiceSettings):
             self.load_config_file(str(path))
         self.update_config(self.cli_config)  # the command line wins
         self.catalogue = read_catalogue(self.slices, (), self.resource_names)
-        self.idle_rule = self._idle_rule()
-        self.budget_rule = self._budget_rule()
+        self.idle_rule = idle_rule(self, self.catalogue)
+        self.budget_rule = budget_rule(self)
 
     _planning_lock: asyncio.Lock | None = None
 

@@ -26,20 +26,19 @@ from gpushare_hub.core.budget import (
     PARK,
     STOP,
     Budget,
-    Held,
     Overrun,
     iso,
     limit_for,
     reset_words,
     window_bounds,
 )
+from gpushare_hub.core.names import BUDGET_RETURNED_REASON, BUDGET_SPENT_REASON
 
+from .held import held_now
 from .returner import EventPoster, HubAPI, start_when_stopped, stop_server
 
 log = logging.getLogger("gpushare.service.budgets")
 
-SPENT_REASON = "GPUShareBudgetSpent"
-RETURNED_REASON = "GPUShareBudgetReturned"
 # After a user's servers were stopped for a spent budget, their pods may take a while to go:
 # no new warning for them meanwhile.
 RETURN_SETTLE_SECONDS = 300.0
@@ -63,67 +62,6 @@ class BudgetRule:
 
     def limit(self, groups: Iterable[str]) -> float | None:
         return limit_for(self.per_user, self.per_group, groups)
-
-
-def _parsed(when: str) -> float | None:
-    """An RFC 3339 time as Unix seconds; None when there is none or it cannot be read."""
-    try:
-        return datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp() if when else None
-    except ValueError:
-        return None
-
-
-def held_now(
-    allocations: Iterable[Mapping[str, Any]],
-    now: float,
-    models: Mapping[str, str] | None = None,
-    groups: Mapping[str, list[str]] | None = None,
-) -> list[Held]:
-    """The hub users' slices in a ledger document's allocations: one per pod placement (a pod
-    on several cards sums them), with the card model (``models``: by card UUID) and the user's
-    groups for the history."""
-    held: dict[str, Held] = {}
-    for a in allocations:
-        if not a.get("hub_user"):
-            continue
-        user = str(a["hub_user"])
-        # Held from the bind (the API server's PodScheduled time); else from when the card was
-        # handed out, the pod started or was made (``since``).
-        scheduled = _parsed(str(a.get("scheduled") or ""))
-        since = _parsed(str(a.get("since") or ""))
-        start = scheduled if scheduled is not None else since if since is not None else now
-        key = f"{a['namespace']}/{a['pod']}@{int(start)}"
-        prior = held.get(key)
-        gib = float(a["units"]) + (prior.gib if prior else 0.0)
-        # The spawn's wait (start - created) only where the bind time is known.
-        created = _parsed(str(a.get("created") or "")) if scheduled is not None else None
-        held[key] = Held(
-            key,
-            user,
-            gib,
-            start,
-            None,
-            str(a.get("server") or ""),
-            slice=str(a.get("slice") or ""),
-            model=(models or {}).get(str(a.get("card_uuid") or ""), ""),
-            created=created,
-            groups=tuple((groups or {}).get(user, [])),
-            measured=a.get("used_mib") is not None or (prior.measured if prior else False),
-            idle_since=_idle_since(a, prior),
-        )
-    return list(held.values())
-
-
-def _idle_since(a: Mapping[str, Any], prior: Held | None) -> float | None:
-    """Since when the pod has been idle on the GPU (a pod on several cards: idle on all of
-    them, since the latest); None while it is busy or not measured."""
-    since = a.get("gpu_idle_since")
-    mine = float(since) if isinstance(since, int | float) and not isinstance(since, bool) else None
-    if prior is None:
-        return mine
-    if mine is None or prior.idle_since is None:
-        return None
-    return max(mine, prior.idle_since)
 
 
 class BudgetKeeper:
@@ -234,7 +172,7 @@ class BudgetKeeper:
                 self.store.record(user, budget.start, "warned", now, budget.used_words())
                 words = self._warning(budget, now)
                 log.warning("GPU budget of %s spent (%s): %s", user, self._numbers(budget, mine), words)
-                await self._events(mine, SPENT_REASON, words)
+                await self._events(mine, BUDGET_SPENT_REASON, words)
                 acted.append(user)
             elif phase == "due" and self.rule.action in (STOP, PARK) and user not in self._acting:
                 self._acting.add(user)
@@ -285,7 +223,7 @@ class BudgetKeeper:
                 ", ".join(repr(s) for s in servers),
             )
             await self._events(
-                mine, RETURNED_REASON, f"GPU budget spent ({budget.used_words()}): slice returned"
+                mine, BUDGET_RETURNED_REASON, f"GPU budget spent ({budget.used_words()}): slice returned"
             )
             stopped = [await self._return_server(user, server) for server in servers]
             if all(stopped):

@@ -31,15 +31,13 @@ from urllib.parse import quote
 from tornado import httpclient
 
 from gpushare_hub.accounting.store import KEEP_SECONDS
+from gpushare_hub.core.names import IDLE_NOTIFIED_REASON, IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 
 from .idle import DUE, NOTIFY, PARK, STOP, WARNING, IdleRule, IdleState, duration_words, idle_states
 from .store import IdleAction, ServiceStore
 
 log = logging.getLogger("gpushare.service")
 
-WARNING_REASON = "GPUShareIdleWarning"
-NOTIFIED_REASON = "GPUShareIdle"
-RETURNED_REASON = "GPUShareIdleReturned"
 
 # (namespace, pod name, reason, message) -> posted; failures are logged, never raised.
 EventPoster = Callable[[str, str, str, str], Awaitable[None]]
@@ -187,12 +185,12 @@ class IdleReturner:
         for s in self.states(doc, groups):
             done = self.store.done(s.user, s.server, s.stretch)
             if s.phase == WARNING and s.action != NOTIFY and "warned" not in done:
-                await self._event(s, WARNING_REASON, s.words(now))
+                await self._event(s, IDLE_WARNING_REASON, s.words(now))
                 self._record(s, "warned", now)
                 acted.append(s)
             elif s.phase == DUE and s.action == NOTIFY and "notified" not in done:
                 log.info("%s", self._numbers(s, "notified (the rule only notifies)"))
-                await self._event(s, NOTIFIED_REASON, s.words(now))
+                await self._event(s, IDLE_NOTIFIED_REASON, s.words(now))
                 self._record(s, "notified", now)
                 acted.append(s)
             elif s.phase == DUE and s.action in (STOP, PARK) and not done & {"stopped", "parked"}:
@@ -231,7 +229,7 @@ class IdleReturner:
             else "stopping the server"
         )
         log.warning("%s", self._numbers(s, what))
-        await self._event(s, RETURNED_REASON, s.words(now))
+        await self._event(s, IDLE_RETURNED_REASON, s.words(now))
         if not await stop_server(self.hub, s.user, s.server, "an idle action"):
             return
         if s.action == STOP:

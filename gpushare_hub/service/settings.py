@@ -5,13 +5,11 @@
 names and of its subclasses, so ``c.GPUShareService.<name>`` in a config file,
 ``--GPUShareService.<name>=...`` on the command line and the ``GPUShareService`` section of
 ``$GPUSHARE_SERVICE_CONFIG`` (:func:`~gpushare_hub.service.hubconfig.configure_hub` writes it)
-set them. The rules (:class:`~.idle.IdleRule`, :class:`~.budgets.BudgetRule`) are built, and
-checked, from the traits once the configuration is loaded.
+set them. The rules built from them, once the configuration is loaded, are in :mod:`.rules`.
 """
 
 from __future__ import annotations
 
-import zoneinfo
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +20,7 @@ from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
 from gpushare_hub.core.catalogue import Catalogue, read_catalogue
 
-from .budgets import BudgetRule
-from .idle import ACTIONS, NOTIFY, PARK, IdleRule
-
-
-class ServiceConfigError(ValueError):
-    """The service's settings cannot be used; the message names the setting and the fix."""
+from .idle import ACTIONS, NOTIFY
 
 
 class ServiceSettings(Application):
@@ -250,61 +243,6 @@ class ServiceSettings(Application):
     @property
     def resource_names(self) -> ResourceNames:
         return ResourceNames(memory=self.gpu_memory_resource, count=self.gpu_count_resource)
-
-    def _budget_rule(self) -> BudgetRule:
-        try:
-            tz = zoneinfo.ZoneInfo(self.quota_gib_hours_timezone)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
-            raise ServiceConfigError(
-                f"quota_gib_hours_timezone {self.quota_gib_hours_timezone!r} is not a time zone ({err}); "
-                "use an IANA name such as 'UTC' or 'Europe/Berlin'"
-            ) from None
-        rule = BudgetRule(
-            per_user=self.quota_gib_hours,
-            per_group=dict(self.quota_gib_hours_per_group),
-            window=self.quota_gib_hours_window,
-            tz=tz,
-            grace=self.budget_grace_seconds,
-            action=self.budget_action,
-            park_profile=self.gpu_idle_park_profile,
-        )
-        if rule.configured and rule.action == PARK and not rule.park_profile:
-            raise ServiceConfigError(
-                'budget_action is "park" but gpu_idle_park_profile is empty: name the spawner\'s '
-                "CPU-only profile_list slug a parked server starts on"
-            )
-        return rule
-
-    def _idle_rule(self) -> IdleRule:
-        rule = IdleRule(
-            action=self.gpu_idle_action,
-            per_group=dict(self.gpu_idle_action_per_group),
-            per_slice=dict(self.gpu_idle_action_per_slice),
-            exempt_groups=frozenset(self.gpu_idle_exempt_groups),
-            return_after=self.gpu_idle_return_after,
-            warn_before=self.gpu_idle_warn_before,
-            keep_seconds=self.gpu_idle_keep_seconds,
-            park_profile=self.gpu_idle_park_profile,
-        )
-        parks = PARK in (rule.action, *rule.per_group.values(), *rule.per_slice.values())
-        if parks and not rule.park_profile:
-            raise ServiceConfigError(
-                'an idle action is "park" but gpu_idle_park_profile is empty: name the spawner\'s '
-                "CPU-only profile_list slug a parked server starts on"
-            )
-        slugs = {s.slug for s in self.catalogue.slices}
-        if rule.park_profile in slugs:
-            raise ServiceConfigError(
-                f"gpu_idle_park_profile {rule.park_profile!r} is a GPU slice of the catalogue; name a "
-                "CPU-only profile_list entry, so that a parked server holds no GPU"
-            )
-        unknown = sorted(set(rule.per_slice) - slugs)
-        if unknown:
-            raise ServiceConfigError(
-                f"gpu_idle_action_per_slice names {', '.join(unknown)}, not slices of the catalogue "
-                f"({', '.join(sorted(slugs)) or 'none'})"
-            )
-        return rule
 
     def trusted_namespaces(self) -> frozenset[str]:
         """:attr:`hub_namespaces`, or KubeSpawner's default namespace when it is empty."""

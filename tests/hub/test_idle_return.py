@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpushare_hub.core.names import IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 from gpushare_hub.localcluster.hub import LocalHub
-from gpushare_hub.service.returner import RETURNED_REASON, WARNING_REASON
 from tests.conftest import wait_for
 from tests.support.idle_hub import RETURN_AFTER, SERVICE, idle_hub
 
@@ -96,8 +96,8 @@ def test_an_idle_slice_is_parked_on_the_cpu_profile_after_the_warning_and_keep_p
         limits = new_pod["spec"]["containers"][0]["resources"].get("limits") or {}
         assert not any(k.startswith("aliyun.com/") for k in limits), limits
         said = events(local_cluster, old_pod["metadata"]["name"])
-        assert WARNING_REASON in said and RETURNED_REASON in said, said
-        assert "being returned" in said[RETURNED_REASON], said
+        assert IDLE_WARNING_REASON in said and IDLE_RETURNED_REASON in said, said
+        assert "being returned" in said[IDLE_RETURNED_REASON], said
         back = me(idle, tokens["parker"])["returned"]
         assert back and back[0]["what"] == "parked" and back[0]["slice"] == "t4-5g", back
         assert "start your 5 GiB slice (t4-5g) again" in back[0]["words"], back

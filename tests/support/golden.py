@@ -42,8 +42,9 @@ from gpushare_hub.core.names import (
     USAGE_ANNOTATION,
 )
 from gpushare_hub.core.releases import Release, ReleaseHistory
-from gpushare_hub.service.budgets import BudgetKeeper, BudgetRule, held_now
+from gpushare_hub.service.budgets import BudgetKeeper, BudgetRule
 from gpushare_hub.service.handlers.me import availability_of, me_answer, spawn_url
+from gpushare_hub.service.held import held_now
 from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.idle import PARK, IdleRule
 from gpushare_hub.service.query import Filters

@@ -250,7 +250,7 @@ def keeper(tmp_path: Path, clock: list[float], action: str = "stop", per_user: f
 
 
 def test_the_keeper_books_each_pod_once_summing_its_cards(tmp_path: Path) -> None:
-    from gpushare_hub.service.budgets import held_now
+    from gpushare_hub.service.held import held_now
 
     since = "2026-11-26T10:00:00Z"
     held = held_now(

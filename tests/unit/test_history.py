@@ -13,7 +13,7 @@ import pytest
 from gpushare_hub.accounting.store import BudgetStore
 from gpushare_hub.core.budget import Held
 from gpushare_hub.core.history import COLUMNS, history_rows, to_csv
-from gpushare_hub.service.budgets import held_now
+from gpushare_hub.service.held import held_now
 
 pytestmark = pytest.mark.unit
 T0 = 1_795_000_000.0  # 2026-11-18T...Z

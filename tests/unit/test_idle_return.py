@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from gpushare_hub.core.names import IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 from gpushare_hub.service.idle import (
     DUE,
     IDLE,
@@ -20,7 +21,7 @@ from gpushare_hub.service.idle import (
     duration_words,
     idle_states,
 )
-from gpushare_hub.service.returner import RETURNED_REASON, WARNING_REASON, IdleReturner
+from gpushare_hub.service.returner import IdleReturner
 from gpushare_hub.service.store import IdleAction, ServiceStore
 
 NOW = 1_800_000_000
@@ -166,12 +167,12 @@ def test_the_loop_warns_once_then_parks_once_and_a_restarted_service_does_not_ac
     r, events = returner(store, hub, clock)
     doc = {"allocations": [alloc(idle=6600)]}
     run_ticks(r, doc, 3)
-    assert [e[2] for e in events] == [WARNING_REASON] and hub.calls == []
+    assert [e[2] for e in events] == [IDLE_WARNING_REASON] and hub.calls == []
     assert "your server restarts without a GPU" in events[0][3]
     clock[0] = NOW + 600  # the deadline
     with caplog.at_level("WARNING", logger="gpushare.service"):
         run_ticks(r, doc, 2)
-    assert [e[2] for e in events] == [WARNING_REASON, RETURNED_REASON]
+    assert [e[2] for e in events] == [IDLE_WARNING_REASON, IDLE_RETURNED_REASON]
     returned = {"slice": "t4-5g", "units": 5, "idle_seconds": 7200}
     assert hub.calls == [
         ("stop", "ana", ""),
@@ -192,7 +193,7 @@ def test_stop_stops_notify_only_tells_and_a_refused_stop_is_tried_again(tmp_path
         ServiceStore(tmp_path / "a.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
     )
     run_ticks(r, {"allocations": [alloc(idle=60)]})
-    assert hub.calls == [("stop", "ana", "")] and events[-1][2] == RETURNED_REASON
+    assert hub.calls == [("stop", "ana", "")] and events[-1][2] == IDLE_RETURNED_REASON
     hub = FakeHub()
     r, events = returner(
         ServiceStore(tmp_path / "b.sqlite"), hub, clock, IdleRule(action=NOTIFY, return_after=60)
