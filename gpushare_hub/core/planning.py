@@ -30,6 +30,7 @@ from .budget import Held
 from .cards import Card, Node
 from .demand import Demand
 from .digits import ascii_digits, ascii_int
+from .durations import duration_words
 from .errors import GPUShareError
 from .fragmentation import Shape
 from .history import WAITED_AFTER
@@ -448,17 +449,9 @@ def iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def duration_words(seconds: float | None) -> str:
-    """``40 s``, ``9 min``, ``1.5 h``, ``2.1 days``; a dash for none."""
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+def wait_words(seconds: float | None) -> str:
+    """A wait in the planner's tables (:func:`~.durations.duration_words`); a dash for none."""
+    return "-" if seconds is None else duration_words(seconds)
 
 
 def row_words(row: Mapping[str, Any]) -> str:
@@ -467,8 +460,8 @@ def row_words(row: Mapping[str, Any]) -> str:
         wait = "no spawn waits"
     else:
         wait = (
-            f"{row['waited_pct']}% of spawns wait, median {duration_words(row['wait_median_seconds'])}, "
-            f"p95 {duration_words(row['wait_p95_seconds'])}"
+            f"{row['waited_pct']}% of spawns wait, median {wait_words(row['wait_median_seconds'])}, "
+            f"p95 {wait_words(row['wait_p95_seconds'])}"
         )
     return f"{row['cards']} card{'' if row['cards'] == 1 else 's'}: {wait}"
 

@@ -19,6 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .demand import Demand
+from .durations import duration_words
 
 WINDOW_SECONDS = 6 * 3600
 MIN_RELEASES = 2
@@ -41,19 +42,11 @@ class Estimate:
 
     def words(self) -> str:
         n = "1 such slice was" if self.releases == 1 else f"{self.releases} such slices were"
-        return f"estimate: about {_duration(self.seconds)} ({n} released in the last {_duration(self.span)})"
+        last = duration_words(self.span)
+        return f"estimate: about {duration_words(self.seconds)} ({n} released in the last {last})"
 
     def to_json(self) -> dict[str, object]:
         return {"seconds": self.seconds, "releases": self.releases, "span": self.span, "words": self.words()}
-
-
-def _duration(seconds: int) -> str:
-    if seconds < 90:
-        return "1 min"
-    minutes = round(seconds / 60)
-    if minutes < 90:
-        return f"{minutes} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _frees_room_for(r: Release, demand: Demand) -> bool:

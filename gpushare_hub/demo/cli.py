@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..core.durations import duration_words
 from ..localcluster import build
 from ..localcluster.processes import HarnessError
 from .cards import CardsError, DemoCards, parse_cards
@@ -60,23 +61,18 @@ def say(message: str) -> None:
     print(f"[gpushare-demo] {message}", flush=True)
 
 
-def minutes(seconds: float) -> str:
-    seconds = round(seconds)
-    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
-
-
 @contextlib.contextmanager
 def step(what: str, estimate_s: float | None = None, every_s: float = 30) -> Iterator[None]:
     """Say ``what`` starts (with its estimate), then every ``every_s`` how long it has taken."""
-    say(what + (f" (about {minutes(estimate_s)})" if estimate_s else "") + " ...")
+    say(what + (f" (about {duration_words(estimate_s)})" if estimate_s else "") + " ...")
     started = time.monotonic()
     done = threading.Event()
 
     def tick() -> None:
         while not done.wait(every_s):
             elapsed = time.monotonic() - started
-            left = f"; about {minutes(max(0, estimate_s - elapsed))} left" if estimate_s else ""
-            say(f"  ... {what}: {minutes(elapsed)} so far{left}")
+            left = f"; about {duration_words(max(0, estimate_s - elapsed))} left" if estimate_s else ""
+            say(f"  ... {what}: {duration_words(elapsed)} so far{left}")
 
     ticker = threading.Thread(target=tick, daemon=True)
     ticker.start()
@@ -84,7 +80,7 @@ def step(what: str, estimate_s: float | None = None, every_s: float = 30) -> Ite
         yield
     finally:
         done.set()
-    say(f"  {what}: done in {minutes(time.monotonic() - started)}")
+    say(f"  {what}: done in {duration_words(time.monotonic() - started)}")
 
 
 def port_is_free(port: int) -> bool:
@@ -208,7 +204,7 @@ def announce(ready: Ready, started: float) -> None:
     width = max(len(u.name) for u in ready.users)
     lines = [
         "",
-        f"gpushare-demo is up (started in {minutes(time.monotonic() - started)}).",
+        f"gpushare-demo is up (started in {duration_words(time.monotonic() - started)}).",
         f"  JupyterHub: {ready.hub_url}/hub/login",
         f"  GPU slices: {ready.dashboard_url} (the dashboard; log in as {ADMIN_USER})",
         "  demo logins (name / password):",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 
+from gpushare_hub.core.durations import compact
 from gpushare_hub.core.report import NodeRow, PodRow, Report
 
 from .tabwriter import tabulate
@@ -63,20 +64,13 @@ def summary(report: Report) -> str:
     return tabulate(text + _extras(report))
 
 
-def idle_words(seconds: int) -> str:
-    """``2h05m``, ``7m``, ``45s``."""
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 60}m" if seconds >= 60 else f"{seconds}s"
-
-
 def _usage_cells(p: PodRow, measured: bool, now: float) -> str:
     if not measured or p.used_mib is None:
         return "n/a\tn/a\tn/a\t"
     used = f"{p.used_mib / 1024:.1f} GiB" + (" over" if p.over_slice else "")
     if p.sm_util is None:
         return f"{used}\tn/a\tn/a\t"
-    idle = "-" if p.idle_since is None else idle_words(max(0, int(now) - p.idle_since))
+    idle = "-" if p.idle_since is None else compact(max(0, int(now) - p.idle_since))
     return f"{used}\t{p.sm_util}%\t{idle}\t"
 
 

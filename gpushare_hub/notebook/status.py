@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gpushare_hub.core.durations import duration_words, returned_words
 from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.usage import NOT_MEASURED
 
@@ -104,16 +105,12 @@ def returned_slice(env: Mapping[str, str]) -> Mapping[str, Any]:
     return {"slice": _text(value.get("slice")), "units": units, "idle_seconds": idle}
 
 
-def returned_words(returned: Mapping[str, Any]) -> str:
-    """``your 5 GiB slice went back after 2.0 h idle on the GPU: start it again from the spawn page``."""
+def returned_note(returned: Mapping[str, Any]) -> str:
+    """``your 5 GiB slice was returned after 2 h idle on the GPU: start it again from the spawn page``."""
     if not returned:
         return ""
-    hours = returned["idle_seconds"] / 3600
-    idle = f"{hours:.1f} h" if hours >= 1 else f"{returned['idle_seconds'] // 60:g} min"
-    return (
-        f"your {returned['units']:g} GiB slice went back after {idle} idle on the GPU: start it "
-        "again from the spawn page"
-    )
+    slice_words = returned_words(f"{returned['units']:g} GiB slice", returned["idle_seconds"])
+    return f"{slice_words}: start it again from the spawn page"
 
 
 def status_text(
@@ -125,7 +122,7 @@ def status_text(
 ) -> str:
     """One line for the status bar."""
     if not info.has_gpu:
-        words = returned_words(returned or {})
+        words = returned_note(returned or {})
         return f"no GPU slice · {words}" if words else "no GPU slice"
     units = _count((allocation or {}).get("units"))
     size = (
@@ -182,7 +179,7 @@ def idle_warning(allocation: Mapping[str, Any] | None) -> str:
     left = _count(ret.get("seconds_left"))
     if ret.get("phase") == "due" or not left:
         return "GPU idle: being returned"
-    return f"GPU idle: returned in {left // 60:g} min" if left >= 60 else f"GPU idle: returned in {left:g} s"
+    return f"GPU idle: returned in {duration_words(left)}"
 
 
 def idle_problem(allocation: Mapping[str, Any] | None) -> str:

@@ -18,7 +18,6 @@ from ..core.planning import (
     Plan,
     PlanningError,
     Session,
-    duration_words,
     figures,
     parse_cards_range,
     parse_catalogue,
@@ -26,6 +25,7 @@ from ..core.planning import (
     replay,
     row_words,
     sweep,
+    wait_words,
 )
 from .cluster import parse_cards
 from .history import fetch_history, read_history, token_from
@@ -178,8 +178,8 @@ def report(out: dict[str, Any]) -> str:
         pct = 100 * rec["waited"] / rec["wait_recorded"]
         lines.append(
             f"  as it was: {rec['waited']} of {rec['wait_recorded']} spawns waited ({pct:.1f}%), "
-            f"median {duration_words(rec['wait_median_seconds'])}, p95 "
-            f"{duration_words(rec['wait_p95_seconds'])}; at most {rec['peak_gib_held']:g} GiB held at once"
+            f"median {wait_words(rec['wait_median_seconds'])}, p95 "
+            f"{wait_words(rec['wait_p95_seconds'])}; at most {rec['peak_gib_held']:g} GiB held at once"
         )
     rows = out["rows"]
     if len(rows) == 1:
@@ -226,8 +226,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             _catalogue_words(r["catalogue"]),
             str(r["cards"]),
             f"{r['waited_pct']:.1f}% ({r['waited']})",
-            duration_words(r["wait_median_seconds"]),
-            duration_words(r["wait_p95_seconds"]),
+            wait_words(r["wait_median_seconds"]),
+            wait_words(r["wait_p95_seconds"]),
             str(r["peak_cards"]),
             str(r["peak_lower_bound"]),
             f"{r['card_hours']:.0f}",

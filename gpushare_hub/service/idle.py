@@ -18,6 +18,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare_hub.core.durations import duration_words
+
 NONE, NOTIFY, STOP, PARK = "none", "notify", "stop", "park"
 ACTIONS = (NONE, NOTIFY, STOP, PARK)
 # Where a user's groups ask different actions, the mildest applies: a group is a grant.
@@ -25,17 +27,6 @@ MILDNESS = {NONE: 0, NOTIFY: 1, PARK: 2, STOP: 3}
 
 # Phases of a slice idle on the GPU.
 IDLE, WARNING, DUE = "idle", "warning", "due"
-
-
-def duration_words(seconds: int) -> str:
-    """``1 h 50 min``, ``2 h``, ``7 min``, ``40 s``."""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    hours, minutes = divmod(seconds // 60, 60)
-    if not hours:
-        return f"{minutes} min"
-    return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
 @dataclass(frozen=True)

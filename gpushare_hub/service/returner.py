@@ -31,9 +31,10 @@ from urllib.parse import quote
 from tornado import httpclient
 
 from gpushare_hub.accounting.store import KEEP_SECONDS
+from gpushare_hub.core.durations import duration_words
 from gpushare_hub.core.names import IDLE_NOTIFIED_REASON, IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 
-from .idle import DUE, NOTIFY, PARK, STOP, WARNING, IdleRule, IdleState, duration_words, idle_states
+from .idle import DUE, NOTIFY, PARK, STOP, WARNING, IdleRule, IdleState, idle_states
 from .store import IdleAction, ServiceStore
 
 log = logging.getLogger("gpushare.service")

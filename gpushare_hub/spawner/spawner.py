@@ -27,6 +27,7 @@ from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.budget import WINDOWS, Budget, limit_for, refusal, spend_line
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
+from gpushare_hub.core.durations import returned_words
 from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
@@ -579,12 +580,10 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         s = catalogue.for_profile(ret["slice"])
         if s is None or not s.allows(groups):
             return "", ""
-        hours = ret["idle_seconds"] / 3600
-        idle = f"{hours:.1f} h" if hours >= 1 else f"{ret['idle_seconds'] // 60} min"
+        said = returned_words(f"{escape(s.display_name)} slice", ret["idle_seconds"])
         words = (
-            f"Your {escape(s.display_name)} slice was returned after {idle} idle on the GPU, and your "
-            "server was started again without a GPU (your files stayed). It is selected below: "
-            "press Start to get it back."
+            f"{said[:1].upper()}{said[1:]}, and your server was started again without a GPU (your "
+            "files stayed). It is selected below: press Start to get it back."
         )
         return (
             f'<div class="alert alert-info gpushare-returned" id="gpushare-returned" '

@@ -18,7 +18,6 @@ from gpushare_hub.service.idle import (
     STOP,
     WARNING,
     IdleRule,
-    duration_words,
     idle_states,
 )
 from gpushare_hub.service.returner import IdleReturner
@@ -42,16 +41,6 @@ def alloc(
         "gpu_idle_since": None if idle is None else NOW - idle,
         **extra,
     }
-
-
-def test_durations_read_as_people_write_them():
-    assert [duration_words(s) for s in (40, 420, 6600, 7200, -3)] == [
-        "40 s",
-        "7 min",
-        "1 h 50 min",
-        "2 h",
-        "0 s",
-    ]
 
 
 def test_the_warning_says_how_long_it_has_been_idle_and_when_it_is_returned():

@@ -379,7 +379,7 @@ def test_a_parked_server_says_which_slice_went_back_and_ignores_a_note_that_is_n
     returned = returned_slice(env)
     doc = status_document(read_slice({}), None, "", "", returned)
     assert doc["text"] == (
-        "no GPU slice · your 5 GiB slice went back after 2.0 h idle on the GPU: start it again from the "
+        "no GPU slice · your 5 GiB slice was returned after 2 h 1 min idle on the GPU: start it again from the "
         "spawn page"
     )
     short = returned_slice(

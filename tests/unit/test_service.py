@@ -943,4 +943,4 @@ def test_me_gives_each_pending_spawn_its_place_and_an_estimate_only_with_history
     add_queue_places(doc, cluster, history)
     [gus] = doc["pending"]
     assert gus["estimate"]["releases"] == 2 and 4800 <= gus["estimate"]["seconds"] <= 5500, gus
-    assert gus["estimate"]["words"].startswith("estimate: about 1.5 h (2 such slices were released"), gus
+    assert gus["estimate"]["words"].startswith("estimate: about 1 h 30 min (2 such slices were released"), gus

@@ -119,7 +119,7 @@ async def test_after_a_park_the_form_says_which_slice_went_back_and_has_it_chose
     env = {e.name: e.value for e in (await sp.get_pod_manifest()).spec.containers[0].env}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     form = await sp.get_options_form()
-    assert 'id="gpushare-returned"' in form and "was returned after 2.0 h idle on the GPU" in form
+    assert 'id="gpushare-returned"' in form and "was returned after 2 h idle on the GPU" in form
     assert "Tesla T4 · 5 GiB &lt;b&gt;fast&lt;/b&gt; slice" in form  # escaped
     chosen = re.search(r'<input[^>]*value="t4-5g"[^>]*>', form)
     assert chosen is not None and "checked" in chosen.group(0), form

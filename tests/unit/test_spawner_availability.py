@@ -126,8 +126,8 @@ def test_waiting_pod_is_told_why_and_how_many_are_ahead():
     # 2 such releases in 3600 s: one every 30 min; 3 ahead, so the 4th: about 2 h
     assert (status.estimate.seconds, status.estimate.releases) == (7200, 2)
     assert render_status(status).endswith(
-        "3 spawns of this size or larger are ahead of you; estimate: about 2.0 h "
-        "(2 such slices were released in the last 60 min)."
+        "3 spawns of this size or larger are ahead of you; estimate: about 2 h "
+        "(2 such slices were released in the last 1 h)."
     )
 
 

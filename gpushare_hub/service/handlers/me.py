@@ -15,10 +15,10 @@ from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
 from tornado import web
 
 from gpushare_hub.core.catalogue import Catalogue
+from gpushare_hub.core.durations import returned_words
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
 
-from ..idle import duration_words
 from ..sources import Cluster
 from ..view import availability_document, me_document
 from .base import BaseHandler, RunningService
@@ -144,8 +144,8 @@ def add_idle_returns(
                 "what": act.what,
                 "at": datetime.fromtimestamp(act.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "idle_seconds": act.idle_seconds,
-                "words": f"your {size} was returned after {duration_words(act.idle_seconds)} idle on "
-                f"the GPU, {how}. Your files are kept: start your {size} again from the spawn page.",
+                "words": f"{returned_words(size, act.idle_seconds)}, {how}. Your files are kept: "
+                f"start your {size} again from the spawn page.",
             }
         )
     doc["returned"] = returned
