@@ -115,7 +115,7 @@ def measure(nodes: int, pods: int, timeout: float) -> dict[str, Any]:
 
     from ..localcluster.cluster import LocalCluster
 
-    build.build()
+    build.build(only=list(build.GROUPS["control-plane"]))  # kwok nodes: no kubelet
     with LocalCluster() as cluster:
         cluster.start()
         t0 = time.perf_counter()

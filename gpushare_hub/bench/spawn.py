@@ -82,7 +82,7 @@ def compare_plain(spawns: int) -> dict[str, Any]:
     from ..localcluster.hub import LocalHub
     from ..localcluster.notebooknodes import NotebookNodes, spawner_config
 
-    build.build()
+    build.build(only=list(build.GROUPS["control-plane"]))  # kwok and notebook nodes: no kubelet
     with LocalCluster() as cluster:
         cluster.start()
         cluster.start_scheduler()  # the plain pods' default scheduler
@@ -216,7 +216,7 @@ def measure(spawns: int) -> dict[str, Any]:
     from ..localcluster.hub import LocalHub
     from ..localcluster.notebooknodes import spawner_config
 
-    build.build()
+    build.build(only=list(build.GROUPS["control-plane"]))  # kwok and notebook nodes: no kubelet
     with LocalCluster() as cluster:
         _local_notebook_nodes(cluster, 2)
         hub = LocalHub(cluster, "bench", spawner_config(slice_gib=5)).start()

@@ -153,7 +153,8 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
         assert pod is not None and not pod["spec"].get("nodeName"), "the pod should be pending"
         assert hub.api("GET", f"/users/{waiter}")[1]["pending"] == "spawn"
         estimate = re.compile(
-            r"estimate: about \d+ (s|min|h|days)( \d+ (min|h))? \(\d+ such slices? (was|were) released in the last "
+            r"estimate: about \d+ (s|min|h|days)( \d+ (min|h))? "
+            r"\(\d+ such slices? (was|were) released in the last "
         )
         assert wait_for(lambda: any(estimate.search(m) for m in progress.messages()), timeout=60), (
             progress.messages()

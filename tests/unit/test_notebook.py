@@ -379,8 +379,8 @@ def test_a_parked_server_says_which_slice_went_back_and_ignores_a_note_that_is_n
     returned = returned_slice(env)
     doc = status_document(read_slice({}), None, "", "", returned)
     assert doc["text"] == (
-        "no GPU slice · your 5 GiB slice was returned after 2 h 1 min idle on the GPU: start it again from the "
-        "spawn page"
+        "no GPU slice · your 5 GiB slice was returned after 2 h 1 min idle on the GPU: start it again "
+        "from the spawn page"
     )
     short = returned_slice(
         {"GPUSHARE_RETURNED": json.dumps({"slice": "t4-5g", "units": 5, "idle_seconds": 600})}
