@@ -432,6 +432,7 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     before = {u: notebook_pod(stack, u) for u in USERS}
     status, ledger_before = hub.call("GET", "/services/gpushare/api/v1/ledger")
     assert status == 200
+    offered_before = gpu_memory_offered(stack)
     node = next(iter(stack.nodes.nodes))
     for real in stack.nodes.nodes.values():  # the new tag on every node (the plugin runs on each)
         for role in ("extender", "device-plugin"):
@@ -465,6 +466,12 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     status, ledger_after = hub.call("GET", "/services/gpushare/api/v1/ledger")
     assert status == 200
     assert _holdings(ledger_after) == _holdings(ledger_before)
+    # Each node's kubelet offers its GPU memory again once the new plugin registered: until then
+    # kube-scheduler's resource filter takes the node out, and a spawn goes to another node.
+    assert wait_for(lambda: gpu_memory_offered(stack) == offered_before, 120, every=1), (
+        gpu_memory_offered(stack),
+        offered_before,
+    )
 
     spawn(hub, "carol")
     wait_ready(hub, "carol")
@@ -490,6 +497,16 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
         env = wait_for(lambda n=name: _try_exec(stack, n, "printenv", "GPUSHARE_CARD_UUIDS"), 60, every=1)
         assert env.strip() == card_of(pod), env
         assert restarts(pod) == 0
+
+
+def gpu_memory_offered(stack: RealStack) -> dict[str, str | None]:
+    """Each real node's allocatable ``aliyun.com/gpu-mem``, as its kubelet reports it."""
+    return {
+        name: stack.cluster.get_json(f"/api/v1/nodes/{name}")["status"]
+        .get("allocatable", {})
+        .get("aliyun.com/gpu-mem")
+        for name in stack.nodes.nodes
+    }
 
 
 def _holdings(ledger: Any) -> set[tuple[str, str, str, str, int]]:
