@@ -201,7 +201,7 @@ def test_a_spawn_that_finds_no_room_waits_until_a_slice_is_released() -> None:
     # The 3 GiB spawn goes first: waiting spawns that fit go, whatever came before them.
     assert out.waits == [0, 90, 0]
     row = figures(sessions, out)
-    assert row_words(row) == "1 card: 33.33% of spawns wait, median 90 s, p95 90 s"
+    assert row_words(row) == "1 card: 33.33% of spawns wait, median 1 min, p95 1 min"
     assert row_words(figures(sessions, replay(sessions, Plan(cards=2)))) == "2 cards: no spawn waits"
 
 
