@@ -21,8 +21,14 @@ from gpushare_hub.localcluster.cluster import LocalCluster
 
 # Fixtures and helpers the tiers share (tests/support/), registered once: the hub service's test
 # stand-in, the session's hub and notebook nodes (hub, browser and fuzz tiers: one of each per
-# session), and each tier's time for `make test`'s table.
-pytest_plugins = ["tests.support.hubservice", "tests.support.hub_session", "tests.support.timing"]
+# session), each tier's time for `make test`'s table, and the failures that keep a cluster's
+# work folder.
+pytest_plugins = [
+    "tests.support.hubservice",
+    "tests.support.hub_session",
+    "tests.support.timing",
+    "tests.support.workdirs",
+]
 
 
 def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
@@ -57,11 +63,14 @@ _CLUSTERS: list[LocalCluster] = []
 def running_cluster(scheduler: bool = True) -> Iterator[LocalCluster]:
     """A started control plane (with the default scheduler unless told not to), whose logs a
     failing test's report lists; everything stops on exit."""
+    # A plugin of this file's (pytest_plugins): imported once pytest registered it.
+    from tests.support.workdirs import kept_only_if_failing
+
     try:
         build.build(only=list(build.GROUPS["control-plane"]))
     except build.BuildError as err:
         pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
-    with LocalCluster(keep_workdir=True) as cluster:
+    with LocalCluster(keep_workdir=True) as cluster, kept_only_if_failing(cluster):
         _CLUSTERS.append(cluster)
         try:
             cluster.start()

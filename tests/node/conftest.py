@@ -24,6 +24,7 @@ from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import HarnessError
 from gpushare_hub.localcluster.realstack import RealStack
 from tests.conftest import _CLUSTERS
+from tests.support.workdirs import kept_only_if_failing
 
 NEWEST = build.Versions.all()[-1].kubernetes
 
@@ -47,7 +48,7 @@ def stack(newest_kubernetes: None) -> Iterator[RealStack]:
         build.build_coredns()
     except build.BuildError as err:
         pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
-    with LocalCluster(real_nodes=True, keep_workdir=True) as cluster:
+    with LocalCluster(real_nodes=True, keep_workdir=True) as cluster, kept_only_if_failing(cluster):
         _CLUSTERS.append(cluster)
         try:
             cluster.start()
