@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpushare_hub.accounting.zones import budget_zone
+
 from .address import free_port, listen_on
 from .hubroles import (
     DISPLAY_NAME,
@@ -189,7 +191,6 @@ def _service_config(
 
 def _check_budget_settings(settings: Mapping[str, Any]) -> None:
     """A budget window or time zone the spawner and the service would refuse stops the hub at start."""
-    import zoneinfo
 
     from gpushare_hub.core.budget import WINDOWS
 
@@ -198,14 +199,7 @@ def _check_budget_settings(settings: Mapping[str, Any]) -> None:
         raise ValueError(
             f"c.GPUShareSpawner.quota_gib_hours_window is {window!r}: use one of {', '.join(WINDOWS)}"
         )
-    zone = settings.get("quota_gib_hours_timezone", "UTC")
-    try:
-        zoneinfo.ZoneInfo(zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError) as err:
-        raise ValueError(
-            f"c.GPUShareSpawner.quota_gib_hours_timezone {zone!r} is not a time zone ({err}); use an "
-            "IANA name such as 'UTC' or 'Europe/Berlin'"
-        ) from None
+    budget_zone(settings.get("quota_gib_hours_timezone", "UTC"), "c.GPUShareSpawner.quota_gib_hours_timezone")
 
 
 def _kube_access(kubeconfig: str | None, service_config: dict[str, Any]) -> dict[str, str]:

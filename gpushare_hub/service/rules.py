@@ -5,10 +5,10 @@ rule, the GiB-hour budgets' rule), each checked: a setting that cannot work is a
 from __future__ import annotations
 
 import json
-import zoneinfo
 
 from traitlets.config import Config
 
+from gpushare_hub.accounting.zones import budget_zone
 from gpushare_hub.core.catalogue import Catalogue
 
 from .budgets import BudgetRule
@@ -41,12 +41,9 @@ def env_config(text: str) -> Config:
 def budget_rule(settings: ServiceSettings) -> BudgetRule:
     """The GiB-hour budgets' rule from the settings; :class:`ServiceConfigError` naming a wrong one."""
     try:
-        tz = zoneinfo.ZoneInfo(settings.quota_gib_hours_timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
-        raise ServiceConfigError(
-            f"quota_gib_hours_timezone {settings.quota_gib_hours_timezone!r} is not a time zone ({err}); "
-            "use an IANA name such as 'UTC' or 'Europe/Berlin'"
-        ) from None
+        tz = budget_zone(settings.quota_gib_hours_timezone)
+    except ValueError as err:
+        raise ServiceConfigError(str(err)) from None
     rule = BudgetRule(
         per_user=settings.quota_gib_hours,
         per_group=dict(settings.quota_gib_hours_per_group),

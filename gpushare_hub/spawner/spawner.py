@@ -22,6 +22,7 @@ from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from tornado import web
 from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, TraitError, Unicode, default, validate
 
+from gpushare_hub.accounting.zones import budget_zone
 from gpushare_hub.core import Demand, PodObject, ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
@@ -245,12 +246,9 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     def _validate_timezone(self, proposal: Any) -> str:
         name = str(proposal["value"])
         try:
-            zoneinfo.ZoneInfo(name)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
-            raise TraitError(
-                f"quota_gib_hours_timezone {name!r} is not a time zone ({err}); use an IANA name "
-                "such as 'UTC' or 'Europe/Berlin'"
-            ) from None
+            budget_zone(name)
+        except ValueError as err:
+            raise TraitError(str(err)) from None
         return name
 
     service_url = Unicode(
@@ -524,7 +522,7 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
     _budget_stores: dict[str, Any] = {}  # noqa: RUF012 - one reader per database for the process
 
     def _budget_zone(self) -> zoneinfo.ZoneInfo:
-        return zoneinfo.ZoneInfo(self.quota_gib_hours_timezone)
+        return budget_zone(self.quota_gib_hours_timezone)
 
     def _budget(self, now: float | None = None) -> Budget | None:
         """The user's budget in the current window (None: they have none)."""

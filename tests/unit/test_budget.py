@@ -3,6 +3,7 @@ accounting/store.py)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -352,3 +353,15 @@ def test_the_book_on_a_file_is_written_ahead_and_synced_at_checkpoints(tmp_path)
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("bad", ["Mars/Olympus", "", "../etc/passwd", 5, None])
+def test_a_budget_time_zone_is_checked_once_naming_the_setting_and_the_fix(bad):
+    from gpushare_hub.accounting.zones import budget_zone
+
+    assert str(budget_zone("Europe/Berlin")) == "Europe/Berlin"
+    setting = "c.GPUShareSpawner.quota_gib_hours_timezone"
+    with pytest.raises(ValueError, match=rf"^{re.escape(setting)} .* is not a time zone"):
+        budget_zone(bad, setting)
+    with pytest.raises(ValueError, match="use an IANA name such as 'UTC'"):
+        budget_zone(bad)
