@@ -73,9 +73,12 @@ class Guarded:
                 admission.create_validating_admission_policy(doc)
             else:
                 admission.create_validating_admission_policy_binding(doc)
-        # The API server enforces a new policy once its informer has it: wait for the first refusal.
+        # The API server enforces a new policy once its informer has it: wait for the first refusal,
+        # of a pod's annotation and of a Node's (the policies on Pods and on Nodes arrive apart; a
+        # forged inventory let through would also break the extender's placements on that node).
         probe = plain("probe", {GPU_MEM_IDX: "0"})
-        assert wait_for(lambda: self._refused_now(probe), timeout=60), "the policy is not enforced"
+        assert wait_for(lambda: self._refused_now(probe), timeout=60), "the Pods' policy is not enforced"
+        assert wait_for(self._node_patch_refused_now, timeout=60), "the Nodes' policy is not enforced"
 
     def _refused_now(self, body: dict[str, Any]) -> bool:
         try:
@@ -83,6 +86,17 @@ class Guarded:
         except ApiException as err:
             return err.status == 403
         self.alice.delete_namespaced_pod(body["metadata"]["name"], "alice", grace_period_seconds=0)
+        return False
+
+    def _node_patch_refused_now(self) -> bool:
+        """alice sets a Node annotation only the plugin may write: refused once the policy is
+        enforced; before, the admin takes it off again."""
+        key = "gpushare-hub.io/mps-servers"
+        try:
+            self.alice.patch_node(self.nodes[0], {"metadata": {"annotations": {key: "{}"}}})
+        except ApiException as err:
+            return err.status == 403
+        self.admin.patch_node(self.nodes[0], {"metadata": {"annotations": {key: None}}})
         return False
 
     def plugin_api(self, node: str) -> tuple[client.CoreV1Api, dict[str, Any]]:
