@@ -127,10 +127,15 @@ test-main:
 
 # Beside the main sessions: what the chart tier (helm: it runs last in its session, and waits on the
 # build lock if helm is not built yet), the node tier and the newest version's tiers need, built
-# once; then `make test-newest`'s sessions. No `setup`: `make test` runs this once the venv is in place.
+# once; then the node tier, then the kubelet and cluster tiers at the newest version (one after the
+# other here: three sessions at once keep both cores busy, a fourth only adds contention, and the
+# chain still ends before the main sessions on a warm machine). No `setup`: `make test` runs this
+# once the venv is in place.
 newest-chain:
 	$(MAKE) --no-print-directory k8s-also-binaries
-	$(NEWEST_SESSIONS)
+	@GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/python -m gpushare_hub.localcluster.sidebyside node=tests/node; rc=$$?; \
+	  GPUSHARE_K8S_VERSION=$(K8S_NEWEST) $(BIN)/python -m gpushare_hub.localcluster.sidebyside \
+	    newest=tests/kubelet,tests/cluster || exit $$?; exit $$rc
 
 # What the chart tier, the node tier and test-k8s-also need beyond the first version's control plane.
 k8s-also-binaries:
