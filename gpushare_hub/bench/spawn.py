@@ -170,14 +170,14 @@ def _local_notebook_nodes(cluster: Any, count: int) -> None:
 
 def compare_real_node(spawns: int) -> dict[str, Any]:
     """GPUShareSpawner's 5 GiB spawn on a local notebook node, then on a real node."""
-    from ..localcluster import build
+    from ..localcluster import build, runtimebuild
     from ..localcluster.cluster import LocalCluster
     from ..localcluster.hub import LocalHub
     from ..localcluster.notebooknodes import spawner_config
     from ..localcluster.realstack import HUB_NAMESPACE, RealStack, default_z2jh_chart
 
     build.build()
-    build.build_coredns()
+    runtimebuild.build_coredns()
     local: list[float] = []
     with LocalCluster() as cluster:
         _local_notebook_nodes(cluster, 1)

@@ -416,60 +416,6 @@ def compat_source(folder: Path, kubernetes: str) -> Path | None:
     return max(found)[1] if found else None
 
 
-def coredns_version(path: Path = VERSIONS_FILE) -> str:
-    data = tomllib.loads(path.read_text())
-    try:
-        return str(data["coredns"]["version"])
-    except KeyError as err:
-        raise BuildError(f"{path}: missing [coredns] version; see the comments in that file") from err
-
-
-# The CoreDNS plugins the real nodes' Corefile uses (realnodes.py): a CoreDNS with these alone,
-# not its whole plugin.cfg, whose cloud back ends (Route 53, Azure, Google Cloud DNS ...) were most
-# of its build. A main of CoreDNS's own coremain with the plugins imported, as its docs describe
-# for a build with fewer plugins; the binary's name keeps the list.
-COREDNS_PLUGINS = ("bind", "cache", "errors", "kubernetes")
-
-
-def coredns_main(plugins: tuple[str, ...] = COREDNS_PLUGINS) -> str:
-    imports = "".join(f'\t_ "github.com/coredns/coredns/plugin/{name}"\n' for name in plugins)
-    return (
-        "package main\n\nimport (\n"
-        + imports
-        + '\n\t"github.com/coredns/coredns/coremain"\n)\n\nfunc main() { coremain.Run() }\n'
-    )
-
-
-def build_coredns(path: Path = VERSIONS_FILE) -> Path:
-    """CoreDNS at the pinned version with :data:`COREDNS_PLUGINS`, built once into the cache root
-    (``tools/coredns-<version>-<plugins' key>``) and shared by every Kubernetes version."""
-    version = coredns_version(path)
-    key = hashlib.sha256(coredns_main().encode()).hexdigest()[:8]
-    out = cache_root() / "tools" / f"coredns-{version}-{key}"
-    with timing.timed(f"CoreDNS {version}") as step:
-        if not os.access(out, os.X_OK):
-            step.cold = True
-            _build_coredns(version, out, path)
-    return out
-
-
-def _build_coredns(version: str, out: Path, path: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / "coredns.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.access(out, os.X_OK):
-            return
-        go = Versions.load(path).go_minimum
-        mod = out.parent / "src" / "coredns"
-        gomod = f"module gpushare.local/coredns\n\ngo {go}\n\nrequire github.com/coredns/coredns {version}\n"
-        _write_module(mod, gomod, {"main.go": coredns_main()})
-        env = _go_env(mod)
-        _run(["go", "mod", "tidy"], mod, env)
-        partial = out.with_name(f"{out.name}.partial")
-        _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), "."], mod, env)
-        partial.replace(out)
-
-
 def build_go_shim(source: Path, name: str) -> Path:
     """Build a test shim (a Go ``main`` beside the tests) inside the pinned Kubernetes module.
 
@@ -536,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         only = [b for name in args.only for b in GROUPS.get(name, (name,))] if args.only else None
         print(build(force=args.force, only=only))
         if args.coredns:
+            from .runtimebuild import build_coredns  # it builds with this module's helpers
+
             print(build_coredns())
         if args.runtime:
             from .runtimebuild import build_runtime  # it builds with this module's helpers

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import build
 from .processes import HarnessError
+from .runtimebuild import build_coredns
 
 
 def _notebooks(cluster: Any, count: int, hub: bool) -> None:
@@ -60,7 +61,7 @@ def _up(args: argparse.Namespace) -> int:
 
     build.build()
     if args.real_nodes:
-        build.build_coredns()
+        build_coredns()
     nodes = args.nodes if args.nodes is not None else (0 if args.real_nodes else 3)
 
     def _terminate(*_: object) -> None:

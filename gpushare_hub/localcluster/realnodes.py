@@ -258,7 +258,7 @@ class RealNodes:
 }}
 """
         )
-        binary = build.build_coredns()
+        binary = runtimebuild.build_coredns()
         self.coredns = Component(
             "coredns",
             netns.in_ns(self.network.underlay, str(binary), "-conf", str(corefile)),

@@ -1,16 +1,18 @@
-"""The real nodes' runtime parts, built from their Go modules at the versions pinned in versions.toml:
-containerd 2 (``containerd``, its runc shim, ``ctr``) and the NVIDIA container toolkit
+"""The real nodes' parts, built from their Go modules at the versions pinned in versions.toml:
+containerd 2 (``containerd``, its runc shim, ``ctr``), the NVIDIA container toolkit
 (``nvidia-ctk``, ``nvidia-cdi-hook``, ``nvidia-container-runtime``) at the version the GPU Operator
-ships. Debian's containerd 1.6 has no CDI and is past what Kubernetes 1.36+ supports; runc comes
-from Debian.
+ships, and CoreDNS with the plugins the real nodes' Corefile uses. Debian's containerd 1.6 has no
+CDI and is past what Kubernetes 1.36+ supports; runc comes from Debian.
 
-Each part is built once per version with ``go install`` into the cache root
-(``tools/<part>-<version>/``), shared by every Kubernetes version, like CoreDNS.
+Each part is built once per version into the cache root (``tools/<part>-<version>...``), shared
+by every Kubernetes version: containerd and the toolkit with ``go install``, CoreDNS as a main
+of its own.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import tomllib
@@ -18,7 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import timing
-from .build import VERSIONS_FILE, BuildError, _go_env, build_go_install, cache_root
+from .build import (
+    VERSIONS_FILE,
+    BuildError,
+    Versions,
+    _go_env,
+    _run,
+    _write_module,
+    build_go_install,
+    cache_root,
+)
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,10 @@ TOOLKIT = Part(
     ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook"),
     cgo=True,
 )
+
+
+# Cluster DNS for the real nodes: a main over CoreDNS's coremain (its commands are not used).
+COREDNS = Part("coredns", "github.com/coredns/coredns", ())
 
 
 def version_of(part: Part, path: Path = VERSIONS_FILE) -> str:
@@ -88,3 +103,49 @@ def _build(part: Part, out: Path, path: Path) -> None:
 def build_runtime(path: Path = VERSIONS_FILE) -> tuple[Path, Path]:
     """containerd's and the toolkit's folders of binaries."""
     return build_part(CONTAINERD, path), build_part(TOOLKIT, path)
+
+
+# The CoreDNS plugins the real nodes' Corefile uses (realnodes.py): a CoreDNS with these alone,
+# not its whole plugin.cfg, whose cloud back ends (Route 53, Azure, Google Cloud DNS ...) were most
+# of its build. A main of CoreDNS's own coremain with the plugins imported, as its docs describe
+# for a build with fewer plugins; the binary's name keeps the list.
+COREDNS_PLUGINS = ("bind", "cache", "errors", "kubernetes")
+
+
+def coredns_main(plugins: tuple[str, ...] = COREDNS_PLUGINS) -> str:
+    imports = "".join(f'\t_ "github.com/coredns/coredns/plugin/{name}"\n' for name in plugins)
+    return (
+        "package main\n\nimport (\n"
+        + imports
+        + '\n\t"github.com/coredns/coredns/coremain"\n)\n\nfunc main() { coremain.Run() }\n'
+    )
+
+
+def build_coredns(path: Path = VERSIONS_FILE) -> Path:
+    """CoreDNS at the pinned version with :data:`COREDNS_PLUGINS`, built once into the cache root
+    (``tools/coredns-<version>-<plugins' key>``) and shared by every Kubernetes version."""
+    version = version_of(COREDNS, path)
+    key = hashlib.sha256(coredns_main().encode()).hexdigest()[:8]
+    out = cache_root() / "tools" / f"coredns-{version}-{key}"
+    with timing.timed(f"CoreDNS {version}") as step:
+        if not os.access(out, os.X_OK):
+            step.cold = True
+            _build_coredns(version, out, path)
+    return out
+
+
+def _build_coredns(version: str, out: Path, path: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / "coredns.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.access(out, os.X_OK):
+            return
+        go = Versions.load(path).go_minimum
+        mod = out.parent / "src" / "coredns"
+        gomod = f"module gpushare.local/coredns\n\ngo {go}\n\nrequire github.com/coredns/coredns {version}\n"
+        _write_module(mod, gomod, {"main.go": coredns_main()})
+        env = _go_env(mod)
+        _run(["go", "mod", "tidy"], mod, env)
+        partial = out.with_name(f"{out.name}.partial")
+        _run(["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(partial), "."], mod, env)
+        partial.replace(out)

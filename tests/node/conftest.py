@@ -23,6 +23,7 @@ from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from gpushare_hub.localcluster.processes import HarnessError
 from gpushare_hub.localcluster.realstack import RealStack
+from gpushare_hub.localcluster.runtimebuild import build_coredns
 from tests.conftest import _CLUSTERS
 from tests.support.workdirs import kept_only_if_failing
 
@@ -45,7 +46,7 @@ def newest_kubernetes() -> Iterator[None]:
 def stack(newest_kubernetes: None) -> Iterator[RealStack]:
     try:
         build.build()
-        build.build_coredns()
+        build_coredns()
     except build.BuildError as err:
         pytest.fail(f"cannot build the local cluster's binaries: {err}", pytrace=False)
     with LocalCluster(real_nodes=True, keep_workdir=True) as cluster, kept_only_if_failing(cluster):
