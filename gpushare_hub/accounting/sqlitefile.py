@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
 
 PRIVATE = 0o600
@@ -31,3 +32,12 @@ def connect_private(path: str, timeout: float = 5.0) -> sqlite3.Connection:
             except FileNotFoundError:
                 continue
     return sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=timeout)
+
+
+class Tables:
+    """What the book's rooms (:mod:`.intervals`, :mod:`.records`) share: the one connection to
+    the file and the lock that keeps its threads (the service's loop, the planner's worker)
+    apart. :class:`~gpushare_hub.accounting.book.Book` opens them."""
+
+    _db: sqlite3.Connection
+    _lock: threading.Lock

@@ -9,11 +9,12 @@ rooms together (laid out as JupyterHub's application and its ``apihandlers``):
   the hub's servers and groups);
 - :mod:`.handlers`: one module per resource of the API, the dashboard and the metrics;
 - below those, what they use: :mod:`.access`, :mod:`.view`, :mod:`.query`, :mod:`.metrics`,
-  :mod:`.planning`, the idle loop (:mod:`.idle`, :mod:`.returner`), the GiB·h book
-  (:mod:`.budgets`) and the service's database (:mod:`.store`).
+  :mod:`.planning`, and each pass's :mod:`.enforcement`: the book
+  (:mod:`gpushare_hub.accounting.book`), the idle and budget policies (:mod:`.idlepolicy`,
+  :mod:`.budgets`) and the one :mod:`.enforcer` that warns, stops and parks.
 
-This module reads the configuration, opens the database, starts the watchers, the idle loop
-and the book, and serves the handlers.
+This module reads the configuration, opens the book, starts the watchers and the pass, and
+serves the handlers.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ from tornado import web
 from tornado.ioloop import PeriodicCallback
 from traitlets import TraitError
 
-from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.accounting.book import Book
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.web.bodylimit import SERVER_MAX_BODY
 
-from .budgets import BudgetKeeper
+from .enforcement import Enforcement
+from .enforcer import EventPoster
 from .handlers.base import MAX_BODY_BYTES, RunningService
 from .handlers.budgets import BudgetAddHandler, BudgetsHandler
 from .handlers.history import HistoryHandler
@@ -52,12 +54,11 @@ from .handlers.pages import (
     ToPrefixHandler,
 )
 from .handlers.planning import PlanningHandler
+from .hubapi import HubAPI
 from .hubconfig import CONFIG_ENV
-from .returner import HubAPI, IdleReturner
 from .rules import ServiceConfigError, budget_rule, env_config, idle_rule
 from .settings import ServiceSettings
 from .sources import Cluster, HubServers, service_informer
-from .store import ServiceStore
 from .view import ledger_document
 
 log = logging.getLogger("gpushare.service")
@@ -184,8 +185,7 @@ class GPUShareService(ServiceSettings):
         await core.create_namespaced_event(namespace, body)
 
     async def apply_idle_rule(self) -> None:
-        """One pass of the idle loop and the budgets' book, on fresh figures only (see
-        :mod:`.returner` and :mod:`.budgets`)."""
+        """One pass of the book and the policies, on fresh figures only (:mod:`.enforcement`)."""
         if self.cluster.ledger() is None:  # the watch is failing: never act on old figures
             return
         doc = ledger_document(
@@ -195,23 +195,25 @@ class GPUShareService(ServiceSettings):
             datetime.now(UTC),
             gpu_idle_after=self.gpu_idle_after,
         )
-        try:
-            await self.returner.tick(doc, self.hub_servers.groups)
-        except Exception:
-            log.exception(
-                "the idle rule failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
-            )
-        try:
-            holders = {str(a["hub_user"]) for a in doc["allocations"] if a["hub_user"]}
-            groups = dict(self.hub_servers.groups)
-            for user in holders - set(groups):  # started since the last poll of the hub
-                groups[user] = await self.hub_servers.groups_of(user)
-            models = {c["uuid"]: c["model"] for n in doc["nodes"] for c in n["cards"]}
-            await self.budgets.tick(doc["allocations"], groups, models)
-        except Exception:
-            log.exception(
-                "the GiB·h book failed this pass; it runs again in %.0f s", self.gpu_idle_check_seconds
-            )
+        groups = dict(self.hub_servers.groups)
+        for user in {str(a["hub_user"]) for a in doc["allocations"] if a["hub_user"]} - set(groups):
+            groups[user] = await self.hub_servers.groups_of(user)  # started since the last poll
+        models = {c["uuid"]: c["model"] for n in doc["nodes"] for c in n["cards"]}
+        await self.enforcement.run_pass(doc, groups, models)
+
+    def open_book(self, hub: HubAPI | None, post_event: EventPoster | None = None) -> Enforcement:
+        """Open the book (``state_db``) and wire the policies and the enforcer to it and ``hub``."""
+        e = Enforcement(
+            Book(self.state_db),
+            self.idle_rule,
+            self.budget_rule,
+            hub,
+            post_event,
+            check_seconds=self.gpu_idle_check_seconds,
+            retention_days=self.history_retention_days,
+        )
+        self.enforcement, self.book, self.idle, self.budgets = e, e.book, e.idle, e.budgets
+        return e
 
     async def run(self) -> None:
         self.releases = ReleaseHistory(started=time.monotonic(), min_span=self.queue_estimate_after)
@@ -234,8 +236,7 @@ class GPUShareService(ServiceSettings):
             )
         self.hub_servers = hub
         try:
-            self.store = ServiceStore(self.state_db)
-            book = BudgetStore(self.state_db)
+            self.open_book(HubAPI(hub.api_url, hub.token), self.post_event)
         except Exception as err:  # sqlite3.Error, OSError: a folder that cannot be written
             log.error(
                 "cannot open the service's database %s (%s); set state_db to a writable file",
@@ -243,21 +244,6 @@ class GPUShareService(ServiceSettings):
                 err,
             )
             sys.exit(2)
-        self.returner = IdleReturner(
-            self.idle_rule,
-            self.store,
-            HubAPI(hub.api_url, hub.token),
-            self.post_event,
-            keep_seconds=self.history_retention_days * 86400,
-        )
-        self.budgets = BudgetKeeper(
-            self.budget_rule,
-            book,
-            HubAPI(hub.api_url, hub.token),
-            self.post_event,
-            gap=max(90.0, 3 * self.gpu_idle_check_seconds),
-            keep_seconds=self.history_retention_days * 86400,
-        )
         connecting = asyncio.create_task(self._connect())
         await hub.poll()
         PeriodicCallback(hub.poll, self.hub_poll_seconds * 1000).start()

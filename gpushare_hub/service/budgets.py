@@ -1,26 +1,24 @@
-"""GiB-hour budgets, the service's side: keep the book, and act on budgets spent.
+"""GiB-hour budgets, the service's side: each user's numbers, and the policy for budgets spent.
 
-Every pass (``gpu_idle_check_seconds``, on fresh figures only) :class:`BudgetKeeper` records the
-slices held now, from the ledger document (one interval per pod placement: the pod's
-``since``, which the API server holds, to the pass that no longer sees it; see
-:mod:`gpushare_hub.accounting.store`). A user still holding slices with their budget spent is
-warned (an event on each of their GPU pods, a line in the log, ``budget.overrun`` in
-``api/v1/me``), and ``budget_grace_seconds`` later their GPU servers are stopped, or parked on
-the CPU-only profile, as ``budget_action`` says ("notify": only the warning). An admin's
-addition that leaves the budget unspent withdraws the warning.
+The book counts what every user held (:mod:`gpushare_hub.accounting.intervals`; the service
+records each pass's slices first). :class:`BudgetPolicy` reads it: a user still holding slices
+with their budget spent is in the ``warn`` phase (an event on each of their GPU pods, a line in
+the log, ``budget.overrun`` in ``api/v1/me``), and ``budget_grace_seconds`` later ``due``: the
+:class:`~gpushare_hub.service.enforcer.Enforcer` stops their GPU servers, or parks them on the
+CPU-only profile, as ``budget_action`` says ("notify": only the warning). An admin's addition
+that leaves the budget unspent withdraws the warning.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from gpushare_hub.accounting.store import KEEP_SECONDS, BudgetStore
+from gpushare_hub.accounting.book import Book
 from gpushare_hub.core.budget import (
     NOTIFY,
     PARK,
@@ -34,8 +32,7 @@ from gpushare_hub.core.budget import (
 )
 from gpushare_hub.core.names import BUDGET_RETURNED_REASON, BUDGET_SPENT_REASON
 
-from .held import held_now
-from .returner import EventPoster, HubAPI, start_when_stopped, stop_server
+from .enforcer import DUE, RETURNED, WARN, WARNED, Case, Reasons, pods_of
 
 log = logging.getLogger("gpushare.service.budgets")
 
@@ -64,32 +61,21 @@ class BudgetRule:
         return limit_for(self.per_user, self.per_group, groups)
 
 
-class BudgetKeeper:
-    def __init__(
-        self,
-        rule: BudgetRule,
-        store: BudgetStore,
-        hub: HubAPI | None = None,
-        post_event: EventPoster | None = None,
-        clock: Callable[[], float] = time.time,
-        gap: float = 90.0,
-        keep_seconds: float = KEEP_SECONDS,
-    ) -> None:
+class BudgetPolicy:
+    """Each user's budget, the admins' view of all of them, and the phase of a spent one."""
+
+    reasons = Reasons(BUDGET_SPENT_REASON, BUDGET_SPENT_REASON, BUDGET_RETURNED_REASON)
+    setting = "budget_action"
+    warning_logged = True
+
+    def __init__(self, rule: BudgetRule, book: Book, clock: Callable[[], float] = time.time) -> None:
         self.rule = rule
-        self.store = store
-        self.hub = hub
-        self.post_event = post_event
+        self.book = book
+        self.park_profile = rule.park_profile
         self.clock = clock
-        self.gap = gap
-        self.keep_seconds = max(keep_seconds, KEEP_SECONDS)  # budgets need the last month
-        self._acting: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._last_prune = 0.0
 
     @property
     def tz(self) -> tzinfo:
-        from datetime import UTC
-
         return self.rule.tz or UTC
 
     def window(self, now: float) -> tuple[float, float]:
@@ -101,13 +87,13 @@ class BudgetKeeper:
         if limit is None:
             return None
         now = self.clock() if now is None else now
-        return self.store.budget(user, limit, self.rule.window, self.tz, now)
+        return self.book.budget(user, limit, self.rule.window, self.tz, now)
 
     def overrun(self, user: str, budget: Budget) -> Overrun | None:
         """The warning already given about ``user``'s spent budget, if any."""
         if not budget.spent:
             return None
-        warned = self.store.actions(user, budget.start).get("warned")
+        warned = self.book.budget_done(user, budget.start).get(WARNED)
         return Overrun(user, budget, warned, self.rule.grace)
 
     def document(self, user: str, groups: Iterable[str], now: float | None = None) -> dict[str, Any] | None:
@@ -128,39 +114,29 @@ class BudgetKeeper:
             }
         return doc
 
-    # ---- the pass ------------------------------------------------------------------------------
-    async def tick(
-        self,
-        allocations: list[Mapping[str, Any]],
-        groups: Mapping[str, list[str]],
-        models: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """Record what is held now, then warn or act on spent budgets; the users acted on."""
-        now = self.clock()
-        held = held_now(allocations, now, models, groups)
-        self.store.observe(held, now, self.gap)
-        if now - self._last_prune > 3600:
-            self.store.forget_before(now - self.keep_seconds)
-            self._last_prune = now
+    # ---- the phase of a spent budget ----------------------------------------------------------
+    def cases(self, doc: Mapping[str, Any], groups: Mapping[str, list[str]], now: float) -> list[Case]:
+        """Users holding slices with their budget spent: ``warn`` until they were told, ``due``
+        once the grace is over (``stop`` and ``park`` only). A warning that no longer stands (an
+        admin added to the window) is withdrawn here."""
         if not self.rule.configured:
             return []
-        acted = []
         by_user: dict[str, list[Mapping[str, Any]]] = {}
-        for a in allocations:
+        for a in doc["allocations"]:
             if a.get("hub_user"):
                 by_user.setdefault(str(a["hub_user"]), []).append(a)
+        out = []
         for user, mine in sorted(by_user.items()):
             budget = self.budget(user, groups.get(user, []), now)
             if budget is None:
                 continue
-            done = self.store.actions(user, budget.start)
-            if now - done.get("returned", float("-inf")) < RETURN_SETTLE_SECONDS:
+            done = self.book.budget_done(user, budget.start)
+            if now - done.get(RETURNED, float("-inf")) < RETURN_SETTLE_SECONDS:
                 continue  # servers just stopped: their pods may still be going
             over = self.overrun(user, budget)
             if over is None:
-                # Not spent (an admin added to it): a warning given earlier no longer stands.
-                if done.get("warned") is not None:
-                    self.store.forget("warned", user, budget.start)
+                if done.get(WARNED) is not None:
+                    self.book.forget_budget(WARNED, user, budget.start)
                     log.info(
                         "%s's GPU budget is no longer spent (%s): warning withdrawn",
                         user,
@@ -169,18 +145,38 @@ class BudgetKeeper:
                 continue
             phase = over.phase(now)
             if phase == "warn":
-                self.store.record(user, budget.start, "warned", now, budget.used_words())
                 words = self._warning(budget, now)
-                log.warning("GPU budget of %s spent (%s): %s", user, self._numbers(budget, mine), words)
-                await self._events(mine, BUDGET_SPENT_REASON, words)
-                acted.append(user)
-            elif phase == "due" and self.rule.action in (STOP, PARK) and user not in self._acting:
-                self._acting.add(user)
-                task = asyncio.get_running_loop().create_task(self._return(user, budget, mine))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                acted.append(user)
-        return acted
+            elif phase == "due" and self.rule.action in (STOP, PARK):
+                words = f"GPU budget spent ({budget.used_words()}): slice returned"
+            else:
+                continue
+            out.append(
+                Case(
+                    user=user,
+                    servers=tuple(sorted({str(a.get("server") or "") for a in mine})),
+                    pods=pods_of(mine),
+                    phase=WARN if phase == "warn" else DUE,
+                    action=self.rule.action,
+                    words=words,
+                    numbers=f"GPU budget of {user} spent ({self._numbers(budget, mine)})",
+                    done=frozenset(),
+                    subject=budget,
+                )
+            )
+        return out
+
+    def record(self, case: Case, what: str, now: float, stopped: bool = True) -> None:
+        """``warned`` once per window; ``returned`` again at each return (none is tried again for
+        RETURN_SETTLE_SECONDS: a hub that refused is asked again then). Once all the servers were
+        stopped, a fresh overrun later in the window (after an addition) is warned again."""
+        budget: Budget = case.subject
+        if what == WARNED:
+            self.book.record_budget(case.user, budget.start, WARNED, now, budget.used_words())
+            return
+        if stopped:
+            self.book.forget_budget(WARNED, case.user, budget.start)
+        self.book.forget_budget(RETURNED, case.user, budget.start)
+        self.book.record_budget(case.user, budget.start, RETURNED, now, self.rule.action)
 
     def _warning(self, budget: Budget, now: float) -> str:
         spent = (
@@ -200,64 +196,20 @@ class BudgetKeeper:
             f"rule: {self.rule.action} after {self.rule.grace:.0f} s"
         )
 
-    async def _events(self, mine: list[Mapping[str, Any]], reason: str, message: str) -> None:
-        if self.post_event is None:
-            return
-        for a in {(a["namespace"], a["pod"]): a for a in mine}.values():
-            try:
-                await self.post_event(a["namespace"], a["pod"], reason, message)
-            except Exception as err:
-                log.warning(
-                    "cannot post the %s event on pod %s/%s: %s", reason, a["namespace"], a["pod"], err
-                )
-
-    async def _return(self, user: str, budget: Budget, mine: list[Mapping[str, Any]]) -> None:
-        try:
-            servers = sorted({str(a.get("server") or "") for a in mine})
-            log.warning(
-                "GPU budget of %s spent and the grace of %.0f s over (%s): %s server(s) %s",
-                user,
-                self.rule.grace,
-                self._numbers(budget, mine),
-                "parking" if self.rule.action == PARK else "stopping",
-                ", ".join(repr(s) for s in servers),
-            )
-            await self._events(
-                mine, BUDGET_RETURNED_REASON, f"GPU budget spent ({budget.used_words()}): slice returned"
-            )
-            stopped = [await self._return_server(user, server) for server in servers]
-            if all(stopped):
-                # A fresh overrun later in the window (after an addition) is warned again.
-                self.store.forget("warned", user, budget.start)
-            # Not tried again for RETURN_SETTLE_SECONDS (a hub that refused is asked again then).
-            self.store.forget("returned", user, budget.start)
-            self.store.record(user, budget.start, "returned", self.clock(), self.rule.action)
-        finally:
-            self._acting.discard(user)
-
-    async def _return_server(self, user: str, server: str) -> bool:
-        """Stop (and for park, start again on the CPU profile) one server; False when the hub
-        refused to stop it."""
-        if self.hub is None or not await stop_server(self.hub, user, server, "budget_action"):
-            return False
-        if self.rule.action == PARK:
-            await start_when_stopped(self.hub, user, server, {"profile": self.rule.park_profile}, 300)
-        return True
-
     # ---- the admins' view ----------------------------------------------------------------------
     def booked_users(self, now: float | None = None) -> set[str]:
         """Users who held a slice, or were given GiB·h, in the current window."""
         now = self.clock() if now is None else now
         start, end = self.window(now)
-        return {h.user for h in self.store.intervals(start, end)} | set(self.store.added_by_user(start))
+        return {h.user for h in self.book.intervals(start, end)} | set(self.book.added_by_user(start))
 
     def everyone(self, groups: Mapping[str, list[str]], now: float | None = None) -> dict[str, Any]:
         """``api/v1/budgets``: every user who has a budget and is known to the hub or used some
         this window, with their numbers."""
         now = self.clock() if now is None else now
         start, end = self.window(now)
-        used = self.store.used_by_user(start, end, now)
-        added = self.store.added_by_user(start)
+        used = self.book.used_by_user(start, end, now)
+        added = self.book.added_by_user(start)
         users = []
         for user in sorted(set(groups) | set(used) | set(added)):
             limit = self.rule.limit(groups.get(user, []))

@@ -28,6 +28,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from traitlets.config import Application
+
+from gpushare_hub.accounting.quotas import QUOTA_SETTINGS
 from gpushare_hub.accounting.zones import budget_zone
 
 from .address import free_port, listen_on
@@ -43,13 +46,6 @@ from .hubroles import (
 )
 
 CONFIG_ENV = "GPUSHARE_SERVICE_CONFIG"
-# The spawner's GiB·h budget settings, which the service applies as well.
-BUDGET_SETTINGS = (
-    "quota_gib_hours",
-    "quota_gib_hours_per_group",
-    "quota_gib_hours_window",
-    "quota_gib_hours_timezone",
-)
 # A page.html that extends JupyterHub's and names a service by its info["display_name"].
 TEMPLATES = str(Path(__file__).parent / "templates")
 
@@ -128,7 +124,8 @@ def _own_settings(section: Mapping[str, Any]) -> dict[str, Any]:
     """``c.GPUShareService.<name>`` values the admin set, checked against the service's settings."""
     from .settings import ServiceSettings  # GPUShareService's settings are all ServiceSettings'
 
-    known = set(ServiceSettings.class_own_traits(config=True)) - _COMPUTED
+    own = set(ServiceSettings.class_traits(config=True)) - set(Application.class_traits(config=True))
+    known = own - _COMPUTED
     wrong = sorted(set(section) - known)
     if wrong:
         raise ValueError(
@@ -172,13 +169,7 @@ def _service_config(
     for section in (kube, spawner):
         if isinstance(section.get("namespace"), str) and section["namespace"]:
             service_config["hub_namespaces"] = [section["namespace"]]
-    for key in (
-        "quota_gib_per_user",
-        "quota_gib_per_group",
-        "gpu_memory_resource",
-        "gpu_count_resource",
-        *BUDGET_SETTINGS,
-    ):
+    for key in ("gpu_memory_resource", "gpu_count_resource", *QUOTA_SETTINGS):
         if key in spawner:
             service_config[key] = spawner[key]
     # Check the catalogue now, with the spawner's rules, so a mistake stops the hub at start.

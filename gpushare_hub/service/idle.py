@@ -5,7 +5,7 @@ The device plugin publishes since when each pod has been idle on its card (``idl
 ``gpu_idle_seconds``. Here an :class:`IdleRule` (the service's settings) turns that into an
 :class:`IdleState` per slice: the action that applies (``notify``, ``stop`` or ``park``), the
 deadline, and the words the user reads. Nothing here acts: the service does
-(:mod:`gpushare_hub.service.returner`).
+(:mod:`gpushare_hub.service.idlepolicy` and :mod:`gpushare_hub.service.enforcer`).
 
 An *idle stretch* is one run of idleness of one server's pod, named by the pod's card
 assignment time (``since``) and the idle clock's start: any GPU work ends it, and Keep
@@ -18,9 +18,12 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpushare_hub.core.budget import NOTIFY as NOTIFY
+from gpushare_hub.core.budget import PARK as PARK
+from gpushare_hub.core.budget import STOP as STOP
 from gpushare_hub.core.durations import duration_words
 
-NONE, NOTIFY, STOP, PARK = "none", "notify", "stop", "park"
+NONE = "none"  # an idle slice of these users or slices is left alone
 ACTIONS = (NONE, NOTIFY, STOP, PARK)
 # Where a user's groups ask different actions, the mildest applies: a group is a grant.
 MILDNESS = {NONE: 0, NOTIFY: 1, PARK: 2, STOP: 3}

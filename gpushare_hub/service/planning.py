@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..accounting.store import BudgetStore
+from ..accounting.book import Book
 from ..core.catalogue import Catalogue
 from ..core.ledger import Ledger
 from ..core.planning import (
@@ -122,7 +122,7 @@ def check_work(sessions: Sequence[Session], plans: Sequence[Plan]) -> None:
 
 
 def plan_from_history(
-    book: BudgetStore, since: float, until: float, now: float, plans: Sequence[Plan]
+    book: Book, since: float, until: float, now: float, plans: Sequence[Plan]
 ) -> tuple[list[Session], dict[str, Any] | None]:
     """The sessions the book holds between ``since`` and ``until`` and, when there are any, the
     figures of every plan (None without sessions). Run in the worker thread: reading the book

@@ -16,14 +16,15 @@ from typing import Any
 from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode, validate
 from traitlets.config import Application
 
+from gpushare_hub.accounting.quotas import QuotaSettings
 from gpushare_hub.core import ResourceNames
-from gpushare_hub.core.budget import BUDGET_ACTIONS, WINDOWS
+from gpushare_hub.core.budget import BUDGET_ACTIONS
 from gpushare_hub.core.catalogue import Catalogue, read_catalogue
 
 from .idle import ACTIONS, NOTIFY
 
 
-class ServiceSettings(Application):
+class ServiceSettings(QuotaSettings, Application):
     """The service's settings (``c.GPUShareService.<name>``: the application subclasses this)."""
 
     slices = List(
@@ -51,34 +52,6 @@ class ServiceSettings(Application):
         "custom:gpushare:metrics",
         config=True,
         help="The scope that lets a token read ``metrics`` (the admin scope includes it).",
-    )
-    quota_gib_per_user = Integer(
-        None, allow_none=True, config=True, help="As GPUShareSpawner's: shown, not enforced here."
-    )
-    quota_gib_per_group = Dict(
-        key_trait=Unicode(),
-        value_trait=Integer(),
-        config=True,
-        help="As GPUShareSpawner's; the metrics report each group's use against it.",
-    )
-    quota_gib_hours = Float(
-        None,
-        allow_none=True,
-        min=0,
-        config=True,
-        help="As GPUShareSpawner's (configure_hub passes it): each user's GiB·h per window.",
-    )
-    quota_gib_hours_per_group = Dict(
-        key_trait=Unicode(),
-        value_trait=Float(min=0),
-        config=True,
-        help="As GPUShareSpawner's: per-group overrides of quota_gib_hours (the largest applies).",
-    )
-    quota_gib_hours_window = Enum(
-        WINDOWS, default_value="week", config=True, help="As GPUShareSpawner's: day, week or month."
-    )
-    quota_gib_hours_timezone = Unicode(
-        "UTC", config=True, help="As GPUShareSpawner's: the IANA zone whose midnight starts a window."
     )
     budget_action = Enum(
         list(BUDGET_ACTIONS),

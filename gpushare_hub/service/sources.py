@@ -17,15 +17,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Hashable
 from functools import partial
 from typing import Any
-from urllib.parse import urlencode
-
-from tornado import httpclient
 
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.releases import ReleaseHistory
@@ -41,6 +37,7 @@ from gpushare_hub.core.report import (
 )
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
+from .hubapi import HubAPI
 from .hubservers import HubServer, servers_from_users
 
 log = logging.getLogger("gpushare.service")
@@ -165,8 +162,6 @@ class HubServers:
         hit = self._inactive_groups.get(user)
         if hit is not None and now - hit[0] < self.groups_ttl:
             return hit[1]
-        from .returner import HubAPI
-
         try:
             status, model = await HubAPI(self.api_url, self.token).user(user)
         except Exception as err:
@@ -194,27 +189,8 @@ class HubServers:
 
     async def poll(self) -> None:
         self._last_read = time.monotonic()
-        http = httpclient.AsyncHTTPClient()
-        users: list[Any] = []
-        offset = 0
         try:
-            while True:
-                query = urlencode({"state": "active", "offset": offset, "limit": 200})
-                resp = await http.fetch(
-                    f"{self.api_url}/users?{query}",
-                    headers={
-                        "Authorization": f"token {self.token}",
-                        "Accept": "application/jupyterhub-pagination+json",
-                    },
-                    request_timeout=10,
-                )
-                body = json.loads(resp.body)
-                items = body.get("items", []) if isinstance(body, dict) else body
-                users += items
-                nxt = (body.get("_pagination") or {}).get("next") if isinstance(body, dict) else None
-                if not nxt or not items:
-                    break
-                offset = int(nxt.get("offset", offset + len(items)))
+            users = await HubAPI(self.api_url, self.token).active_users()
         except Exception as err:  # the hub restarting, a bad answer: keep the last known servers
             self.error = f"cannot read the hub's users: {err}"
             log.warning("%s", self.error)

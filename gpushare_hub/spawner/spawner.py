@@ -20,13 +20,14 @@ from jupyterhub.utils import maybe_future  # type: ignore[import-untyped]
 from kubernetes_asyncio.client import V1Pod
 from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from tornado import web
-from traitlets import Bool, Callable, Dict, Enum, Float, Integer, List, TraitError, Unicode, default, validate
+from traitlets import Bool, Callable, Dict, Enum, Float, List, Unicode, default, validate
 
+from gpushare_hub.accounting.quotas import QuotaSettings
 from gpushare_hub.accounting.zones import budget_zone
 from gpushare_hub.core import Demand, PodObject, ResourceNames
 from gpushare_hub.core.availability import Availability, availability
 from gpushare_hub.core.availability import render as render_availability
-from gpushare_hub.core.budget import WINDOWS, Budget, limit_for, refusal, spend_line
+from gpushare_hub.core.budget import Budget, limit_for, refusal, spend_line
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from gpushare_hub.core.durations import returned_words
 from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
@@ -102,7 +103,7 @@ LIMIT_TITLES = {
 }
 
 
-class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
+class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
     """KubeSpawner whose profiles include GPU-memory slices placed by the gpushare scheduler."""
 
     slices = List(
@@ -160,71 +161,6 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         """,
     )
 
-    quota_gib_per_user = Integer(
-        None,
-        allow_none=True,
-        config=True,
-        help="""
-        GiB of GPU memory one user may hold at once, summed over all their servers (named
-        servers included; a whole card counts as its size). ``None`` (default): no limit.
-        A spawn over quota is refused, naming the servers that use it.
-        """,
-    )
-
-    quota_gib_per_group = Dict(
-        key_trait=Unicode(),
-        value_trait=Integer(),
-        config=True,
-        help="""
-        Per-group overrides of ``quota_gib_per_user``: ``{"gpu-power-users": 30}``. A member of
-        several listed groups gets the largest of their quotas.
-        """,
-    )
-
-    quota_gib_hours = Float(
-        None,
-        allow_none=True,
-        min=0,
-        config=True,
-        help="""
-        GiB·h of GPU memory one user may hold within each budget window
-        (``quota_gib_hours_window``): a 5 GiB slice held 8 hours uses 40, busy or not.
-        ``None`` (default): no budget. The spawn form shows what is used and what a slice would
-        use; a spawn with the budget spent is refused until the window resets, and the hub
-        service warns, then stops or parks, servers still holding slices
-        (``c.GPUShareService.budget_action``). Admins add to a user's window on the dashboard.
-        Counted by the hub service (``configure_hub``) from the API server's record of each
-        pod, in its database (``budget_db``).
-        """,
-    )
-    quota_gib_hours_per_group = Dict(
-        key_trait=Unicode(),
-        value_trait=Float(min=0),
-        config=True,
-        help="""
-        Per-group overrides of ``quota_gib_hours``: ``{"thesis-students": 400}``. Each member
-        gets that budget of their own (a group's members do not share one); a member of several
-        listed groups gets the largest.
-        """,
-    )
-    quota_gib_hours_window = Enum(
-        WINDOWS,
-        default_value="week",
-        config=True,
-        help="""
-        The window a GiB·h budget covers: ``"day"`` (from midnight), ``"week"`` (from Monday
-        00:00) or ``"month"`` (from the 1st), in ``quota_gib_hours_timezone``. Use the hub
-        service's value too (``configure_hub`` passes it on).
-        """,
-    )
-    quota_gib_hours_timezone = Unicode(
-        "UTC",
-        config=True,
-        help="""
-        The IANA time zone (``"Europe/Berlin"``) whose midnight starts a budget window, so that a
-        week ends when your users' week ends.
-        """,
-    )
     quota_gib_hours_session = Float(
         8.0,
         min=0.1,
@@ -241,15 +177,6 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
         the spawner only reads it. ``configure_hub`` sets it. Needed with ``quota_gib_hours``.
         """,
     )
-
-    @validate("quota_gib_hours_timezone")
-    def _validate_timezone(self, proposal: Any) -> str:
-        name = str(proposal["value"])
-        try:
-            budget_zone(name)
-        except ValueError as err:
-            raise TraitError(str(err)) from None
-        return name
 
     service_url = Unicode(
         "",
@@ -535,12 +462,12 @@ class GPUShareSpawner(KubeSpawner):  # type: ignore[misc]
                 "database; call configure_hub in jupyterhub_config.py (it sets "
                 "c.GPUShareSpawner.budget_db), or set budget_db to c.GPUShareService.state_db"
             )
-        from gpushare_hub.accounting.store import BudgetStore
+        from gpushare_hub.accounting.book import Book
 
         stores = type(self)._budget_stores
         if self.budget_db not in stores:
-            stores[self.budget_db] = BudgetStore(self.budget_db)
-        store: BudgetStore = stores[self.budget_db]
+            stores[self.budget_db] = Book(self.budget_db)
+        store: Book = stores[self.budget_db]
         now = time.time() if now is None else now
         return store.budget(str(self.user.name), limit, self.quota_gib_hours_window, self._budget_zone(), now)
 

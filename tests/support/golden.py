@@ -7,7 +7,7 @@ when the service's code no longer writes that file.
 :func:`me_document_golden` builds it with the code ``MeHandler`` runs
 (:func:`~gpushare_hub.service.handlers.me.availability_of` and
 :func:`~gpushare_hub.service.handlers.me.me_answer`, over the service's own ``Cluster`` fed the
-objects below, a ledger document, the idle returner, the budget keeper and the release history),
+objects below, a ledger document, the idle and budget policies and the release history),
 with fixed clocks. The state: alice holds a 5 GiB slice (t4-5g) on a Tesla T4, idle on the GPU
 long enough to be warned that it will be parked (10 min left); bob and carol share her card
 (8 GiB, 2 GiB in use); a 7 GiB and a 10 GiB slice could start now on the node's other card; her
@@ -28,7 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.accounting.book import Book
+from gpushare_hub.accounting.records import IdleAction
 from gpushare_hub.core import DEFAULT_NAMES
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.catalogue import Catalogue, read_catalogue
@@ -42,15 +43,15 @@ from gpushare_hub.core.names import (
     USAGE_ANNOTATION,
 )
 from gpushare_hub.core.releases import Release, ReleaseHistory
-from gpushare_hub.service.budgets import BudgetKeeper, BudgetRule
+from gpushare_hub.service.budgets import BudgetPolicy, BudgetRule
+from gpushare_hub.service.enforcement import Enforcement
 from gpushare_hub.service.handlers.me import availability_of, me_answer, spawn_url
 from gpushare_hub.service.held import held_now
 from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.idle import PARK, IdleRule
 from gpushare_hub.service.query import Filters
-from gpushare_hub.service.returner import IdleReturner
+from gpushare_hub.service.idlepolicy import IdlePolicy
 from gpushare_hub.service.sources import Cluster, service_informer
-from gpushare_hub.service.store import IdleAction, ServiceStore
 from gpushare_hub.service.view import ledger_document
 from tests.support.inspect_cluster import placed
 from tests.unit.helpers import node_obj, pod_obj
@@ -167,19 +168,19 @@ class GoldenService:
     """What ``MeHandler`` reads of the running service (``RunningService``), with fixed clocks."""
 
     catalogue: Catalogue
-    store: ServiceStore
-    budget_store: BudgetStore
+    book: Book
     idle_rule: IdleRule = IDLE_RULE
     budget_rule: BudgetRule = BUDGET_RULE
     node_selector: dict[str, Any] = field(default_factory=dict)
     gpu_idle_after: int = GPU_IDLE_AFTER
-    returner: IdleReturner = field(init=False)
-    budgets: BudgetKeeper = field(init=False)
+    enforcement: Enforcement = field(init=False)
+    idle: IdlePolicy = field(init=False)
+    budgets: BudgetPolicy = field(init=False)
     releases: ReleaseHistory = field(init=False)
 
     def __post_init__(self) -> None:
-        self.returner = IdleReturner(self.idle_rule, self.store, None, clock=lambda: NOW_S)  # type: ignore[arg-type]
-        self.budgets = BudgetKeeper(self.budget_rule, self.budget_store, clock=lambda: NOW_S)
+        self.enforcement = Enforcement(self.book, self.idle_rule, self.budget_rule, None, clock=lambda: NOW_S)
+        self.idle, self.budgets = self.enforcement.idle, self.enforcement.budgets
         self.releases = ReleaseHistory(started=MONOTONIC - 7200, min_span=600)
 
 
@@ -194,13 +195,13 @@ def me_document_golden() -> dict[str, Any]:
         informer.apply("pods", "ADDED", pod)
     informer.synced = True  # as after its first list: cluster.ledger() answers
     cluster.shared.informer = informer
-    svc = GoldenService(read_catalogue(SLICES), ServiceStore(":memory:"), BudgetStore(":memory:"))
+    svc = GoldenService(read_catalogue(SLICES), Book(":memory:"))
     try:
         for ago in (5400, 1800):  # two whole Tesla T4 cards came free in the last 2 h
             svc.releases.add(Release(MONOTONIC - ago, "Tesla-T4", 15))
         # Yesterday evening: alice's server "old" was parked after 2 h idle on the GPU.
         parked = IdleAction(USER, "old", "s-old", "parked", "t4-5g", 5, NOW_S - 15 * 3600, 7300, "cpu")
-        svc.store.record(parked)
+        svc.book.record_idle(parked)
         ledger = ledger_document(
             cluster.report(),
             SERVERS,
@@ -210,8 +211,8 @@ def me_document_golden() -> dict[str, Any]:
             stale_seconds=cluster.stale_for(),
             gpu_idle_after=svc.gpu_idle_after,
         )
-        # The budget keeper's pass has seen what is held now (from its bind: about 3 h for alice).
-        svc.budget_store.observe(held_now(ledger["allocations"], NOW_S), NOW_S, 90.0)
+        # The service's pass has seen what is held now (from its bind: about 3 h for alice).
+        svc.book.observe(held_now(ledger["allocations"], NOW_S), NOW_S, 90.0)
         free = availability_of(svc, cluster, GROUPS, NOW)  # type: ignore[arg-type]
         return me_answer(
             svc,  # type: ignore[arg-type]
@@ -225,8 +226,7 @@ def me_document_golden() -> dict[str, Any]:
             monotonic=MONOTONIC,
         )
     finally:
-        svc.store.close()
-        svc.budget_store.close()
+        svc.book.close()
 
 
 def golden_text(doc: dict[str, Any]) -> str:

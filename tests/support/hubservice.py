@@ -113,13 +113,10 @@ def hub_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ser
     """The service (make_app, as ``run`` wires it) behind a fake hub; add callers to ``callers``."""
     from jupyterhub.services.auth import HubOAuth
 
-    from gpushare_hub.accounting.store import BudgetStore
     from gpushare_hub.core import DEFAULT_NAMES
     from gpushare_hub.service.app import GPUShareService
-    from gpushare_hub.service.budgets import BudgetKeeper
-    from gpushare_hub.service.returner import HubAPI, IdleReturner
+    from gpushare_hub.service.hubapi import HubAPI
     from gpushare_hub.service.sources import Cluster, HubServers
-    from gpushare_hub.service.store import ServiceStore
     from gpushare_hub.web.bodylimit import SERVER_MAX_BODY
 
     callers: dict[str, dict[str, Any]] = {}
@@ -146,10 +143,8 @@ def hub_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ser
     svc = GPUShareService()
     svc.initialize([])
     db = tmp_path / "state" / "gpushare-service.sqlite"
-    svc.store = ServiceStore(db)
-    hub_api = HubAPI(api_url, "service-own-token")
-    svc.returner = IdleReturner(svc.idle_rule, svc.store, hub_api)
-    svc.budgets = BudgetKeeper(svc.budget_rule, BudgetStore(db), hub_api)
+    svc.state_db = str(db)
+    svc.open_book(HubAPI(api_url, "service-own-token"))  # as run() wires it
     cluster = Cluster(lambda: None, DEFAULT_NAMES, 30.0)
     hub = HubServers(api_url, "service-own-token")
     stop_hub = _serve_in_thread(

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.accounting.book import Book
 from gpushare_hub.core.budget import (
     Budget,
     Held,
@@ -131,7 +131,7 @@ def test_a_spent_budget_is_warned_then_due_after_the_grace() -> None:
 
 # ---- the book across restarts ------------------------------------------------------------------
 def test_the_book_counts_from_placement_to_the_pass_that_no_longer_sees_the_pod(tmp_path: Path) -> None:
-    book = BudgetStore(tmp_path / "state.sqlite")
+    book = Book(tmp_path / "state.sqlite")
     t0 = ts("2026-11-26T10:00:00")
     pod = Held("ns/jupyter-alice@t0", "alice", 5, t0, server="")
     book.observe([pod], now=t0 + 60, gap=90)
@@ -148,11 +148,11 @@ def test_a_restart_loses_at_most_the_time_the_service_was_down(tmp_path: Path) -
     path = tmp_path / "state.sqlite"
     t0 = ts("2026-11-26T10:00:00")
     gone, stays = Held("a", "alice", 5, t0), Held("b", "bob", 3, t0)
-    book = BudgetStore(path)
+    book = Book(path)
     book.observe([gone, stays], now=t0 + 3600, gap=90)
     book.close()
     # Down for two hours; alice's pod went meanwhile, bob's is still there.
-    book = BudgetStore(path)
+    book = Book(path)
     book.observe([stays], now=t0 + 3 * 3600, gap=90)
     day = window_bounds(t0, "day", UTC)
     assert book.used("alice", *day, now=t0 + 4 * 3600) == pytest.approx(5)  # ended when last seen
@@ -163,7 +163,7 @@ def test_a_restart_loses_at_most_the_time_the_service_was_down(tmp_path: Path) -
 def test_a_placement_a_pass_missed_is_counted_all_along_and_a_new_one_of_the_same_pod_apart(
     tmp_path: Path,
 ) -> None:
-    book = BudgetStore(tmp_path / "state.sqlite")
+    book = Book(tmp_path / "state.sqlite")
     pod = Held("hub/jupyter-alice@0", "alice", 5, 0)
     book.observe([pod], now=100, gap=90)
     book.observe([], now=150, gap=90)  # a relist that missed it
@@ -177,7 +177,7 @@ def test_a_placement_a_pass_missed_is_counted_all_along_and_a_new_one_of_the_sam
 
 
 def test_a_pod_whose_start_is_read_later_stays_one_placement(tmp_path: Path) -> None:
-    book = BudgetStore(tmp_path / "state.sqlite")
+    book = Book(tmp_path / "state.sqlite")
     book.observe([Held("hub/p@100", "alice", 5, 100)], now=120, gap=90)  # its creation, at first
     book.observe([Held("hub/p@110", "alice", 5, 110)], now=150, gap=90)  # then its start time
     assert [(h.key, h.start, h.end) for h in book.intervals(0, 86400)] == [("hub/p@100", 100, None)]
@@ -186,24 +186,24 @@ def test_a_pod_whose_start_is_read_later_stays_one_placement(tmp_path: Path) -> 
 
 def test_what_an_admin_adds_belongs_to_one_window_and_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
-    book = BudgetStore(path)
+    book = Book(path)
     assert book.add("alice", 1000.0, 20, by="admin", now=1100) == 20
     assert book.add("alice", 1000.0, 5, by="admin", now=1200) == 25
     book.close()
-    book = BudgetStore(path)
+    book = Book(path)
     assert book.added("alice", 1000.0) == 25
     assert book.added("alice", 2000.0) == 0
     assert book.added_by_user(1000.0) == {"alice": 25}
 
 
 def test_an_action_is_recorded_once_per_user_and_window(tmp_path: Path) -> None:
-    book = BudgetStore(tmp_path / "state.sqlite")
-    assert book.record("alice", 0, "warned", 10)
-    assert not book.record("alice", 0, "warned", 20)
-    assert book.actions("alice", 0) == {"warned": 10}
-    assert book.actions("alice", 86400) == {}
-    book.forget("warned", "alice", 0)
-    assert book.actions("alice", 0) == {}
+    book = Book(tmp_path / "state.sqlite")
+    assert book.record_budget("alice", 0, "warned", 10)
+    assert not book.record_budget("alice", 0, "warned", 20)
+    assert book.budget_done("alice", 0) == {"warned": 10}
+    assert book.budget_done("alice", 86400) == {}
+    book.forget_budget("warned", "alice", 0)
+    assert book.budget_done("alice", 0) == {}
 
 
 # ---- the service's keeper: the book each pass, the warning, the action ----------------------------
@@ -237,7 +237,10 @@ def alloc(user: str, pod: str, units: int, since: str, server: str = "") -> dict
 
 
 def keeper(tmp_path: Path, clock: list[float], action: str = "stop", per_user: float | None = 10):  # type: ignore[no-untyped-def]
-    from gpushare_hub.service.budgets import BudgetKeeper, BudgetRule
+    """The service's pass (the book, the budget policy, the enforcer) with a budget rule."""
+    from gpushare_hub.service.budgets import BudgetRule
+    from gpushare_hub.service.enforcement import Enforcement
+    from gpushare_hub.service.idle import IdleRule
 
     events: list[tuple] = []
 
@@ -246,8 +249,14 @@ def keeper(tmp_path: Path, clock: list[float], action: str = "stop", per_user: f
 
     rule = BudgetRule(per_user=per_user, window="day", tz=UTC, grace=600, action=action, park_profile="cpu")
     hub = FakeHub()
-    k = BudgetKeeper(rule, BudgetStore(tmp_path / "state.sqlite"), hub, post, clock=lambda: clock[0], gap=90)  # type: ignore[arg-type]
-    return k, hub, events
+    book = Book(tmp_path / "state.sqlite")
+    e = Enforcement(book, IdleRule(), rule, hub, post, check_seconds=30, clock=lambda: clock[0])  # type: ignore[arg-type]
+    return e, hub, events
+
+
+async def tick(e, mine: list[dict], groups: dict) -> list[str]:  # type: ignore[no-untyped-def]
+    """One pass; the users acted on."""
+    return [c.user for c in await e.run_pass({"allocations": mine}, groups, {})]
 
 
 def test_the_keeper_books_each_pod_once_summing_its_cards(tmp_path: Path) -> None:
@@ -269,23 +278,23 @@ async def test_a_spent_budget_is_warned_on_the_pod_then_the_server_is_stopped_af
     clock = [t0 + 60]
     k, hub, events = keeper(tmp_path, clock)
     mine = [alloc("alice", "jupyter-alice", 5, "2026-11-26T10:00:00Z")]
-    assert await k.tick(mine, {"alice": []}) == []  # 5 GiB for a minute: far from 10 GiB·h
+    assert await tick(k, mine, {"alice": []}) == []  # 5 GiB for a minute: far from 10 GiB·h
     clock[0] = t0 + 2 * H + 30  # 10.04 GiB·h
-    assert await k.tick(mine, {"alice": []}) == ["alice"]
+    assert await tick(k, mine, {"alice": []}) == ["alice"]
     (event,) = events
     assert event[2] == "GPUShareBudgetSpent" and "10 of 10 GiB·h used today" in event[3]
     assert "stopped at 12:10 UTC unless an admin adds GiB·h" in event[3]
-    doc = k.document("alice", [])
+    doc = k.budgets.document("alice", [])
     assert doc is not None and doc["spent"] and doc["overrun"]["due_at"] == "2026-11-26T12:10:30+00:00"
     clock[0] += 300  # within the grace: nothing more
-    assert await k.tick(mine, {"alice": []}) == [] and hub.calls == []
+    assert await tick(k, mine, {"alice": []}) == [] and hub.calls == []
     clock[0] += 300
-    assert await k.tick(mine, {"alice": []}) == ["alice"]
-    await asyncio.gather(*k._tasks)
+    assert await tick(k, mine, {"alice": []}) == ["alice"]
+    await k.enforcer.settled()
     assert hub.calls == [("stop", "alice", "")]
     assert [e[2] for e in events] == ["GPUShareBudgetSpent", "GPUShareBudgetReturned"]
     clock[0] += 30  # the pod is still going: no second warning for it
-    assert await k.tick(mine, {"alice": []}) == [] and len(events) == 2
+    assert await tick(k, mine, {"alice": []}) == [] and len(events) == 2
 
 
 async def test_an_admins_addition_within_the_grace_withdraws_the_warning(tmp_path: Path) -> None:
@@ -293,13 +302,13 @@ async def test_an_admins_addition_within_the_grace_withdraws_the_warning(tmp_pat
     clock = [t0 + 2 * H + 30]
     k, hub, _events = keeper(tmp_path, clock)
     mine = [alloc("alice", "jupyter-alice", 5, "2026-11-26T10:00:00Z")]
-    await k.tick(mine, {"alice": []})
-    assert k.store.actions("alice", k.window(clock[0])[0]).get("warned") is not None
-    k.store.add("alice", k.window(clock[0])[0], 20, by="admin")
+    await tick(k, mine, {"alice": []})
+    assert k.book.budget_done("alice", k.budgets.window(clock[0])[0]).get("warned") is not None
+    k.book.add("alice", k.budgets.window(clock[0])[0], 20, by="admin")
     clock[0] += 900
-    assert await k.tick(mine, {"alice": []}) == [] and hub.calls == []
-    assert k.store.actions("alice", k.window(clock[0])[0]) == {}
-    doc = k.document("alice", [])
+    assert await tick(k, mine, {"alice": []}) == [] and hub.calls == []
+    assert k.book.budget_done("alice", k.budgets.window(clock[0])[0]) == {}
+    doc = k.budgets.document("alice", [])
     assert doc is not None and not doc["spent"] and "overrun" not in doc and doc["added_gib_hours"] == 20
 
 
@@ -310,15 +319,15 @@ async def test_park_restarts_the_server_on_the_cpu_profile_and_notify_only_warns
     mine = [alloc("alice", "jupyter-alice", 5, "2026-11-26T10:00:00Z")]
     clock = [t0 + 2 * H + 30]
     k, hub, _ = keeper(tmp_path / "park", clock, action="park")
-    await k.tick(mine, {"alice": []})
+    await tick(k, mine, {"alice": []})
     clock[0] += 600
-    await k.tick(mine, {"alice": []})
-    await asyncio.gather(*k._tasks)
+    await tick(k, mine, {"alice": []})
+    await k.enforcer.settled()
     assert hub.calls == [("stop", "alice", ""), ("start", "alice", "", {"profile": "cpu"})]
     k, hub, events = keeper(tmp_path / "notify", clock, action="notify")
-    await k.tick(mine, {"alice": []})
+    await tick(k, mine, {"alice": []})
     clock[0] += 3600
-    await k.tick(mine, {"alice": []})
+    await tick(k, mine, {"alice": []})
     assert hub.calls == [] and len(events) == 1 and "unless" not in events[0][3]
 
 
@@ -326,18 +335,18 @@ async def test_a_user_without_a_budget_is_booked_but_never_warned(tmp_path: Path
     t0 = ts("2026-11-26T10:00:00")
     clock = [t0 + 10 * H]
     k, _hub, events = keeper(tmp_path, clock, per_user=None)
-    assert await k.tick([alloc("bob", "jupyter-bob", 7, "2026-11-26T10:00:00Z")], {"bob": []}) == []
-    assert events == [] and k.document("bob", []) is None
-    assert k.store.used("bob", *k.window(clock[0]), now=clock[0]) == pytest.approx(70)
+    assert await tick(k, [alloc("bob", "jupyter-bob", 7, "2026-11-26T10:00:00Z")], {"bob": []}) == []
+    assert events == [] and k.budgets.document("bob", []) is None
+    assert k.book.used("bob", *k.budgets.window(clock[0]), now=clock[0]) == pytest.approx(70)
 
 
 def test_the_admins_view_lists_users_with_a_budget_and_what_was_added(tmp_path: Path) -> None:
     t0 = ts("2026-11-26T10:00:00")
     clock = [t0]
     k, _, _ = keeper(tmp_path, clock)
-    k.store.observe([Held("a", "alice", 5, t0 - H)], now=t0, gap=90)
-    k.store.add("carl", k.window(t0)[0], 4, by="admin")
-    doc = k.everyone({"alice": [], "bea": []})
+    k.book.observe([Held("a", "alice", 5, t0 - H)], now=t0, gap=90)
+    k.book.add("carl", k.budgets.window(t0)[0], 4, by="admin")
+    doc = k.budgets.everyone({"alice": [], "bea": []})
     assert doc["configured"] and doc["resets_at"] == "2026-11-27T00:00:00+00:00"
     rows = {u["user"]: u for u in doc["users"]}
     assert set(rows) == {"alice", "bea", "carl"}
@@ -347,7 +356,7 @@ def test_the_admins_view_lists_users_with_a_budget_and_what_was_added(tmp_path: 
 def test_the_book_on_a_file_is_written_ahead_and_synced_at_checkpoints(tmp_path):
     """WAL with synchronous=NORMAL (1): the spawner reads while the service writes, and a commit
     costs no fsync of its own."""
-    store = BudgetStore(tmp_path / "book.sqlite")
+    store = Book(tmp_path / "book.sqlite")
     try:
         assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpushare_hub.accounting.store import BudgetStore
+from gpushare_hub.accounting.book import Book
 from gpushare_hub.core.budget import Held
 from gpushare_hub.core.history import COLUMNS, history_rows, to_csv
 from gpushare_hub.service.held import held_now
@@ -37,7 +37,7 @@ def test_the_book_records_slice_model_wait_and_groups_beside_the_figures(tmp_pat
         models=models,
         groups={"alice": ["course", "a-lab"]},
     )
-    book = BudgetStore(tmp_path / "state.sqlite")
+    book = Book(tmp_path / "state.sqlite")
     book.observe(held, now=held[0].start + 60, gap=90)
     stored = {h.user: h for h in book.intervals(0, 2e9)}
     assert stored["alice"].model == "Tesla-T4" and stored["alice"].slice == "t4-5g"
@@ -54,12 +54,12 @@ def test_the_book_records_slice_model_wait_and_groups_beside_the_figures(tmp_pat
 
 
 def test_pseudonyms_are_stable_in_one_database_and_differ_between_databases(tmp_path: Path) -> None:
-    first = BudgetStore(tmp_path / "a.sqlite")
+    first = Book(tmp_path / "a.sqlite")
     name = first.pseudonym("alice")
     assert name.startswith("user-") and "alice" not in name and name != first.pseudonym("bob")
     first.close()
-    assert BudgetStore(tmp_path / "a.sqlite").pseudonym("alice") == name  # after a restart
-    assert BudgetStore(tmp_path / "b.sqlite").pseudonym("alice") != name  # another hub's
+    assert Book(tmp_path / "a.sqlite").pseudonym("alice") == name  # after a restart
+    assert Book(tmp_path / "b.sqlite").pseudonym("alice") != name  # another hub's
 
 
 def test_the_csv_has_the_columns_and_no_cell_a_spreadsheet_would_run() -> None:
@@ -93,7 +93,7 @@ def test_a_book_from_before_the_history_gains_its_columns_and_keeps_its_rows(tmp
     )
     old.commit()
     old.close()
-    book = BudgetStore(path)
+    book = Book(path)
     (h,) = book.intervals(0, 1e10)
     assert (h.user, h.gib, h.start, h.end, h.model, h.groups, h.created) == (
         "alice",
@@ -109,7 +109,7 @@ def test_a_book_from_before_the_history_gains_its_columns_and_keeps_its_rows(tmp
 
 
 def test_pseudonymous_rows_hide_named_servers_too(tmp_path: Path) -> None:
-    book = BudgetStore(tmp_path / "state.sqlite")
+    book = Book(tmp_path / "state.sqlite")
     held = [Held("hub/p@1", "alice", 5, T0, None, "alice-thesis"), Held("hub/q@1", "alice", 5, T0, None, "")]
     rows = history_rows(held, T0 + 60, book.pseudonym, book.server_pseudonym)
     assert rows[0]["server"].startswith("server-") and "alice" not in str(rows)
@@ -125,7 +125,7 @@ def test_without_a_bind_time_a_slice_counts_from_since_and_its_wait_is_unknown()
 
 
 def test_the_book_adds_up_the_seconds_a_notebook_left_its_slice_idle_on_the_gpu(tmp_path: Path) -> None:
-    book = BudgetStore(tmp_path / "state.sqlite")
+    book = Book(tmp_path / "state.sqlite")
     busy = {**alloc("p", "GPU-a", 5, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z"), "used_mib": 900}
     start = 1_795_687_200.0  # 10:00Z
     unmeasured = alloc("q", "GPU-b", 3, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z", user="bob")

@@ -20,8 +20,10 @@ from gpushare_hub.service.idle import (
     IdleRule,
     idle_states,
 )
-from gpushare_hub.service.returner import IdleReturner
-from gpushare_hub.service.store import IdleAction, ServiceStore
+from gpushare_hub.accounting.book import Book
+from gpushare_hub.accounting.records import IdleAction
+from gpushare_hub.service.enforcer import Enforcer
+from gpushare_hub.service.idlepolicy import IdlePolicy
 
 NOW = 1_800_000_000
 RULE = IdleRule(action=PARK, return_after=7200, warn_before=600, keep_seconds=3600, park_profile="cpu")
@@ -92,15 +94,15 @@ def test_an_idle_clock_from_the_future_counts_from_now():
 
 def test_the_store_keeps_keeps_and_actions_across_a_restart(tmp_path):
     path = tmp_path / "hub" / "gpushare-service.sqlite"
-    store = ServiceStore(path)
+    store = Book(path)
     assert store.keep("ana", "", "s1", NOW + 3600, NOW)
     assert not store.keep("ana", "", "s1", NOW + 7200, NOW)  # once
-    assert store.record(IdleAction("ana", "", "s1", "parked", "t4-5g", 5, NOW, 7200, "cpu"))
-    assert not store.record(IdleAction("ana", "", "s1", "parked", "t4-5g", 5, NOW + 1, 7201, "cpu"))
+    assert store.record_idle(IdleAction("ana", "", "s1", "parked", "t4-5g", 5, NOW, 7200, "cpu"))
+    assert not store.record_idle(IdleAction("ana", "", "s1", "parked", "t4-5g", 5, NOW + 1, 7201, "cpu"))
     store.close()
-    reopened = ServiceStore(path)
+    reopened = Book(path)
     assert reopened.keeps(["ana"]) == {("ana", "", "s1"): NOW + 3600}
-    assert reopened.done("ana", "", "s1") == {"parked"}
+    assert reopened.idle_done("ana", "", "s1") == {"parked"}
     [back] = reopened.returned("ana", NOW - 86400)
     assert (back.what, back.slice, back.idle_seconds, back.detail) == ("parked", "t4-5g", 7200, "cpu")
     assert reopened.returned("bo", 0) == []
@@ -129,30 +131,34 @@ class FakeHub:
         return (user, server) in self.up
 
 
-def returner(
-    store: ServiceStore, hub: FakeHub, clock: list[int], rule: IdleRule = RULE
-) -> tuple[IdleReturner, list]:
+Returner = tuple[Enforcer, IdlePolicy]
+
+
+def returner(store: Book, hub: FakeHub, clock: list[int], rule: IdleRule = RULE) -> tuple[Returner, list]:
+    """The enforcer with the idle policy, as the service's pass drives them."""
     events: list[tuple] = []
 
     async def post(namespace, pod, reason, message):
         events.append((namespace, pod, reason, message))
 
-    return IdleReturner(rule, store, hub, post, clock=lambda: clock[0]), events  # type: ignore[arg-type]
+    return (Enforcer(hub, post, clock=lambda: clock[0]), IdlePolicy(rule, store)), events  # type: ignore[arg-type]
 
 
-def run_ticks(r: IdleReturner, doc: dict, n: int = 1) -> list:
+def run_ticks(r: Returner, doc: dict, n: int = 1) -> list:
+    enforcer, policy = r
+
     async def go():
         acted = []
         for _ in range(n):
-            acted += await r.tick(doc, {})
-        await asyncio.gather(*r._tasks)
+            acted += await enforcer.tick(policy, doc, {})
+        await enforcer.settled()
         return acted
 
     return asyncio.run(go())
 
 
 def test_the_loop_warns_once_then_parks_once_and_a_restarted_service_does_not_act_again(tmp_path, caplog):
-    store, hub, clock = ServiceStore(tmp_path / "db.sqlite"), FakeHub(), [NOW]
+    store, hub, clock = Book(tmp_path / "db.sqlite"), FakeHub(), [NOW]
     r, events = returner(store, hub, clock)
     doc = {"allocations": [alloc(idle=6600)]}
     run_ticks(r, doc, 3)
@@ -170,7 +176,7 @@ def test_the_loop_warns_once_then_parks_once_and_a_restarted_service_does_not_ac
     line = next(r.message for r in caplog.records if "idle GPU slice of ana" in r.message)
     assert "held for 7200 s (2 h)" in line and "rule: park after 7200 s" in line and "profile 'cpu'" in line
     # The service restarts: the store says the stretch was parked; nothing happens twice.
-    r2, events2 = returner(ServiceStore(tmp_path / "db.sqlite"), hub, clock)
+    r2, events2 = returner(Book(tmp_path / "db.sqlite"), hub, clock)
     run_ticks(r2, doc, 2)
     assert events2 == [] and len(hub.calls) == 2
 
@@ -179,19 +185,19 @@ def test_stop_stops_notify_only_tells_and_a_refused_stop_is_tried_again(tmp_path
     clock = [NOW]
     hub = FakeHub()
     r, events = returner(
-        ServiceStore(tmp_path / "a.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
+        Book(tmp_path / "a.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
     )
     run_ticks(r, {"allocations": [alloc(idle=60)]})
     assert hub.calls == [("stop", "ana", "")] and events[-1][2] == IDLE_RETURNED_REASON
     hub = FakeHub()
     r, events = returner(
-        ServiceStore(tmp_path / "b.sqlite"), hub, clock, IdleRule(action=NOTIFY, return_after=60)
+        Book(tmp_path / "b.sqlite"), hub, clock, IdleRule(action=NOTIFY, return_after=60)
     )
     run_ticks(r, {"allocations": [alloc(idle=60)]}, 2)
     assert hub.calls == [] and [e[2] for e in events] == ["GPUShareIdle"]
     hub = FakeHub(stop_status=403)
     r, events = returner(
-        ServiceStore(tmp_path / "c.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
+        Book(tmp_path / "c.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
     )
     with caplog.at_level("ERROR", logger="gpushare.service"):
         run_ticks(r, {"allocations": [alloc(idle=60)]}, 2)
@@ -203,7 +209,7 @@ def test_stop_stops_notify_only_tells_and_a_refused_stop_is_tried_again(tmp_path
 def test_nothing_is_returned_while_the_slice_works(tmp_path, action):
     hub = FakeHub()
     r, events = returner(
-        ServiceStore(tmp_path / "db.sqlite"), hub, [NOW], IdleRule(action=action, park_profile="cpu")
+        Book(tmp_path / "db.sqlite"), hub, [NOW], IdleRule(action=action, park_profile="cpu")
     )
     run_ticks(r, {"allocations": [alloc(idle=None)]}, 2)
     assert hub.calls == [] and events == []

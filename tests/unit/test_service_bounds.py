@@ -14,8 +14,11 @@ import pytest
 
 from gpushare_hub.core.planning import PlanningError, parse_cards_range, parse_catalogue
 from gpushare_hub.service.idle import IdleRule
-from gpushare_hub.service.returner import IdleReturner
-from gpushare_hub.service.store import IdleAction, ServiceStore
+from gpushare_hub.accounting.book import Book
+from gpushare_hub.accounting.records import IdleAction
+from gpushare_hub.service.budgets import BudgetRule
+from gpushare_hub.service.enforcement import Enforcement
+from gpushare_hub.service.idlepolicy import IdlePolicy
 from tests.support.hubservice import ServiceUnderTest, own_token
 
 
@@ -163,7 +166,7 @@ def test_the_state_files_are_readable_by_their_owner_only(hub_service, tmp_path)
     old = tmp_path / "old.sqlite"
     old.touch(mode=0o644)
     old.chmod(0o644)
-    ServiceStore(old).close()
+    Book(old).close()
     assert stat.S_IMODE(old.stat().st_mode) == 0o600
     for side in tmp_path.glob("state/*"):
         assert stat.S_IMODE(side.stat().st_mode) == 0o600, side
@@ -173,25 +176,24 @@ NOW = 1_800_000_000
 
 
 def test_keep_presses_and_idle_actions_older_than_the_retention_are_dropped(tmp_path):
-    store = ServiceStore(tmp_path / "s.sqlite")
+    store = Book(tmp_path / "s.sqlite")
     day = 86400
     store.keep("ann", "", "old", NOW - 100 * day, NOW - 101 * day)
     store.keep("ann", "", "new", NOW + 3600, NOW)
-    store.record(IdleAction("ann", "", "old", "stopped", "t4-5g", 5, NOW - 100 * day, 7200))
-    store.record(IdleAction("ann", "", "new", "stopped", "t4-5g", 5, NOW - day, 7200))
-    returner = IdleReturner(IdleRule(), store, None, clock=lambda: NOW, keep_seconds=90 * day)  # type: ignore[arg-type]
-    asyncio.run(returner.tick({"allocations": []}, {}))
+    store.record_idle(IdleAction("ann", "", "old", "stopped", "t4-5g", 5, NOW - 100 * day, 7200))
+    store.record_idle(IdleAction("ann", "", "new", "stopped", "t4-5g", 5, NOW - day, 7200))
+    passes = Enforcement(store, IdleRule(), BudgetRule(), None, retention_days=90, clock=lambda: NOW)
+    asyncio.run(passes.run_pass({"allocations": []}, {}, {}))
     assert store.keeps(["ann"]) == {("ann", "", "new"): NOW + 3600}
     assert [a.stretch for a in store.returned("ann", 0)] == ["new"]
 
 
 def test_the_idle_states_read_only_the_keep_presses_of_the_users_they_are_about(tmp_path):
-    store = ServiceStore(tmp_path / "s.sqlite")
+    store = Book(tmp_path / "s.sqlite")
     for i in range(50):
         store.keep(f"user-{i}", "", "s", NOW + 3600, NOW)
     asked: list[list[str]] = []
     keeps = store.keeps
     store.keeps = lambda users: asked.append(sorted(users)) or keeps(users)  # type: ignore[method-assign]
-    returner = IdleReturner(IdleRule(), store, None, clock=lambda: NOW)  # type: ignore[arg-type]
-    returner.states({"allocations": [{"hub_user": "user-7", "server": "", "pod": "p"}]}, {})
+    IdlePolicy(IdleRule(), store).states([{"hub_user": "user-7", "server": "", "pod": "p"}], {}, NOW)
     assert asked == [["user-7"]]

@@ -407,7 +407,7 @@ async def test_the_form_prices_a_slice_against_the_budget_and_a_spent_budget_ref
     import time as _time
     from datetime import UTC
 
-    from gpushare_hub.accounting.store import BudgetStore
+    from gpushare_hub.accounting.book import Book
     from gpushare_hub.core.budget import Held, window_bounds
 
     db = str(tmp_path / "gpushare-service.sqlite")
@@ -415,7 +415,7 @@ async def test_the_form_prices_a_slice_against_the_budget_and_a_spent_budget_ref
     user = str(sp.user.name)
     now = _time.time()
     start, _ = window_bounds(now, "week", UTC)
-    book = BudgetStore(db)
+    book = Book(db)
     book.observe([Held("hub/jupyter-x@1", user, 38, max(start, now - 3600))], now=now, gap=90)
     form = await sp.get_options_form()
     line = re.search(

@@ -19,16 +19,17 @@ from jupyterhub.services.auth import HubOAuthenticated  # type: ignore[import-un
 from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
 from tornado import web
 
+from gpushare_hub.accounting.book import Book
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.web.bodylimit import LimitedBody
 
 from ..access import COOKIE_REFUSAL, SERVER, SERVICE, Caller, refusal, xsrf_sent
-from ..budgets import BudgetKeeper, BudgetRule
+from ..budgets import BudgetPolicy, BudgetRule
+from ..enforcement import Enforcement
 from ..idle import IdleRule
+from ..idlepolicy import IdlePolicy
 from ..query import Filters, QueryError, parse_query, query_values
-from ..returner import IdleReturner
 from ..sources import Cluster, HubServers
-from ..store import ServiceStore
 from ..view import ledger_document
 
 # The largest request body (Keep's and a budget addition's JSON need a few dozen bytes).
@@ -58,9 +59,10 @@ class RunningService(Protocol):
     catalogue: Catalogue
     idle_rule: IdleRule
     budget_rule: BudgetRule
-    store: ServiceStore
-    returner: IdleReturner
-    budgets: BudgetKeeper
+    enforcement: Enforcement
+    book: Book
+    idle: IdlePolicy
+    budgets: BudgetPolicy
 
 
 class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]

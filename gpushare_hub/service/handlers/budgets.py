@@ -1,5 +1,5 @@
 """``api/v1/budgets`` (every user's GiB·h in the current window) and ``api/v1/budgets/<user>``
-(an admin adds to a user's window); the book itself is :mod:`gpushare_hub.service.budgets`."""
+(an admin adds to a user's window); the numbers are :mod:`gpushare_hub.service.budgets`'."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from tornado import web
 
-from ..returner import HubAPI
+from ..hubapi import HubAPI
 from ..sources import HubServers
 from .base import BaseHandler, RunningService
 
@@ -63,7 +63,7 @@ class BudgetAddHandler(BaseHandler):
             raise web.HTTPError(
                 409, f"{user} has no GiB·h budget (none of their groups has one): nothing to add to"
             )
-        keeper.store.add(user, budget.start, amount, str(admin.get("name")), now)
+        svc.book.add(user, budget.start, amount, str(admin.get("name")), now)
         log.info(
             "%s added %g GiB·h to %s's GPU budget for the %s from %s",
             admin.get("name"),

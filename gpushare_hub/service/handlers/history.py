@@ -25,19 +25,18 @@ class HistoryHandler(BaseHandler):
         self.caller()
         self.require(self.service.admin_scope, "Reading the hub's history of slices held")
         query = self._query()
-        keeper = self.service.budgets
+        book = self.service.book
         now = time.time()
-        since = query.get("since", now - keeper.keep_seconds)
+        since = query.get("since", now - self.service.enforcement.keep_seconds)
         until = query.get("until", now + 1)
         real = query.get("names") == "real"
-        store = keeper.store
         if since >= until:
             raise web.HTTPError(400, "since is not before until: give a range that is not empty")
-        held = store.intervals(float(since), float(until))
+        held = book.intervals(float(since), float(until))
         if real:
             rows = history_rows(held, now)
         else:
-            rows = history_rows(held, now, store.pseudonym, store.server_pseudonym)
+            rows = history_rows(held, now, book.pseudonym, book.server_pseudonym)
         if real:
             log.info(
                 "%s exported the history of slices held with real user names", self.current_user.get("name")
@@ -53,7 +52,7 @@ class HistoryHandler(BaseHandler):
                 "version": "v1",
                 "generated": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "names": "real" if real else "pseudonyms",
-                "retention_days": round(keeper.keep_seconds / 86400),
+                "retention_days": round(self.service.enforcement.keep_seconds / 86400),
                 "waited_after_seconds": WAITED_AFTER,
                 "rows": rows,
             }

@@ -124,12 +124,12 @@ def add_idle_returns(
     (``time.time()`` when not given)."""
     now = int(time.time()) if now is None else now
     mine = [a for a in ledger["allocations"] if a["hub_user"] == name]
-    states = {(st.server, st.pod): st for st in svc.returner.states({"allocations": mine}, {name: groups})}
+    states = {(st.server, st.pod): st for st in svc.idle.states(mine, {name: groups}, now)}
     for a in doc["allocations"]:
         st = states.get((a["server"], a["pod"]))
         a["idle_return"] = st.to_json(now) if st is not None else None
     returned = []
-    for act in svc.store.returned(name, now - 86400):
+    for act in svc.book.returned(name, now - 86400):
         size = f"{act.units} GiB slice" + (f" ({act.slice})" if act.slice else "")
         how = (
             f"and your server was started again without a GPU (profile {act.detail})"
@@ -165,7 +165,8 @@ class KeepHandler(BaseHandler):
         svc = self.service
         ledger = self.ledger_doc()
         mine = [a for a in ledger["allocations"] if a["hub_user"] == name and a["server"] == server]
-        states = svc.returner.states({"allocations": mine}, {name: self.hub.groups.get(name, [])})
+        now = int(time.time())
+        states = svc.idle.states(mine, {name: self.hub.groups.get(name, [])}, now)
         which = f"server {server!r}" if server else "your default server"
         if not states:
             raise web.HTTPError(
@@ -176,9 +177,8 @@ class KeepHandler(BaseHandler):
         st = states[0]
         if not st.can_keep and st.kept_until is None:
             raise web.HTTPError(409, f"the idle rule for {which} only notifies: nothing will be returned")
-        now = int(time.time())
         until = max(st.deadline, now + svc.idle_rule.keep_seconds)
-        if not svc.store.keep(name, server, st.stretch, until, now):
+        if not svc.book.keep(name, server, st.stretch, until, now):
             raise web.HTTPError(
                 409,
                 f"Keep was already pressed once for this idle stretch of {which}; use the GPU (any "

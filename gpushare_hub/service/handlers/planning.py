@@ -31,9 +31,8 @@ class PlanningHandler(BaseHandler):
         self.require(self.service.admin_scope, "Planning from the hub's history")
         query = self.query_args({}, ("since", "until"), PLANNING_TEXTS)
         svc = self.service
-        keeper = svc.budgets
         now = time.time()
-        since = query.get("since", now - keeper.keep_seconds)
+        since = query.get("since", now - svc.enforcement.keep_seconds)
         until = query.get("until", now + 1)
         if since >= until:
             raise web.HTTPError(400, "since is not before until: give a range that is not empty")
@@ -50,7 +49,7 @@ class PlanningHandler(BaseHandler):
             loop = asyncio.get_running_loop()
             try:
                 sessions, doc = await loop.run_in_executor(
-                    None, plan_from_history, keeper.store, since, until, now, plans
+                    None, plan_from_history, svc.book, since, until, now, plans
                 )
             except PlanningError as err:
                 raise web.HTTPError(400, str(err)) from None
