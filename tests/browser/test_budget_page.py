@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from tests.hub.conftest import BUDGET_USERS, SERVICE, SERVICE_ADMIN, stop_server
+from tests.support.hub_helpers import BUDGET_USERS, SERVICE, SERVICE_ADMIN, stop_server
 from tests.support.pictures import picture
 
 from .conftest import OUT, login

@@ -17,7 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.names import CARDS_ANNOTATION
 from tests.conftest import wait_for
-from tests.hub.conftest import GPU_IDLE_AFTER, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, stop_server
+from tests.support.hub_helpers import (
+    GPU_IDLE_AFTER,
+    SCRAPER_TOKEN,
+    SERVICE,
+    SERVICE_ADMIN,
+    pod_of,
+    stop_server,
+)
 
 from .conftest import OUT, login
 

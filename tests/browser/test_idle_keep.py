@@ -6,7 +6,7 @@ out/browser/statusbar-idle-warning.png and statusbar-idle-kept.png."""
 from __future__ import annotations
 
 from tests.conftest import wait_for
-from tests.hub.conftest import pod_of
+from tests.support.hub_helpers import pod_of
 from tests.support.idle_hub import idle_hub
 
 from .conftest import OUT, login

@@ -7,7 +7,7 @@ GPUSHARE_DOCS_IMAGES=docs/images, the docs' picture)."""
 from __future__ import annotations
 
 from tests.conftest import wait_for
-from tests.hub.conftest import SERVICE, SERVICE_ADMIN, start_server, stop_server
+from tests.support.hub_helpers import SERVICE, SERVICE_ADMIN, start_server, stop_server
 from tests.support.pictures import picture
 
 from .conftest import login

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.conftest import wait_for
-from tests.hub.conftest import SLICES, pod_of, stop_server
+from tests.support.hub_helpers import SLICES, pod_of, stop_server
 
 from .conftest import OUT, login
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gpushare_hub.demo.fakegpu import write_site
 from tests.conftest import wait_for
-from tests.hub.conftest import pod_of, run_in_kernel, stop_server
+from tests.support.hub_helpers import pod_of, run_in_kernel, stop_server
 from tests.support.isolation import upload
 from tests.support.pictures import docs_picture
 

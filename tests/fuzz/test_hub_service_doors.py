@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 import pytest
 from hypothesis import strategies as st
 
-from tests.hub.conftest import BUDGET_USERS, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
 from tests.support.fuzzing import drawn, send_all
+from tests.support.hub_helpers import BUDGET_USERS, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN
 
 from .conftest import HubClient, LogWatch, Tally, report, seeded
 

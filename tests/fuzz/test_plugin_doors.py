@@ -19,8 +19,8 @@ from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
 from tests.conftest import wait_for
 from tests.jsonlines import JsonLineShim
-from tests.kubelet.conftest import Plugin
 from tests.support.fuzzing import any_text, seeded_cases
+from tests.support.plugin_node import Plugin
 
 from .conftest import CASES, SEED, LogWatch, report
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 
-from tests.hub.conftest import NAMESPACE, SLICES, hub_spawner_config
 from tests.mutate import paths, replaced
 from tests.support.fuzzing import drawn, send_all
+from tests.support.hub_helpers import NAMESPACE, SLICES, hub_spawner_config
 
 from .conftest import CASES, HubClient, LogWatch, Tally, report, seeded
 

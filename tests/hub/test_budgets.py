@@ -10,8 +10,7 @@ from typing import Any
 
 from tests.conftest import wait_for
 from tests.support.hub_answers import keep
-
-from .conftest import BUDGET_USERS, NAMESPACE, SERVICE, SERVICE_ADMIN, pod_of, stop_server
+from tests.support.hub_helpers import BUDGET_USERS, NAMESPACE, SERVICE, SERVICE_ADMIN, pod_of, stop_server
 
 
 def service(hub: Any, method: str, path: str, token: str, body: Any = None) -> tuple[int, Any]:

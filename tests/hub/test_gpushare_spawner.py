@@ -7,8 +7,7 @@ import json
 
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import wait_for
-
-from .conftest import QUOTA_GIB, SCHEDULER, pod_of, start_server, stop_server
+from tests.support.hub_helpers import QUOTA_GIB, SCHEDULER, pod_of, start_server, stop_server
 
 
 def card_of(pod: dict) -> str:

@@ -14,8 +14,7 @@ from typing import Any
 
 from gpushare_hub.localcluster.hub import LocalHub
 from tests.conftest import wait_for
-
-from .conftest import SERVICE, pod_of, stop_server
+from tests.support.hub_helpers import SERVICE, pod_of, stop_server
 
 
 def slice_note(page: str, slug: str) -> str:

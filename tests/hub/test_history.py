@@ -15,8 +15,7 @@ from typing import Any
 from gpushare_hub.replay.cli import main
 from tests.conftest import wait_for
 from tests.support.hub_answers import keep
-
-from .conftest import SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
+from tests.support.hub_helpers import SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
 
 
 def history(hub: Any, token: str, query: str = "") -> tuple[int, Any]:

@@ -17,8 +17,7 @@ from traitlets.config import Config
 
 from gpushare_hub.localcluster.hub import LocalHub
 from tests.conftest import wait_for
-
-from .conftest import NAMESPACE, SCHEDULER, SLICES, hub_spawner_config, pod_of
+from tests.support.hub_helpers import NAMESPACE, SCHEDULER, SLICES, hub_spawner_config, pod_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GPU_IDLE_LIMIT = 10  # seconds

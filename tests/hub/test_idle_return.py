@@ -12,9 +12,8 @@ from typing import Any
 from gpushare_hub.core.names import IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 from gpushare_hub.localcluster.hub import LocalHub
 from tests.conftest import wait_for
+from tests.support.hub_helpers import NAMESPACE, pod_of
 from tests.support.idle_hub import RETURN_AFTER, SERVICE, idle_hub
-
-from .conftest import NAMESPACE, pod_of
 
 
 def me(hub: LocalHub, token: str) -> dict[str, Any]:

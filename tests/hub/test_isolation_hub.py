@@ -18,9 +18,8 @@ from typing import Any
 
 from gpushare_hub.localcluster.hub import LocalHub
 from gpushare_hub.localcluster.notebooknodes import venv_bin
+from tests.support.hub_helpers import run_in_kernel, start_server, stop_server
 from tests.support.isolation import fake_site, upload
-
-from .conftest import run_in_kernel, start_server, stop_server
 
 SLICE_MIB = 5 * 1024
 

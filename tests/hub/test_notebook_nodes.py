@@ -13,8 +13,15 @@ from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from gpushare_hub.localcluster.nodeagent import start_ticks
 from gpushare_hub.localcluster.notebooknodes import LABEL, NOTEBOOK_IMAGE
 from tests.conftest import gpu_pod, wait_for
-
-from .conftest import NAMESPACE, SCHEDULER, pod_of, record_of, run_in_kernel, start_server, stop_server
+from tests.support.hub_helpers import (
+    NAMESPACE,
+    SCHEDULER,
+    pod_of,
+    record_of,
+    run_in_kernel,
+    start_server,
+    stop_server,
+)
 
 
 def chosen_card(pod: dict) -> str:

@@ -21,9 +21,8 @@ from typing import Any
 
 from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.localcluster.hub import LocalHub
+from tests.support.hub_helpers import SERVICE, Kernel, start_server, stop_server
 from tests.support.isolation import upload
-
-from .conftest import SERVICE, Kernel, start_server, stop_server
 
 SLICE_GIB = 5
 HOLD_GIB = 3

@@ -15,8 +15,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from tests.conftest import wait_for
 from tests.support.hub_answers import keep
-
-from .conftest import NAMESPACE, SCRAPER_TOKEN, SERVICE, SERVICE_ADMIN, pod_of, start_server, stop_server
+from tests.support.hub_helpers import (
+    NAMESPACE,
+    SCRAPER_TOKEN,
+    SERVICE,
+    SERVICE_ADMIN,
+    pod_of,
+    start_server,
+    stop_server,
+)
 
 
 def service(hub: Any, path: str, token: str) -> tuple[int, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,9 @@ import pytest
 
 from gpushare_hub.localcluster import build
 from gpushare_hub.localcluster.cluster import LocalCluster
-from gpushare_hub.localcluster.processes import Component
-from gpushare_hub.plugin.kube import RBAC_RULES
 from tests.conftest import wait_for
 from tests.jsonlines import JsonLineShim
-from tests.support.plugin_node import NODE
-
-PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+from tests.support.plugin_node import NODE, PLUGIN_DIR, Plugin
 
 
 class DeviceManager(JsonLineShim):
@@ -72,54 +67,6 @@ def extender_knows_the_plugins_cards(url: str) -> bool:
     except (OSError, LookupError):
         return False
     return bool(cards) and all(c["uuid"].startswith("GPU-") for c in cards)
-
-
-class Plugin:
-    """Our plugin (simulated cards) on ``node``, serving in ``plugin_dir`` (the kubelet's folder
-    unless a test gives its own); ``name`` is its component and log name."""
-
-    def __init__(
-        self,
-        cluster: LocalCluster,
-        health_file: Path,
-        node: str = NODE,
-        plugin_dir: Path = PLUGIN_DIR,
-        name: str = "gpushare-device-plugin",
-    ) -> None:
-        self.cluster = cluster
-        self.health_file = health_file
-        self.node, self.plugin_dir, self.name = node, plugin_dir, name
-        self.hook_dir = health_file.parent / "pyhook"  # the node's host folder for the start-up hook
-        self.kubeconfig = self._credentials()
-        self.comp: Component | None = None
-
-    def _credentials(self) -> Path:
-        self.cluster.grant("gpushare-device-plugin", RBAC_RULES)
-        return self.cluster.credential("user-device-plugin", "gpushare-device-plugin")
-
-    def start(self, *extra: str) -> None:
-        if not any(a.startswith("--cdi-dir=") for a in extra):  # not the machine's /var/run/cdi
-            extra = (*extra, f"--cdi-dir={self.health_file.parent / 'cdi'}")
-        self.comp = self.cluster._run(
-            self.name,
-            [
-                sys.executable,
-                "-m",
-                "gpushare_hub.plugin.app",
-                "--backend=simulated",
-                "--simulate=2x Tesla T4:15360",
-                f"--node-name={self.node}",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--plugin-dir={self.plugin_dir}",
-                f"--health-file={self.health_file}",
-                f"--hook-host-path={self.hook_dir}",
-                *extra,
-            ],
-        )
-
-    def kill(self) -> None:
-        assert self.comp is not None
-        self.comp.kill()
 
 
 @pytest.fixture(scope="package")

@@ -49,8 +49,8 @@ from gpushare_hub.service.handlers.me import availability_of, me_answer, spawn_u
 from gpushare_hub.service.held import held_now
 from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.idle import PARK, IdleRule
-from gpushare_hub.service.query import Filters
 from gpushare_hub.service.idlepolicy import IdlePolicy
+from gpushare_hub.service.query import Filters
 from gpushare_hub.service.sources import Cluster, service_informer
 from gpushare_hub.service.view import ledger_document
 from tests.support.inspect_cluster import placed

@@ -272,7 +272,6 @@ def test_the_keeper_books_each_pod_once_summing_its_cards(tmp_path: Path) -> Non
 async def test_a_spent_budget_is_warned_on_the_pod_then_the_server_is_stopped_after_the_grace(
     tmp_path: Path,
 ) -> None:
-    import asyncio
 
     t0 = ts("2026-11-26T10:00:00")
     clock = [t0 + 60]
@@ -313,7 +312,6 @@ async def test_an_admins_addition_within_the_grace_withdraws_the_warning(tmp_pat
 
 
 async def test_park_restarts_the_server_on_the_cpu_profile_and_notify_only_warns(tmp_path: Path) -> None:
-    import asyncio
 
     t0 = ts("2026-11-26T10:00:00")
     mine = [alloc("alice", "jupyter-alice", 5, "2026-11-26T10:00:00Z")]

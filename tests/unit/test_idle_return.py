@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
+from gpushare_hub.accounting.book import Book
+from gpushare_hub.accounting.records import IdleAction
 from gpushare_hub.core.names import IDLE_RETURNED_REASON, IDLE_WARNING_REASON
+from gpushare_hub.service.enforcer import Enforcer
 from gpushare_hub.service.idle import (
     DUE,
     IDLE,
@@ -20,9 +23,6 @@ from gpushare_hub.service.idle import (
     IdleRule,
     idle_states,
 )
-from gpushare_hub.accounting.book import Book
-from gpushare_hub.accounting.records import IdleAction
-from gpushare_hub.service.enforcer import Enforcer
 from gpushare_hub.service.idlepolicy import IdlePolicy
 
 NOW = 1_800_000_000
@@ -184,21 +184,15 @@ def test_the_loop_warns_once_then_parks_once_and_a_restarted_service_does_not_ac
 def test_stop_stops_notify_only_tells_and_a_refused_stop_is_tried_again(tmp_path, caplog):
     clock = [NOW]
     hub = FakeHub()
-    r, events = returner(
-        Book(tmp_path / "a.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
-    )
+    r, events = returner(Book(tmp_path / "a.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60))
     run_ticks(r, {"allocations": [alloc(idle=60)]})
     assert hub.calls == [("stop", "ana", "")] and events[-1][2] == IDLE_RETURNED_REASON
     hub = FakeHub()
-    r, events = returner(
-        Book(tmp_path / "b.sqlite"), hub, clock, IdleRule(action=NOTIFY, return_after=60)
-    )
+    r, events = returner(Book(tmp_path / "b.sqlite"), hub, clock, IdleRule(action=NOTIFY, return_after=60))
     run_ticks(r, {"allocations": [alloc(idle=60)]}, 2)
     assert hub.calls == [] and [e[2] for e in events] == ["GPUShareIdle"]
     hub = FakeHub(stop_status=403)
-    r, events = returner(
-        Book(tmp_path / "c.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60)
-    )
+    r, events = returner(Book(tmp_path / "c.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60))
     with caplog.at_level("ERROR", logger="gpushare.service"):
         run_ticks(r, {"allocations": [alloc(idle=60)]}, 2)
     assert hub.calls == [("stop", "ana", "")] * 2  # not recorded as done: tried on the next pass

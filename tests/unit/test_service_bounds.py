@@ -12,12 +12,12 @@ import time
 
 import pytest
 
-from gpushare_hub.core.planning import PlanningError, parse_cards_range, parse_catalogue
-from gpushare_hub.service.idle import IdleRule
 from gpushare_hub.accounting.book import Book
 from gpushare_hub.accounting.records import IdleAction
+from gpushare_hub.core.planning import PlanningError, parse_cards_range, parse_catalogue
 from gpushare_hub.service.budgets import BudgetRule
 from gpushare_hub.service.enforcement import Enforcement
+from gpushare_hub.service.idle import IdleRule
 from gpushare_hub.service.idlepolicy import IdlePolicy
 from tests.support.hubservice import ServiceUnderTest, own_token
 

@@ -87,3 +87,28 @@ def test_the_check_sees_each_form_of_importing_a_test_module(tmp_path: Path) -> 
             "10: tests.tier.test_a",
         ]
     }
+
+
+def other_tiers_conftests(root: Path) -> dict[str, list[str]]:
+    """The files that import the conftest of a tier folder other than their own (what tiers
+    share lives in tests/support/, registered once)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / "tests").rglob("*.py")):
+        own = path.relative_to(root / "tests").parts[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                parts = node.module.split(".")
+                if len(parts) == 3 and parts[0] == "tests" and parts[2] == "conftest" and parts[1] != own:
+                    found.setdefault(str(path.relative_to(root)), []).append(f"{node.lineno}: {node.module}")
+    return found
+
+
+def test_no_tier_imports_another_tiers_conftest() -> None:
+    assert other_tiers_conftests(ROOT) == {}, "move what they share into tests/support/"
+
+
+def test_the_check_finds_a_tier_reading_another_tiers_conftest(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "browser").mkdir(parents=True)
+    (tmp_path / "tests" / "browser" / "test_x.py").write_text("from tests.hub.conftest import pod_of\n")
+    (tmp_path / "tests" / "browser" / "test_y.py").write_text("from tests.browser.conftest import OUT\n")
+    assert other_tiers_conftests(tmp_path) == {"tests/browser/test_x.py": ["1: tests.hub.conftest"]}
