@@ -24,7 +24,6 @@ import logging
 import os
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -54,12 +53,12 @@ from .handlers.pages import (
     ToPrefixHandler,
 )
 from .handlers.planning import PlanningHandler
+from .held import held_slices
 from .hubapi import HubAPI
 from .hubconfig import CONFIG_ENV
 from .rules import ServiceConfigError, budget_rule, env_config, idle_rule
 from .settings import ServiceSettings
 from .sources import Cluster, HubServers, service_informer
-from .view import ledger_document
 
 log = logging.getLogger("gpushare.service")
 
@@ -188,18 +187,11 @@ class GPUShareService(ServiceSettings):
         """One pass of the book and the policies, on fresh figures only (:mod:`.enforcement`)."""
         if self.cluster.ledger() is None:  # the watch is failing: never act on old figures
             return
-        doc = ledger_document(
-            self.cluster.report(),
-            self.hub_servers.servers,
-            self.catalogue,
-            datetime.now(UTC),
-            gpu_idle_after=self.gpu_idle_after,
-        )
+        held = held_slices(self.cluster.report(), self.hub_servers.servers)
         groups = dict(self.hub_servers.groups)
-        for user in {str(a["hub_user"]) for a in doc["allocations"] if a["hub_user"]} - set(groups):
+        for user in {s.user for s in held if s.user} - set(groups):
             groups[user] = await self.hub_servers.groups_of(user)  # started since the last poll
-        models = {c["uuid"]: c["model"] for n in doc["nodes"] for c in n["cards"]}
-        await self.enforcement.run_pass(doc, groups, models)
+        await self.enforcement.run_pass(held, groups)
 
     def open_book(self, hub: HubAPI | None, post_event: EventPoster | None = None) -> Enforcement:
         """Open the book (``state_db``) and wire the policies and the enforcer to it and ``hub``."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -32,7 +32,8 @@ from gpushare_hub.core.budget import (
 )
 from gpushare_hub.core.names import BUDGET_RETURNED_REASON, BUDGET_SPENT_REASON
 
-from .enforcer import DUE, RETURNED, WARN, WARNED, Case, Reasons, pods_of
+from .enforcer import DUE, RETURNED, WARN, WARNED, Case, Reasons
+from .held import HeldSlice
 
 log = logging.getLogger("gpushare.service.budgets")
 
@@ -115,16 +116,16 @@ class BudgetPolicy:
         return doc
 
     # ---- the phase of a spent budget ----------------------------------------------------------
-    def cases(self, doc: Mapping[str, Any], groups: Mapping[str, list[str]], now: float) -> list[Case]:
+    def cases(self, held: Sequence[HeldSlice], groups: Mapping[str, list[str]], now: float) -> list[Case]:
         """Users holding slices with their budget spent: ``warn`` until they were told, ``due``
         once the grace is over (``stop`` and ``park`` only). A warning that no longer stands (an
         admin added to the window) is withdrawn here."""
         if not self.rule.configured:
             return []
-        by_user: dict[str, list[Mapping[str, Any]]] = {}
-        for a in doc["allocations"]:
-            if a.get("hub_user"):
-                by_user.setdefault(str(a["hub_user"]), []).append(a)
+        by_user: dict[str, list[HeldSlice]] = {}
+        for s in held:
+            if s.user:
+                by_user.setdefault(s.user, []).append(s)
         out = []
         for user, mine in sorted(by_user.items()):
             budget = self.budget(user, groups.get(user, []), now)
@@ -153,8 +154,8 @@ class BudgetPolicy:
             out.append(
                 Case(
                     user=user,
-                    servers=tuple(sorted({str(a.get("server") or "") for a in mine})),
-                    pods=pods_of(mine),
+                    servers=tuple(sorted({s.server for s in mine})),
+                    pods=tuple(dict.fromkeys((s.namespace, s.pod) for s in mine)),
                     phase=WARN if phase == "warn" else DUE,
                     action=self.rule.action,
                     words=words,
@@ -188,8 +189,8 @@ class BudgetPolicy:
         what = "stopped" if self.rule.action == STOP else "restarted without a GPU (your files stay)"
         return f"{spent} Your servers with a GPU are {what} at {when} unless an admin adds GiB·h."
 
-    def _numbers(self, budget: Budget, mine: list[Mapping[str, Any]]) -> str:
-        pods = ", ".join(f"{a['namespace']}/{a['pod']} ({a['units']} GiB)" for a in mine)
+    def _numbers(self, budget: Budget, mine: list[HeldSlice]) -> str:
+        pods = ", ".join(f"{s.key} ({s.units} GiB)" for s in mine)
         return (
             f"{budget.used:.2f} GiB·h used of {budget.limit:g} + {budget.added:g} added in the "
             f"{budget.window} from {iso(budget.start, self.tz)}; holding {pods}; "

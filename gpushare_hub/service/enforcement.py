@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from gpushare_hub.accounting.book import KEEP_SECONDS, Book
 
 from .budgets import BudgetPolicy, BudgetRule
 from .enforcer import Case, Enforcer, EventPoster
-from .held import held_now
+from .held import HeldSlice, held_now
 from .hubapi import HubAPI
 from .idle import IdleRule
 from .idlepolicy import IdlePolicy
@@ -51,14 +50,12 @@ class Enforcement:
         self.keep_seconds = max(retention_days * 86400.0, KEEP_SECONDS)
         self._last_prune = float("-inf")
 
-    async def run_pass(
-        self, doc: Mapping[str, Any], groups: Mapping[str, list[str]], models: Mapping[str, str]
-    ) -> list[Case]:
-        """One pass over a fresh ledger document; ``groups``: each holder's hub groups;
-        ``models``: card models by UUID (for the history). The cases acted on."""
+    async def run_pass(self, held: Sequence[HeldSlice], groups: Mapping[str, list[str]]) -> list[Case]:
+        """One pass over what is held now (fresh figures); ``groups``: each holder's hub groups.
+        The cases acted on."""
         now = self.clock()
         try:
-            self.book.observe(held_now(doc["allocations"], now, models, groups), now, self.gap)
+            self.book.observe(held_now(held, now, groups), now, self.gap)
             if now - self._last_prune >= PRUNE_EVERY:
                 self.book.forget_before(now - self.keep_seconds)
                 self._last_prune = now
@@ -67,7 +64,7 @@ class Enforcement:
         acted: list[Case] = []
         for name, policy in (("idle rule", self.idle), ("GiB·h budget", self.budgets)):
             try:
-                acted += await self.enforcer.tick(policy, doc, groups)
+                acted += await self.enforcer.tick(policy, held, groups)
             except Exception:
                 log.exception("the %s failed this pass; it runs again next pass", name)
         return acted

@@ -1,7 +1,7 @@
 """The one mechanism behind idle return and GiB-hour budgets: warn, wait out the grace, act.
 
 A *policy* (:class:`~gpushare_hub.service.idlepolicy.IdlePolicy`,
-:class:`~gpushare_hub.service.budgets.BudgetPolicy`) reads each pass's fresh ledger document
+:class:`~gpushare_hub.service.budgets.BudgetPolicy`) reads each pass's slices held (fresh figures only)
 and says, per user, which *phase* applies now (:class:`Case`): ``warn`` (the user is told what
 is coming, once) or ``due`` (the grace is over). It records what was done in the book, so that a
 restarted service repeats nothing. The :class:`Enforcer` does the doing, the same for both:
@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from gpushare_hub.core.budget import NOTIFY, PARK
 
+from .held import HeldSlice
 from .hubapi import HubAPI
 
 log = logging.getLogger("gpushare.service")
@@ -73,7 +74,7 @@ class Policy(Protocol):
     park_profile: str
     warning_logged: bool  # whether a warning is a line in the log too (else only the event)
 
-    def cases(self, doc: Mapping[str, Any], groups: Mapping[str, list[str]], now: float) -> list[Case]: ...
+    def cases(self, held: Sequence[HeldSlice], groups: Mapping[str, list[str]], now: float) -> list[Case]: ...
     def record(self, case: Case, what: str, now: float, stopped: bool = True) -> None: ...
 
 
@@ -148,12 +149,12 @@ class Enforcer:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def tick(
-        self, policy: Policy, doc: Mapping[str, Any], groups: Mapping[str, list[str]]
+        self, policy: Policy, held: Sequence[HeldSlice], groups: Mapping[str, list[str]]
     ) -> list[Case]:
-        """One pass of ``policy`` over a fresh ledger document; the cases acted on."""
+        """One pass of ``policy`` over what is held now (fresh figures); the cases acted on."""
         now = self.clock()
         acted = []
-        for case in policy.cases(doc, groups, now):
+        for case in policy.cases(held, groups, now):
             if case.phase == WARN:
                 if WARNED in case.done:
                     continue
@@ -220,8 +221,3 @@ class Enforcer:
     async def settled(self) -> None:
         """Wait for the parks in progress (the tests, and a service that stops)."""
         await asyncio.gather(*self._tasks)
-
-
-def pods_of(allocations: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
-    """The (namespace, pod) pairs of ``allocations``, each once, in order."""
-    return tuple(dict.fromkeys((str(a.get("namespace", "")), str(a.get("pod", ""))) for a in allocations))

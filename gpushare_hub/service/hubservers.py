@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -43,13 +43,27 @@ def servers_from_users(users: Iterable[Mapping[str, Any]]) -> tuple[list[HubServ
     return servers, groups
 
 
-def _parse_time(text: str) -> datetime | None:
+def seconds_of(text: str) -> float | None:
+    """An RFC 3339 time (the API server's, the hub's) as Unix seconds; None when there is none
+    or it cannot be read. The one reader of times that come in as text."""
+    if not text:
+        return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-def idle_seconds(last_activity: str, now: datetime) -> int | None:
-    when = _parse_time(last_activity) if last_activity else None
-    return None if when is None else max(0, int((now - when).total_seconds()))
+def rfc3339(seconds: float | None) -> str:
+    """Unix seconds as RFC 3339 in UTC ("" for None): what the API's documents say, written
+    only at the edge. Whole seconds as ``2026-11-27T10:00:00Z``, else with microseconds."""
+    if seconds is None:
+        return ""
+    when = datetime.fromtimestamp(seconds, UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if when.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def idle_seconds(last_activity: float | None, now: float) -> int | None:
+    """Seconds since the hub last saw activity (None: it never did)."""
+    return None if last_activity is None else max(0, int(now - last_activity))

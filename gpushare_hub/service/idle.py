@@ -1,8 +1,8 @@
 """Idle slices come back: what happens to each slice idle on the GPU, and when. Pure.
 
 The device plugin publishes since when each pod has been idle on its card (``idleSince``, see
-:mod:`gpushare_hub.isolation.usage`); the ledger document carries it per allocation as
-``gpu_idle_seconds``. Here an :class:`IdleRule` (the service's settings) turns that into an
+:mod:`gpushare_hub.isolation.usage`); each :class:`~gpushare_hub.service.held.HeldSlice`
+carries it as ``idle_since``. Here an :class:`IdleRule` (the service's settings) turns that into an
 :class:`IdleState` per slice: the action that applies (``notify``, ``stop`` or ``park``), the
 deadline, and the words the user reads. Nothing here acts: the service does
 (:mod:`gpushare_hub.service.idlepolicy` and :mod:`gpushare_hub.service.enforcer`).
@@ -22,6 +22,9 @@ from gpushare_hub.core.budget import NOTIFY as NOTIFY
 from gpushare_hub.core.budget import PARK as PARK
 from gpushare_hub.core.budget import STOP as STOP
 from gpushare_hub.core.durations import duration_words
+
+from .held import HeldSlice
+from .hubservers import rfc3339
 
 NONE = "none"  # an idle slice of these users or slices is left alone
 ACTIONS = (NONE, NOTIFY, STOP, PARK)
@@ -112,26 +115,27 @@ class IdleState:
 
 
 def idle_states(
-    allocations: Iterable[Mapping[str, Any]],
+    slices: Iterable[HeldSlice],
     groups: Mapping[str, list[str]],
     rule: IdleRule,
     keeps: Mapping[tuple[str, str, str], int],
     now: int,
 ) -> list[IdleState]:
-    """Each hub user's slice idle on the GPU (``gpu_idle_since`` set), with its action and phase.
+    """Each hub user's slice idle on the GPU (``idle_since`` set), with its action and phase.
     ``keeps``: (user, server, stretch) -> until, for the stretches Keep put off. Slices of no hub
     user, and those of exempt groups or with action ``none``, are left out."""
     out = []
-    for a in allocations:
-        user, since = a.get("hub_user"), a.get("gpu_idle_since")
-        if not user or not isinstance(since, int):
+    for a in slices:
+        user, since = a.user, a.idle_since
+        if not user or since is None:
             continue
         idle = max(0, now - since)
-        action = rule.action_for(groups.get(user, []), str(a.get("slice") or ""))
+        action = rule.action_for(groups.get(user, []), a.slice)
         if action == NONE:
             continue
-        stretch = f"{a.get('since', '')}/{since}"
-        server = str(a.get("server") or "")
+        # Named by the card's hand-out time as the API says it: the book's keys across versions.
+        stretch = f"{rfc3339(a.since)}/{since}"
+        server = a.server
         kept = keeps.get((user, server, stretch))
         deadline = min(since, now) + rule.return_after
         if kept is not None:
@@ -141,10 +145,10 @@ def idle_states(
             IdleState(
                 user=user,
                 server=server,
-                namespace=str(a.get("namespace", "")),
-                pod=str(a.get("pod", "")),
-                slice=str(a.get("slice") or ""),
-                units=int(a.get("units", 0)),
+                namespace=a.namespace,
+                pod=a.pod,
+                slice=a.slice,
+                units=a.units,
                 idle_seconds=idle,
                 action=action,
                 deadline=deadline,

@@ -17,8 +17,7 @@ A slice that did any work since the last reading has no idle clock at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from gpushare_hub.accounting.book import Book
 from gpushare_hub.accounting.records import IdleAction
@@ -26,6 +25,7 @@ from gpushare_hub.core.durations import duration_words
 from gpushare_hub.core.names import IDLE_NOTIFIED_REASON, IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 
 from .enforcer import DUE, NOTIFIED, RETURNED, WARN, WARNED, Case, Reasons
+from .held import HeldSlice
 from .idle import DUE as IDLE_DUE
 from .idle import NOTIFY, PARK, WARNING, IdleRule, IdleState, idle_states
 
@@ -46,15 +46,15 @@ class IdlePolicy:
         self.park_profile = rule.park_profile
 
     def states(
-        self, allocations: list[Mapping[str, Any]], groups: Mapping[str, list[str]], now: float
+        self, held: Sequence[HeldSlice], groups: Mapping[str, list[str]], now: float
     ) -> list[IdleState]:
-        """The idle states of ``allocations`` (reading the Keep presses of their users only)."""
-        keeps = self.book.keeps(str(a["hub_user"]) for a in allocations if a.get("hub_user"))
-        return idle_states(allocations, groups, self.rule, keeps, int(now))
+        """The idle states of ``held`` (reading the Keep presses of their users only)."""
+        keeps = self.book.keeps(s.user for s in held if s.user)
+        return idle_states(held, groups, self.rule, keeps, int(now))
 
-    def cases(self, doc: Mapping[str, Any], groups: Mapping[str, list[str]], now: float) -> list[Case]:
+    def cases(self, held: Sequence[HeldSlice], groups: Mapping[str, list[str]], now: float) -> list[Case]:
         out = []
-        for s in self.states(doc["allocations"], groups, now):
+        for s in self.states(held, groups, now):
             if s.phase == WARNING and s.action != NOTIFY:
                 phase = WARN
             elif s.phase == IDLE_DUE:

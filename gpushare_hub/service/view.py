@@ -20,56 +20,18 @@ from gpushare_hub.core import Ledger
 from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.isolation import NodeIsolation
-from gpushare_hub.core.report import CardRow, PodRow, Report
+from gpushare_hub.core.report import PodRow, Report
 from gpushare_hub.core.usage import NOT_MEASURED
 from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
 from gpushare_hub.core.waste import card_fragment
 
-from .hubservers import HubServer, idle_seconds
+from .held import held_slice
+from .hubservers import HubServer
 from .query import Filters
 
 API_VERSION = "v1"
 
 # ---- documents ---------------------------------------------------------------------------------
-
-
-def gpu_idle_seconds(pod: PodRow, now: datetime) -> int | None:
-    """How long the pod has been idle on the GPU (from its node's plugin); None while it is
-    active, or where utilisation is not measured."""
-    return None if pod.idle_since is None else max(0, int(now.timestamp()) - pod.idle_since)
-
-
-def _alloc(
-    pod: PodRow,
-    card: CardRow,
-    hub: Mapping[tuple[str, str], HubServer],
-    now: datetime,
-    gpu_idle_after: int,
-) -> dict[str, Any]:
-    srv = hub.get((pod.hub_user, pod.hub_server))
-    last = srv.last_activity if srv else ""
-    gpu_idle = gpu_idle_seconds(pod, now)
-    return {
-        "namespace": pod.namespace,
-        "pod": pod.name,
-        "hub_user": pod.hub_user,
-        "server": pod.hub_server,
-        "slice": pod.slice,
-        "card_uuid": card.uuid,
-        "units": pod.units,
-        "since": pod.since,
-        "created": pod.created,
-        "scheduled": pod.scheduled,
-        "started": srv.started if srv else "",
-        "last_activity": last,
-        "idle_seconds": idle_seconds(last, now),
-        "used_mib": pod.used_mib,
-        "sm_util": pod.sm_util,
-        "over_slice": pod.over_slice,
-        "gpu_idle_seconds": gpu_idle,
-        "gpu_idle_since": pod.idle_since,
-        "gpu_idle": gpu_idle is not None and gpu_idle >= gpu_idle_after,
-    }
 
 
 def ledger_document(
@@ -99,7 +61,11 @@ def ledger_document(
         for card in node.cards:
             if not filters.keeps_card(node.name, card):
                 continue
-            held = [_alloc(p, card, hub, now, gpu_idle_after) for p in card.pods if filters.keeps_pod(p)]
+            held = [
+                held_slice(p, card, node.name, hub).to_json(now.timestamp(), gpu_idle_after)
+                for p in card.pods
+                if filters.keeps_pod(p)
+            ]
             if filters.user and not held:  # a user filter shows the cards that hold their slices
                 continue
             fragment = card_fragment(card, catalogue.slices)
@@ -189,44 +155,53 @@ def isolation_document(iso: NodeIsolation) -> dict[str, Any]:
 
 
 def me_document(
-    ledger_doc: Mapping[str, Any],
+    report: Report,
+    servers: Iterable[HubServer],
     user: str,
+    now: datetime,
+    gpu_idle_after: int,
     availability_doc: Mapping[str, Any] | None = None,
     spawn_url: str = "",
 ) -> dict[str, Any]:
-    """``api/v1/me``: the caller's own allocations and pending pods, from an unfiltered ledger document.
+    """``api/v1/me``: the caller's own allocations and pending pods, built for them from the
+    report (never filtered from the admins' document).
 
-    Each allocation gains what the caller may know of its card: the GPU memory its processes
+    Each allocation carries what the caller may know of its card: the GPU memory its processes
     hold (``used_mib``, None where the node does not measure it), the node's isolation tier and
     its last check, and its neighbours on the card as a count and totals, never their names.
     ``larger_free``: the catalogue's slices larger than the caller's largest that could start
     now (from ``api/v1/availability``, which names no one), for the way out of an out-of-memory.
     """
+    hub = {(s.user, s.server): s for s in servers if s.user == user}
     allocations = []
-    for node in ledger_doc["nodes"]:
-        for card in node["cards"]:
-            mine = [a for a in card["allocations"] if a["hub_user"] == user]
-            others = [a for a in card["allocations"] if a["hub_user"] != user]
-            for a in mine:
-                used = [o["used_mib"] for o in others]
-                measured = bool(node.get("usage_measured")) and None not in used
+    for node in report.nodes:
+        for card in node.cards:
+            if not any(p.hub_user == user for p in card.pods):
+                continue
+            others = [p for p in card.pods if p.hub_user != user]
+            used = [p.used_mib for p in others]
+            measured = node.usage_measured and None not in used
+            neighbours = {
+                "count": len(others),
+                "units": sum(p.units for p in others),
+                "used_mib": sum(u or 0 for u in used) if measured else None,
+            }
+            for p in card.pods:
+                if p.hub_user != user:
+                    continue
                 allocations.append(
                     {
-                        **a,
-                        "node": node["name"],
-                        "usage_note": "" if node.get("usage_measured") else NOT_MEASURED,
-                        "isolation": node.get("isolation"),
+                        **held_slice(p, card, node.name, hub).to_json(now.timestamp(), gpu_idle_after),
+                        "node": node.name,
+                        "usage_note": "" if node.usage_measured else NOT_MEASURED,
+                        "isolation": isolation_document(node.isolation),
                         "card": {
-                            "model": card["model"],
-                            "units": card["units"],
-                            "used": card["used"],
-                            "free": card["free"],
+                            "model": card.model,
+                            "units": card.units,
+                            "used": card.used,
+                            "free": max(card.units - card.used, 0),
                         },
-                        "neighbours": {
-                            "count": len(others),
-                            "units": sum(o["units"] for o in others),
-                            "used_mib": sum(used) if measured else None,
-                        },
+                        "neighbours": neighbours,
                     }
                 )
     largest = max((a["units"] for a in allocations), default=0)
@@ -237,9 +212,9 @@ def me_document(
     return {
         "version": API_VERSION,
         "user": user,
-        "unit": ledger_doc["unit"],
+        "unit": report.unit,
         "allocations": allocations,
-        "pending": [p for p in ledger_doc["pending"] if p["hub_user"] == user],
+        "pending": [_pod(p) for p in report.pending if p.hub_user == user],
         "larger_free": sorted(larger, key=lambda s: s["gib"]),
         "spawn_url": spawn_url,
     }

@@ -46,13 +46,11 @@ from gpushare_hub.core.releases import Release, ReleaseHistory
 from gpushare_hub.service.budgets import BudgetPolicy, BudgetRule
 from gpushare_hub.service.enforcement import Enforcement
 from gpushare_hub.service.handlers.me import availability_of, me_answer, spawn_url
-from gpushare_hub.service.held import held_now
+from gpushare_hub.service.held import held_now, held_slices
 from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.idle import PARK, IdleRule
 from gpushare_hub.service.idlepolicy import IdlePolicy
-from gpushare_hub.service.query import Filters
 from gpushare_hub.service.sources import Cluster, service_informer
-from gpushare_hub.service.view import ledger_document
 from tests.support.inspect_cluster import placed
 from tests.unit.helpers import node_obj, pod_obj
 
@@ -202,22 +200,13 @@ def me_document_golden() -> dict[str, Any]:
         # Yesterday evening: alice's server "old" was parked after 2 h idle on the GPU.
         parked = IdleAction(USER, "old", "s-old", "parked", "t4-5g", 5, NOW_S - 15 * 3600, 7300, "cpu")
         svc.book.record_idle(parked)
-        ledger = ledger_document(
-            cluster.report(),
-            SERVERS,
-            svc.catalogue,
-            NOW,
-            Filters(),
-            stale_seconds=cluster.stale_for(),
-            gpu_idle_after=svc.gpu_idle_after,
-        )
         # The service's pass has seen what is held now (from its bind: about 3 h for alice).
-        svc.book.observe(held_now(ledger["allocations"], NOW_S), NOW_S, 90.0)
+        svc.book.observe(held_now(held_slices(cluster.report(), SERVERS), NOW_S), NOW_S, 90.0)
         free = availability_of(svc, cluster, GROUPS, NOW)  # type: ignore[arg-type]
         return me_answer(
             svc,  # type: ignore[arg-type]
             cluster,
-            ledger,
+            SERVERS,
             free,
             USER,
             GROUPS,

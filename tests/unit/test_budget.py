@@ -225,15 +225,11 @@ class FakeHub:
         return (user, server) in self.up
 
 
-def alloc(user: str, pod: str, units: int, since: str, server: str = "") -> dict:
-    return {
-        "hub_user": user,
-        "namespace": "hub",
-        "pod": pod,
-        "units": units,
-        "since": since,
-        "server": server,
-    }
+def alloc(user: str, pod: str, units: int, since: str, server: str = ""):  # type: ignore[no-untyped-def]
+    from gpushare_hub.service.held import HeldSlice
+    from gpushare_hub.service.hubservers import seconds_of
+
+    return HeldSlice(namespace="hub", pod=pod, user=user, server=server, units=units, since=seconds_of(since))
 
 
 def keeper(tmp_path: Path, clock: list[float], action: str = "stop", per_user: float | None = 10):  # type: ignore[no-untyped-def]
@@ -254,9 +250,9 @@ def keeper(tmp_path: Path, clock: list[float], action: str = "stop", per_user: f
     return e, hub, events
 
 
-async def tick(e, mine: list[dict], groups: dict) -> list[str]:  # type: ignore[no-untyped-def]
+async def tick(e, mine: list, groups: dict) -> list[str]:  # type: ignore[no-untyped-def]
     """One pass; the users acted on."""
-    return [c.user for c in await e.run_pass({"allocations": mine}, groups, {})]
+    return [c.user for c in await e.run_pass(mine, groups)]
 
 
 def test_the_keeper_books_each_pod_once_summing_its_cards(tmp_path: Path) -> None:

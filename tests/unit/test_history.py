@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,28 +14,28 @@ import pytest
 from gpushare_hub.accounting.book import Book
 from gpushare_hub.core.budget import Held
 from gpushare_hub.core.history import COLUMNS, history_rows, to_csv
-from gpushare_hub.service.held import held_now
+from gpushare_hub.service.held import HeldSlice, held_now
+from gpushare_hub.service.hubservers import seconds_of
 
 pytestmark = pytest.mark.unit
 T0 = 1_795_000_000.0  # 2026-11-18T...Z
 
 
-def alloc(pod: str, uuid: str, units: int, scheduled: str, created: str, user: str = "alice") -> dict:
-    return {
-        "hub_user": user, "namespace": "hub", "pod": pod, "server": "", "slice": "t4-5g", "units": units,
-        "card_uuid": uuid, "since": "2026-11-26T10:05:00Z", "created": created, "scheduled": scheduled,
-    }  # fmt: skip
+def alloc(pod: str, uuid: str, units: int, scheduled: str, created: str, user: str = "alice") -> HeldSlice:
+    return HeldSlice(
+        "hub", pod, user, "", units, card_uuid=uuid, model="Tesla-T4", slice="t4-5g",
+        since=seconds_of("2026-11-26T10:05:00Z"), created=seconds_of(created),
+        scheduled=seconds_of(scheduled),
+    )  # fmt: skip
 
 
 def test_the_book_records_slice_model_wait_and_groups_beside_the_figures(tmp_path: Path) -> None:
-    models = {"GPU-a": "Tesla-T4", "GPU-b": "Tesla-T4"}
     held = held_now(
         [
             alloc("jupyter-alice", "GPU-a", 5, "2026-11-26T10:00:40Z", "2026-11-26T10:00:00Z"),
             alloc("jupyter-bob", "GPU-b", 7, "2026-11-26T10:00:02Z", "2026-11-26T10:00:00Z", user="bob"),
         ],
         now=T0,
-        models=models,
         groups={"alice": ["course", "a-lab"]},
     )
     book = Book(tmp_path / "state.sqlite")
@@ -117,7 +118,7 @@ def test_pseudonymous_rows_hide_named_servers_too(tmp_path: Path) -> None:
 
 
 def test_without_a_bind_time_a_slice_counts_from_since_and_its_wait_is_unknown() -> None:
-    a = {**alloc("p", "GPU-a", 5, "", "2026-11-26T10:00:00Z"), "scheduled": ""}
+    a = alloc("p", "GPU-a", 5, "", "2026-11-26T10:00:00Z")
     (h,) = held_now([a], now=T0)
     assert h.start == 1_795_687_200.0 + 300 and h.created is None  # since: 10:05
     (row,) = history_rows([h], now=h.start + 60)
@@ -126,16 +127,16 @@ def test_without_a_bind_time_a_slice_counts_from_since_and_its_wait_is_unknown()
 
 def test_the_book_adds_up_the_seconds_a_notebook_left_its_slice_idle_on_the_gpu(tmp_path: Path) -> None:
     book = Book(tmp_path / "state.sqlite")
-    busy = {**alloc("p", "GPU-a", 5, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z"), "used_mib": 900}
+    busy = replace(alloc("p", "GPU-a", 5, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z"), used_mib=900)
     start = 1_795_687_200.0  # 10:00Z
     unmeasured = alloc("q", "GPU-b", 3, "2026-11-26T10:00:00Z", "2026-11-26T10:00:00Z", user="bob")
 
-    def look(now: float, idle_since: float | None) -> None:
-        a = {**busy, "gpu_idle_since": idle_since}
+    def look(now: float, idle_since: int | None) -> None:
+        a = replace(busy, idle_since=idle_since)
         book.observe(held_now([a, unmeasured], now=now), now=now, gap=90)
 
     look(start + 60, None)  # busy for its first minute
-    look(start + 120, start + 90)  # idle from 90 s on: 30 s of this look
+    look(start + 120, int(start) + 90)  # idle from 90 s on: 30 s of this look
     look(start + 180, start + 90)  # still idle: 60 s more
     look(start + 240, None)  # busy again
     (mine,) = [h for h in book.intervals(0, 1e10) if h.user == "alice"]
@@ -147,8 +148,8 @@ def test_the_book_adds_up_the_seconds_a_notebook_left_its_slice_idle_on_the_gpu(
     assert to_csv(rows).splitlines()[0].endswith(",waited,idle_seconds")
     # A pod on two cards is idle only where both are.
     two = [
-        {**busy, "card_uuid": "GPU-a", "gpu_idle_since": start + 10},
-        {**busy, "card_uuid": "GPU-c", "gpu_idle_since": None},
+        replace(busy, card_uuid="GPU-a", idle_since=int(start) + 10),
+        replace(busy, card_uuid="GPU-c", idle_since=None),
     ]
     (h,) = held_now(two, now=start + 60)
     assert h.measured and h.idle_since is None and h.gib == 10

@@ -4,7 +4,6 @@ acts once per idle stretch, and Keep. The hub tier runs it against a real hub.""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
@@ -12,6 +11,8 @@ from gpushare_hub.accounting.book import Book
 from gpushare_hub.accounting.records import IdleAction
 from gpushare_hub.core.names import IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 from gpushare_hub.service.enforcer import Enforcer
+from gpushare_hub.service.held import HeldSlice
+from gpushare_hub.service.hubservers import seconds_of
 from gpushare_hub.service.idle import (
     DUE,
     IDLE,
@@ -29,20 +30,17 @@ NOW = 1_800_000_000
 RULE = IdleRule(action=PARK, return_after=7200, warn_before=600, keep_seconds=3600, park_profile="cpu")
 
 
-def alloc(
-    user: str = "ana", idle: int | None = 6600, server: str = "", slice_: str = "t4-5g", **extra: Any
-) -> dict:
-    return {
-        "hub_user": user,
-        "server": server,
-        "namespace": "jhub",
-        "pod": f"jupyter-{user}",
-        "slice": slice_,
-        "units": 5,
-        "since": "2026-11-26T08:00:00Z",
-        "gpu_idle_since": None if idle is None else NOW - idle,
-        **extra,
-    }
+def alloc(user: str = "ana", idle: int | None = 6600, server: str = "", slice_: str = "t4-5g") -> HeldSlice:
+    return HeldSlice(
+        namespace="jhub",
+        pod=f"jupyter-{user}",
+        user=user,
+        server=server,
+        units=5,
+        slice=slice_,
+        since=seconds_of("2026-11-26T08:00:00Z"),
+        idle_since=None if idle is None else NOW - idle,
+    )
 
 
 def test_the_warning_says_how_long_it_has_been_idle_and_when_it_is_returned():
@@ -144,13 +142,13 @@ def returner(store: Book, hub: FakeHub, clock: list[int], rule: IdleRule = RULE)
     return (Enforcer(hub, post, clock=lambda: clock[0]), IdlePolicy(rule, store)), events  # type: ignore[arg-type]
 
 
-def run_ticks(r: Returner, doc: dict, n: int = 1) -> list:
+def run_ticks(r: Returner, held: list[HeldSlice], n: int = 1) -> list:
     enforcer, policy = r
 
     async def go():
         acted = []
         for _ in range(n):
-            acted += await enforcer.tick(policy, doc, {})
+            acted += await enforcer.tick(policy, held, {})
         await enforcer.settled()
         return acted
 
@@ -160,7 +158,7 @@ def run_ticks(r: Returner, doc: dict, n: int = 1) -> list:
 def test_the_loop_warns_once_then_parks_once_and_a_restarted_service_does_not_act_again(tmp_path, caplog):
     store, hub, clock = Book(tmp_path / "db.sqlite"), FakeHub(), [NOW]
     r, events = returner(store, hub, clock)
-    doc = {"allocations": [alloc(idle=6600)]}
+    doc = [alloc(idle=6600)]
     run_ticks(r, doc, 3)
     assert [e[2] for e in events] == [IDLE_WARNING_REASON] and hub.calls == []
     assert "your server restarts without a GPU" in events[0][3]
@@ -185,16 +183,16 @@ def test_stop_stops_notify_only_tells_and_a_refused_stop_is_tried_again(tmp_path
     clock = [NOW]
     hub = FakeHub()
     r, events = returner(Book(tmp_path / "a.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60))
-    run_ticks(r, {"allocations": [alloc(idle=60)]})
+    run_ticks(r, [alloc(idle=60)])
     assert hub.calls == [("stop", "ana", "")] and events[-1][2] == IDLE_RETURNED_REASON
     hub = FakeHub()
     r, events = returner(Book(tmp_path / "b.sqlite"), hub, clock, IdleRule(action=NOTIFY, return_after=60))
-    run_ticks(r, {"allocations": [alloc(idle=60)]}, 2)
+    run_ticks(r, [alloc(idle=60)], 2)
     assert hub.calls == [] and [e[2] for e in events] == ["GPUShareIdle"]
     hub = FakeHub(stop_status=403)
     r, events = returner(Book(tmp_path / "c.sqlite"), hub, clock, IdleRule(action=STOP, return_after=60))
     with caplog.at_level("ERROR", logger="gpushare.service"):
-        run_ticks(r, {"allocations": [alloc(idle=60)]}, 2)
+        run_ticks(r, [alloc(idle=60)], 2)
     assert hub.calls == [("stop", "ana", "")] * 2  # not recorded as done: tried on the next pass
     assert "needs the 'servers' scope" in caplog.text
 
@@ -205,5 +203,5 @@ def test_nothing_is_returned_while_the_slice_works(tmp_path, action):
     r, events = returner(
         Book(tmp_path / "db.sqlite"), hub, [NOW], IdleRule(action=action, park_profile="cpu")
     )
-    run_ticks(r, {"allocations": [alloc(idle=None)]}, 2)
+    run_ticks(r, [alloc(idle=None)], 2)
     assert hub.calls == [] and events == []

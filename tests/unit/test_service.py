@@ -14,7 +14,7 @@ from traitlets.config import Config
 from gpushare_hub.core import DEFAULT_NAMES, Demand, Ledger
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
 from gpushare_hub.core.names import CARDS_ANNOTATION
-from gpushare_hub.core.report import PendingPod, build_report, pod_facts
+from gpushare_hub.core.report import PendingPod, Report, build_report, pod_facts
 from gpushare_hub.core.verdict import Reason
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV
@@ -52,6 +52,16 @@ def doc(slices: list[dict[str, Any]] = SLICES, filters: Filters | None = None) -
     nodes, pods = fixture_cluster()
     report = build_report(read_nodes(nodes), read_pods(pods))
     return ledger_document(report, SERVERS, read_catalogue(slices), NOW, filters or Filters())
+
+
+def me_of(
+    user: str, report: Report | None = None, free: dict[str, Any] | None = None, spawn_url: str = ""
+) -> dict[str, Any]:
+    """``api/v1/me``'s document for ``user`` (of the fixture cluster when no report is given)."""
+    if report is None:
+        nodes, pods = fixture_cluster()
+        report = build_report(read_nodes(nodes), read_pods(pods))
+    return me_document(report, SERVERS, user, NOW, 1800, free, spawn_url)
 
 
 def test_ledger_joins_pods_with_hub_servers_and_says_how_long_each_is_idle():
@@ -95,9 +105,9 @@ def test_filters_keep_only_the_asked_node_model_and_user():
 
 
 def test_me_shows_only_the_callers_own_slices():
-    me = me_document(doc(), "bob")
+    me = me_of("bob")
     assert [(a["pod"], a["server"]) for a in me["allocations"]] == [("jupyter-bob", "big")]
-    assert me_document(doc(), "nobody")["allocations"] == []
+    assert me_of("nobody")["allocations"] == []
 
 
 def test_a_pod_outside_the_hubs_namespace_is_never_attributed_to_a_hub_user():
@@ -108,7 +118,7 @@ def test_a_pod_outside_the_hubs_namespace_is_never_attributed_to_a_hub_user():
     forged["metadata"]["namespace"] = "team-x"
     report = build_report(read_nodes(nodes), read_pods([*pods, forged]), hub_namespaces={"jhub"})
     ledger = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW)
-    mine = [a["pod"] for a in me_document(ledger, "alice")["allocations"]]
+    mine = [a["pod"] for a in me_of("alice", report)["allocations"]]
     assert mine == ["jupyter-alice"]
     held = {a["pod"]: a["hub_user"] for a in ledger["allocations"]}
     assert held["forged"] == "" and held["jupyter-alice"] == "alice"
@@ -716,9 +726,7 @@ def _usage_cluster() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def test_me_gives_usage_tier_and_neighbours_as_counts_never_their_names():
     nodes, pods = _usage_cluster()
-    catalogue = read_catalogue(SLICES)
-    ledger = ledger_document(build_report(read_nodes(nodes), read_pods(pods)), SERVERS, catalogue, NOW)
-    me = me_document(ledger, "alice", spawn_url="/hub/spawn/alice")
+    me = me_of("alice", build_report(read_nodes(nodes), read_pods(pods)), spawn_url="/hub/spawn/alice")
     (mine,) = me["allocations"]
     assert mine["used_mib"] == 3174 and mine["usage_note"] == ""
     assert mine["neighbours"] == {"count": 1, "units": 5, "used_mib": 2048}
@@ -730,7 +738,7 @@ def test_me_gives_usage_tier_and_neighbours_as_counts_never_their_names():
 
 
 def test_me_says_usage_is_not_measured_where_the_node_publishes_none():
-    me = me_document(doc(), "alice")
+    me = me_of("alice")
     (mine,) = me["allocations"]
     assert mine["used_mib"] is None and mine["usage_note"] == "usage not measured on this node"
     assert mine["neighbours"] == {"count": 1, "units": 5, "used_mib": None}
@@ -738,8 +746,7 @@ def test_me_says_usage_is_not_measured_where_the_node_publishes_none():
 
 def test_me_offers_the_larger_slices_that_could_start_now():
     nodes, pods = _usage_cluster()
-    catalogue = read_catalogue(SLICES)
-    ledger = ledger_document(build_report(read_nodes(nodes), read_pods(pods)), SERVERS, catalogue, NOW)
+    report = build_report(read_nodes(nodes), read_pods(pods))
     free = {
         "slices": [
             {"slug": "t4-5g", "display_name": "T4 5", "gib": 5, "cards": 1, "placeable": True},
@@ -747,9 +754,9 @@ def test_me_offers_the_larger_slices_that_could_start_now():
             {"slug": "t4-12g", "display_name": "T4 12", "gib": 12, "cards": 1, "placeable": False},
         ]
     }
-    me = me_document(ledger, "alice", free)
+    me = me_of("alice", report, free)
     assert me["larger_free"] == [{"slug": "t4-7g", "display_name": "T4 7", "gib": 7}]
-    assert me_document(ledger, "alice", {"slices": []})["larger_free"] == []
+    assert me_of("alice", report, {"slices": []})["larger_free"] == []
 
 
 def test_configure_hub_tells_servers_where_the_service_is_and_lets_their_tokens_call_it():
@@ -813,7 +820,7 @@ def test_each_slice_says_what_it_holds_and_does_and_is_flagged_idle_or_over_from
     later = ledger_document(report, SERVERS, read_catalogue(SLICES), NOW, gpu_idle_after=3600)
     assert not {a["pod"]: a for a in later["allocations"]}["jupyter-bob"]["gpu_idle"]
     # what api/v1/me shows bob of his own slice
-    (mine,) = me_document(d, "bob")["allocations"]
+    (mine,) = me_of("bob", report)["allocations"]
     assert (mine["gpu_idle_seconds"], mine["gpu_idle"], mine["sm_util"]) == (2400, True, 0)
     # the metrics, per hub user
     text = render_metrics(d, {}, {}, {}).decode()
@@ -932,7 +939,7 @@ def test_me_gives_each_pending_spawn_its_place_and_an_estimate_only_with_history
         pod["metadata"]["creationTimestamp"] = f"2026-11-22T{created}Z"
         informer.apply("pods", "ADDED", pod)
     report = cluster.report()
-    doc = me_document(ledger_document(report, SERVERS, read_catalogue(SLICES), NOW), "gus")
+    doc = me_of("gus", report)
     history = ReleaseHistory(started=time.monotonic() - 3600)
     add_queue_places(doc, cluster, history)
     [gus] = doc["pending"]

@@ -17,6 +17,7 @@ from gpushare_hub.accounting.records import IdleAction
 from gpushare_hub.core.planning import PlanningError, parse_cards_range, parse_catalogue
 from gpushare_hub.service.budgets import BudgetRule
 from gpushare_hub.service.enforcement import Enforcement
+from gpushare_hub.service.held import HeldSlice
 from gpushare_hub.service.idle import IdleRule
 from gpushare_hub.service.idlepolicy import IdlePolicy
 from tests.support.hubservice import ServiceUnderTest, own_token
@@ -183,7 +184,7 @@ def test_keep_presses_and_idle_actions_older_than_the_retention_are_dropped(tmp_
     store.record_idle(IdleAction("ann", "", "old", "stopped", "t4-5g", 5, NOW - 100 * day, 7200))
     store.record_idle(IdleAction("ann", "", "new", "stopped", "t4-5g", 5, NOW - day, 7200))
     passes = Enforcement(store, IdleRule(), BudgetRule(), None, retention_days=90, clock=lambda: NOW)
-    asyncio.run(passes.run_pass({"allocations": []}, {}, {}))
+    asyncio.run(passes.run_pass([], {}))
     assert store.keeps(["ann"]) == {("ann", "", "new"): NOW + 3600}
     assert [a.stretch for a in store.returned("ann", 0)] == ["new"]
 
@@ -195,5 +196,5 @@ def test_the_idle_states_read_only_the_keep_presses_of_the_users_they_are_about(
     asked: list[list[str]] = []
     keeps = store.keeps
     store.keeps = lambda users: asked.append(sorted(users)) or keeps(users)  # type: ignore[method-assign]
-    IdlePolicy(IdleRule(), store).states([{"hub_user": "user-7", "server": "", "pod": "p"}], {}, NOW)
+    IdlePolicy(IdleRule(), store).states([HeldSlice("hub", "p", "user-7", "", 5)], {}, NOW)
     assert asked == [["user-7"]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +19,8 @@ from gpushare_hub.core.durations import returned_words
 from gpushare_hub.core.queue import holds_back
 from gpushare_hub.core.releases import ReleaseHistory
 
+from ..held import HeldSlice, held_slices
+from ..hubservers import HubServer, rfc3339
 from ..sources import Cluster
 from ..view import availability_document, me_document
 from .base import BaseHandler, RunningService
@@ -36,8 +38,10 @@ class MeHandler(BaseHandler):
         name = str(user.get("name"))
         groups = await self.hub.groups_of(name)
         free = availability_of(svc, self.cluster, groups)
-        ledger = self.cluster.recent("ledger", self.ledger_doc)
-        self.send(me_answer(svc, self.cluster, ledger, free, name, groups, spawn_url(name)))
+        doc = me_answer(svc, self.cluster, self.hub.servers, free, name, groups, spawn_url(name))
+        # A server started since the hub's last poll has no start or activity yet: read it soon.
+        self.hub.read_soon({(name, a["server"]) for a in doc["allocations"]})
+        self.send(doc)
 
 
 def availability_of(
@@ -64,7 +68,7 @@ def spawn_url(name: str, base: str | None = None) -> str:
 def me_answer(
     svc: RunningService,
     cluster: Cluster,
-    ledger: dict[str, Any],
+    servers: Iterable[HubServer],
     free: Mapping[str, Any],
     name: str,
     groups: list[str],
@@ -73,19 +77,23 @@ def me_answer(
     now: int | None = None,
     monotonic: float | None = None,
 ) -> dict[str, Any]:
-    """``api/v1/me`` for ``name``, from the unfiltered ``ledger`` document and ``free`` (their
-    slices' ``api/v1/availability``): :func:`~gpushare_hub.service.view.me_document`, then the
-    pending spawns' places, the budget and the idle returns. ``now`` (Unix seconds) and
-    ``monotonic`` (the release history's clock) default to the clocks' readings; the tests'
-    golden document (tests/support/golden.py) is made here with fixed ones."""
-    doc = me_document(ledger, name, free, spawn)
+    """``api/v1/me`` for ``name``, from the cluster's report, the hub's ``servers`` and ``free``
+    (their slices' ``api/v1/availability``): :func:`~gpushare_hub.service.view.me_document`,
+    then the pending spawns' places, the budget and the idle returns. ``now`` (Unix seconds)
+    and ``monotonic`` (the release history's clock) default to the clocks' readings; the
+    tests' golden document (tests/support/golden.py) is made here with fixed ones."""
+    now = int(time.time()) if now is None else now
+    report = cluster.report()
+    when = datetime.fromtimestamp(now, UTC)
+    doc = me_document(report, servers, name, when, svc.gpu_idle_after, free, spawn)
     add_queue_places(doc, cluster, getattr(svc, "releases", None), monotonic)
     doc["budget"] = (
         cluster.recent(("budget", name, tuple(groups)), lambda: svc.budgets.document(name, groups))
         if svc.budget_rule.configured
         else None
     )
-    return add_idle_returns(doc, svc, ledger, groups, name, now)
+    mine = [s for s in held_slices(report, servers) if s.user == name]
+    return add_idle_returns(doc, svc, mine, groups, name, now)
 
 
 def add_queue_places(
@@ -113,17 +121,15 @@ def add_queue_places(
 def add_idle_returns(
     doc: dict[str, Any],
     svc: RunningService,
-    ledger: dict[str, Any],
+    mine: list[HeldSlice],
     groups: list[str],
     name: str,
-    now: int | None = None,
+    now: int,
 ) -> dict[str, Any]:
     """``api/v1/me`` gains, per allocation idle on the GPU, ``idle_return`` (the action, phase,
     deadline, the words, whether Keep may be pressed); and ``returned``: the caller's slices
-    stopped or parked in the last day, with the words and the way back. ``now``: Unix seconds
-    (``time.time()`` when not given)."""
-    now = int(time.time()) if now is None else now
-    mine = [a for a in ledger["allocations"] if a["hub_user"] == name]
+    stopped or parked in the last day, with the words and the way back. ``mine``: the
+    caller's slices; ``now``: Unix seconds."""
     states = {(st.server, st.pod): st for st in svc.idle.states(mine, {name: groups}, now)}
     for a in doc["allocations"]:
         st = states.get((a["server"], a["pod"]))
@@ -142,7 +148,7 @@ def add_idle_returns(
                 "slice": act.slice,
                 "units": act.units,
                 "what": act.what,
-                "at": datetime.fromtimestamp(act.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "at": rfc3339(act.at),
                 "idle_seconds": act.idle_seconds,
                 "words": f"{returned_words(size, act.idle_seconds)}, {how}. Your files are kept: "
                 f"start your {size} again from the spawn page.",
@@ -163,8 +169,11 @@ class KeepHandler(BaseHandler):
         name = str(user.get("name"))
         server = self._server()
         svc = self.service
-        ledger = self.ledger_doc()
-        mine = [a for a in ledger["allocations"] if a["hub_user"] == name and a["server"] == server]
+        mine = [
+            s
+            for s in held_slices(self.cluster.report(), self.hub.servers)
+            if s.user == name and s.server == server
+        ]
         now = int(time.time())
         states = svc.idle.states(mine, {name: self.hub.groups.get(name, [])}, now)
         which = f"server {server!r}" if server else "your default server"
@@ -188,7 +197,7 @@ class KeepHandler(BaseHandler):
         self.send(
             {
                 "server": server,
-                "kept_until": datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "kept_until": rfc3339(until),
                 "seconds_left": until - now,
             }
         )
