@@ -40,19 +40,9 @@ from gpushare_hub.web.bodylimit import SERVER_MAX_BODY
 
 from .enforcement import Enforcement
 from .enforcer import EventPoster
+from .handlers import handler_list
 from .handlers.base import MAX_BODY_BYTES, RunningService
-from .handlers.budgets import BudgetAddHandler, BudgetsHandler
-from .handlers.history import HistoryHandler
-from .handlers.ledger import AvailabilityHandler, LedgerHandler
-from .handlers.me import KeepHandler, MeHandler
-from .handlers.pages import (
-    DashboardHandler,
-    MetricsHandler,
-    NotFoundHandler,
-    OAuthCallbackHandler,
-    ToPrefixHandler,
-)
-from .handlers.planning import PlanningHandler
+from .handlers.pages import NotFoundHandler, ToPrefixHandler
 from .held import held_slices
 from .hubapi import HubAPI
 from .hubconfig import CONFIG_ENV
@@ -122,20 +112,8 @@ class GPUShareService(ServiceSettings):
             "cookie_secret": os.urandom(32),
             "max_body_bytes": MAX_BODY_BYTES,
         }
-        routes: list[Any] = [
-            (prefix, DashboardHandler),
-            (url_path_join(prefix, "api/v1/ledger"), LedgerHandler),
-            (url_path_join(prefix, "api/v1/availability"), AvailabilityHandler),
-            (url_path_join(prefix, "api/v1/me"), MeHandler),
-            (url_path_join(prefix, "api/v1/me/keep"), KeepHandler),
-            (url_path_join(prefix, "api/v1/budgets"), BudgetsHandler),
-            (url_path_join(prefix, "api/v1/history"), HistoryHandler),
-            (url_path_join(prefix, "api/v1/planning"), PlanningHandler),
-            (url_path_join(prefix, "api/v1/budgets/([^/]+)"), BudgetAddHandler),
-            (url_path_join(prefix, "metrics"), MetricsHandler),
-            (url_path_join(prefix, "oauth_callback"), OAuthCallbackHandler),
-            (prefix.rstrip("/"), ToPrefixHandler),
-        ]
+        routes: list[Any] = [(url_path_join(prefix, path), handler) for path, handler in handler_list()]
+        routes.append((prefix.rstrip("/"), ToPrefixHandler))
         # Every path, routed or not, streams its body and refuses it past the limit (tornado
         # would read a body whole for its own 404 handler, up to the server's max_body_size).
         return web.Application(routes, default_handler_class=NotFoundHandler, **settings)

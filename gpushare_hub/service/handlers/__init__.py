@@ -10,7 +10,10 @@
 - :mod:`.pages`: the dashboard, ``metrics``, the OAuth callback, the prefix's redirect and the
   404 of every other path.
 
-:meth:`~gpushare_hub.service.app.GPUShareService.make_app` routes them.
+Each module ends in its ``handlers`` list (paths below the service's prefix, as JupyterHub's
+``default_handlers``); :func:`handler_list` gathers them, and
+:meth:`~gpushare_hub.service.app.GPUShareService.make_app` routes them under the prefix. Each
+method says what it needs with :func:`~.base.requires`.
 
 Access: every handler needs ``access:services!service=<name>`` (JupyterHub's default for a
 service); the rest is decided on the token's own scopes (:mod:`gpushare_hub.service.access`):
@@ -18,3 +21,14 @@ the admin routes need ``custom:<name>:admin`` (or a hub admin's ``admin:users`` 
 ``admin-ui``) on the token, ``metrics`` ``custom:<name>:metrics``; a server token may call
 ``api/v1/me`` and Keep only.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def handler_list() -> list[tuple[str, Any]]:
+    """Every module's ``handlers``, the dashboard's first (paths below the service's prefix)."""
+    from . import budgets, history, ledger, me, pages, planning
+
+    return [route for module in (pages, ledger, me, budgets, history, planning) for route in module.handlers]

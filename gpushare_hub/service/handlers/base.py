@@ -8,12 +8,14 @@ do not import it.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from html import escape
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from jupyterhub.services.auth import HubOAuthenticated  # type: ignore[import-untyped]
 from jupyterhub.utils import url_path_join  # type: ignore[import-untyped]
@@ -63,6 +65,40 @@ class RunningService(Protocol):
     book: Book
     idle: IdlePolicy
     budgets: BudgetPolicy
+
+
+# The scopes a route may require, named by the service's setting that holds each.
+ADMIN, METRICS = "admin_scope", "metrics_scope"
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def requires(setting: str | None = None, what: str = "") -> Callable[[Method], Method]:
+    """A handler method that answers only a caller whose token holds the scope in the service's
+    ``setting`` (:data:`ADMIN`, :data:`METRICS`; None: any caller its class lets in, see
+    ``server_tokens`` and ``users_only``): 401 or 403 before the method runs, the refusal naming
+    ``what`` was refused and the scope. Every route's methods say what they need this way."""
+
+    def wrap(method: Method) -> Method:
+        if inspect.iscoroutinefunction(method):
+
+            @functools.wraps(method)
+            async def checked_async(self: BaseHandler, *args: Any, **kwargs: Any) -> Any:
+                self.check_access(setting, what)
+                return await method(self, *args, **kwargs)
+
+            checked_async.requires = setting  # type: ignore[attr-defined]
+            return cast(Method, checked_async)
+
+        @functools.wraps(method)
+        def checked(self: BaseHandler, *args: Any, **kwargs: Any) -> Any:
+            self.check_access(setting, what)
+            return method(self, *args, **kwargs)
+
+        checked.requires = setting  # type: ignore[attr-defined]
+        return cast(Method, checked)
+
+    return wrap
 
 
 class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]
@@ -165,6 +201,12 @@ class BaseHandler(HubOAuthenticated, LimitedBody):  # type: ignore[misc]
         who = self.who()
         if not who.may(scope, self.service.admin_scope):
             raise web.HTTPError(403, refusal(who, what, scope))
+
+    def check_access(self, setting: str | None, what: str) -> None:
+        """What :func:`requires` checks before a method runs."""
+        self.caller()
+        if setting is not None:
+            self.require(getattr(self.service, setting), what)
 
     def filters(self, allowed: tuple[str, ...]) -> Filters:
         """The ledger's filters from the query (``query.parse_query``); 400 naming a wrong one."""

@@ -11,7 +11,7 @@ from tornado import web
 
 from ..hubapi import HubAPI
 from ..sources import HubServers
-from .base import BaseHandler, RunningService
+from .base import ADMIN, BaseHandler, RunningService, requires
 
 log = logging.getLogger("gpushare.service")
 # The most one addition may add to a user's window (GiB·h).
@@ -31,9 +31,8 @@ async def budget_groups(svc: RunningService, hub: HubServers) -> dict[str, list[
 class BudgetsHandler(BaseHandler):
     """``GET api/v1/budgets`` (admin scope): every user's GiB·h in the current window."""
 
+    @requires(ADMIN, "Reading every user's GPU budget")
     async def get(self) -> None:
-        self.caller()
-        self.require(self.service.admin_scope, "Reading every user's GPU budget")
         self.filters(())
         self.send(self.service.budgets.everyone(await budget_groups(self.service, self.hub)))
 
@@ -42,9 +41,9 @@ class BudgetAddHandler(BaseHandler):
     """``POST api/v1/budgets/<user>`` ``{"add_gib_hours": 20}`` (admin scope): add to a hub
     user's current window."""
 
+    @requires(ADMIN, "Adding to a user's GPU budget")
     async def post(self, quoted: str) -> None:
-        admin = self.caller()
-        self.require(self.service.admin_scope, "Adding to a user's GPU budget")
+        admin = self.current_user
         self.filters(())
         svc = self.service
         if not svc.budget_rule.configured:
@@ -104,3 +103,6 @@ class BudgetAddHandler(BaseHandler):
         if status != 200 or not isinstance(model, dict):
             raise web.HTTPError(503, f"cannot read {user!r}'s groups from the hub (HTTP {status}); try again")
         return [str(g) for g in model.get("groups") or []]
+
+
+handlers = [("api/v1/budgets", BudgetsHandler), ("api/v1/budgets/([^/]+)", BudgetAddHandler)]

@@ -11,7 +11,7 @@ from tornado import web
 
 from gpushare_hub.core.history import WAITED_AFTER, history_rows, to_csv
 
-from .base import BaseHandler
+from .base import ADMIN, BaseHandler, requires
 
 log = logging.getLogger("gpushare.service")
 # The query's choices (since and until are times).
@@ -21,9 +21,8 @@ HISTORY_QUERY = {"format": ("json", "csv"), "names": ("pseudonyms", "real")}
 class HistoryHandler(BaseHandler):
     """``GET api/v1/history`` (admin scope): every slice held, for capacity planning."""
 
+    @requires(ADMIN, "Reading the hub's history of slices held")
     def get(self) -> None:
-        self.caller()
-        self.require(self.service.admin_scope, "Reading the hub's history of slices held")
         query = self._query()
         book = self.service.book
         now = time.time()
@@ -61,3 +60,6 @@ class HistoryHandler(BaseHandler):
     def _query(self) -> dict[str, Any]:
         """``format`` (json, csv), ``names`` (pseudonyms, real), ``since`` and ``until``."""
         return self.query_args(HISTORY_QUERY, ("since", "until"))
+
+
+handlers = [("api/v1/history", HistoryHandler)]

@@ -7,21 +7,23 @@ from datetime import UTC, datetime
 
 from ..query import FILTER_KEYS
 from ..view import availability_document
-from .base import BaseHandler
+from .base import ADMIN, BaseHandler, requires
 
 
 class LedgerHandler(BaseHandler):
+    @requires(ADMIN, "Reading the ledger")
     def get(self) -> None:
-        self.caller()
-        self.require(self.service.admin_scope, "Reading the ledger")
         self.send(self.ledger_doc(self.filters(FILTER_KEYS)))
 
 
 class AvailabilityHandler(BaseHandler):
+    @requires()
     def get(self) -> None:
-        self.caller()
         self.filters(())
         svc = self.service
         self.send(
             availability_document(self.cluster.ledger(), svc.catalogue, svc.node_selector, datetime.now(UTC))
         )
+
+
+handlers = [("api/v1/ledger", LedgerHandler), ("api/v1/availability", AvailabilityHandler)]

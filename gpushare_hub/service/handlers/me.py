@@ -23,7 +23,7 @@ from ..held import HeldSlice, held_slices
 from ..hubservers import HubServer, rfc3339
 from ..sources import Cluster
 from ..view import availability_document, me_document
-from .base import BaseHandler, RunningService
+from .base import BaseHandler, RunningService, requires
 
 log = logging.getLogger("gpushare.service")
 
@@ -31,8 +31,9 @@ log = logging.getLogger("gpushare.service")
 class MeHandler(BaseHandler):
     server_tokens = users_only = True
 
+    @requires()
     async def get(self) -> None:
-        user = self.caller()
+        user = self.current_user
         self.filters(())
         svc = self.service
         name = str(user.get("name"))
@@ -163,8 +164,9 @@ class KeepHandler(BaseHandler):
 
     server_tokens = users_only = True
 
+    @requires()
     def post(self) -> None:
-        user = self.caller()
+        user = self.current_user
         self.filters(())
         name = str(user.get("name"))
         server = self._server()
@@ -212,3 +214,6 @@ class KeepHandler(BaseHandler):
         if not isinstance(server, str) or len(server) > 255:
             raise web.HTTPError(400, '"server" must be a server name (a string of at most 255 characters)')
         return server
+
+
+handlers = [("api/v1/me", MeHandler), ("api/v1/me/keep", KeepHandler)]

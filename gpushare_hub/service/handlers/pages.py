@@ -13,14 +13,13 @@ from tornado.httputil import url_concat
 
 from ..metrics import pending_labels, render_metrics
 from ..query import FILTER_KEYS
-from .base import BaseHandler, hub_home
+from .base import METRICS, BaseHandler, hub_home, requires
 from .budgets import budget_groups
 
 
 class MetricsHandler(BaseHandler):
+    @requires(METRICS, "Reading the metrics")
     async def get(self) -> None:
-        self.caller()
-        self.require(self.service.metrics_scope, "Reading the metrics")
         self.filters(())
         labels = pending_labels(self.cluster.pending(), self.cluster.ledger())
         svc = self.service
@@ -96,3 +95,8 @@ class DashboardHandler(BaseHandler):
         }
         self.set_header("Cache-Control", "no-store")
         self.finish(page.replace("/*SETTINGS*/{}", json.dumps(settings).replace("<", "\\u003c")))
+
+
+# The prefix itself (the dashboard), then the others; the prefix without its slash and every
+# other path are routed by the app (ToPrefixHandler, NotFoundHandler).
+handlers = [("", DashboardHandler), ("metrics", MetricsHandler), ("oauth_callback", OAuthCallbackHandler)]

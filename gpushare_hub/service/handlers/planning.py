@@ -12,7 +12,7 @@ from tornado import web
 from gpushare_hub.core.planning import PlanningError
 
 from ..planning import catalogue_sizes, cluster_shape, plan_from_history, plans_for
-from .base import BaseHandler
+from .base import ADMIN, BaseHandler, requires
 
 # The query's texts (since and until are times), read by planning.plans_for.
 PLANNING_TEXTS = ("cards", "catalogue", "policy")
@@ -26,9 +26,8 @@ class PlanningHandler(BaseHandler):
     """``GET api/v1/planning`` (admin scope): the hub's history replayed against other card
     counts, catalogues and policies (:mod:`gpushare_hub.service.planning`), on request."""
 
+    @requires(ADMIN, "Planning from the hub's history")
     async def get(self) -> None:
-        self.caller()
-        self.require(self.service.admin_scope, "Planning from the hub's history")
         query = self.query_args({}, ("since", "until"), PLANNING_TEXTS)
         svc = self.service
         now = time.time()
@@ -76,3 +75,6 @@ class PlanningHandler(BaseHandler):
                 "seconds": round(time.perf_counter() - started, 2),
             }
         )
+
+
+handlers = [("api/v1/planning", PlanningHandler)]
