@@ -81,7 +81,7 @@ def test_the_hub_service_and_the_check_snippets_compile():
 
 
 def test_the_hub_services_port_is_written_once():
-    """custom.gpushare.port is the one number; the Service, both NetworkPolicies and the
+    """custom.gpushare.port is the one number; the Service, the three NetworkPolicies and the
     service's URL take it (aliases, and get_config in the hub)."""
     text = Z2JH_VALUES.read_text()
     values = z2jh()
@@ -91,7 +91,8 @@ def test_the_hub_services_port_is_written_once():
     assert hub["service"]["extraPorts"] == [{"name": "gpushare", "port": port, "targetPort": port}]
     (ingress,) = hub["networkPolicy"]["ingress"]
     (egress,) = values["proxy"]["chp"]["networkPolicy"]["egress"]
-    assert ingress["ports"] == egress["ports"] == [{"port": port}]
+    (notebooks,) = values["singleuser"]["networkPolicy"]["egress"]
+    assert ingress["ports"] == egress["ports"] == notebooks["ports"] == [{"port": port}]
     assert 'get_config("custom.gpushare.port")' in hub["extraConfig"]["gpushare-service"]
 
 
@@ -175,7 +176,7 @@ def vendored_z2jh_module(chart: Path, values: dict[str, Any]) -> Any:
 
 
 @NEEDS_Z2JH
-def test_zero_to_jupyterhub_puts_the_one_port_in_all_four_places(
+def test_zero_to_jupyterhub_puts_the_one_port_in_every_place_and_opens_nothing_wider(
     helm: Helm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """helm resolves the aliases, and the hub's extraConfig, run with the chart's own z2jh module on
@@ -195,9 +196,25 @@ def test_zero_to_jupyterhub_puts_the_one_port_in_all_four_places(
     assert [{"port": port}] in hub_ingress
     proxy_egress = [r["ports"] for r in one("NetworkPolicy", "proxy")["spec"]["egress"] if "ports" in r]
     assert [{"port": port}] in proxy_egress
+    # The notebooks reach the service's port on the hub's pod, and only there: the one rule that
+    # names the port opens nothing else, and no rule of the chart's own opened it before.
+    notebooks = one("NetworkPolicy", "singleuser")
+    to_service = [r for r in notebooks["spec"]["egress"] if {"port": port} in r.get("ports", [])]
+    assert to_service == [
+        {"ports": [{"port": port}], "to": [{"podSelector": {"matchLabels": {"component": "hub"}}}]}
+    ]
+    hub_pods = one("NetworkPolicy", "hub")["spec"]["podSelector"]["matchLabels"]
+    assert hub_pods["component"] == "hub"
+    without = [r for r in notebooks["spec"]["egress"] if r not in to_service]
+    assert not any(
+        any(p.get("port") == port for p in r.get("ports", [])) or ("ports" not in r and not r.get("to"))
+        for r in without
+    ), without
     secret = one("Secret", "hub")
     values = yaml.safe_load(base64.b64decode(secret["data"]["values.yaml"]))
     assert values["custom"]["gpushare"]["port"] == port
+    # The hub's ingress admits the notebooks: they carry the label it opens the port to.
+    assert values["singleuser"]["extraLabels"]["hub.jupyter.org/network-access-hub"] == "true"
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
