@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup labextension demo system-deps replay test test-steps test-setup test-main newest-chain test-between k8s-also-binaries lint-checks test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-steps test-setup test-main newest-chain test-between k8s-also-binaries lint-checks version test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP) labextension
 
@@ -183,15 +183,16 @@ test-chart: setup
 	$(BIN)/pytest -p no:cacheprovider tests/chart
 
 lint: setup
-	$(BIN)/ruff format --check gpushare_hub tests helm images
+	$(BIN)/ruff format --check gpushare_hub tests helm images release
 	$(MAKE) --no-print-directory lint-checks
 
 # What `make test` checks before its tiers (and `make lint` besides the format).
 lint-checks:
-	$(BIN)/ruff check gpushare_hub tests helm images
+	$(BIN)/ruff check gpushare_hub tests helm images release
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py
+	$(BIN)/mypy release/version.py
 	$(BIN)/lint-imports --no-cache
 
 bench: setup
@@ -202,6 +203,11 @@ proto: setup
 	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/deviceplugin/v1beta1/api.proto" gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
 	chmod 644 gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
+
+## The package's version (pyproject.toml) into every file that repeats it; with VERSION=X.Y.Z,
+## change it first (release/version.py).
+version: setup
+	$(BIN)/python release/version.py $(if $(VERSION),--set $(VERSION))
 
 ## Regenerate the chart's generated files (values.schema.json, RBAC rules, admission policy template).
 chart: setup

@@ -587,6 +587,13 @@ def node_images(builder: Builder) -> dict[str, str]:
     return refs
 
 
+def package_version() -> str:
+    """The package's version (pyproject.toml, the one place it is written; release/version.py)."""
+    import tomllib
+
+    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
+
+
 def chart_names(kubernetes: str | None = None) -> dict[str, str]:
     """Names to import each node image under: what our chart, examples/z2jh-values.yaml and the
     kubelet pull by default where they name one (kube-scheduler at the pinned Kubernetes
@@ -596,11 +603,12 @@ def chart_names(kubernetes: str | None = None) -> dict[str, str]:
 
     kubernetes = kubernetes or Versions.load().kubernetes
     source, _ = pause_source()
+    ours = package_version()  # the chart's appVersion: its images' default tag
     return {
-        "extender": "ghcr.io/gpushare-hub/gpushare-extender:0.1.0",
-        "device-plugin": "ghcr.io/gpushare-hub/gpushare-device-plugin:0.1.0",
-        "hub": "ghcr.io/gpushare-hub/k8s-hub-gpushare:0.1.0",
-        "singleuser": "ghcr.io/gpushare-hub/singleuser:0.1.0",
+        "extender": f"ghcr.io/gpushare-hub/gpushare-extender:{ours}",
+        "device-plugin": f"ghcr.io/gpushare-hub/gpushare-device-plugin:{ours}",
+        "hub": f"ghcr.io/gpushare-hub/k8s-hub-gpushare:{ours}",
+        "singleuser": f"ghcr.io/gpushare-hub/singleuser:{ours}",
         "pause": f"registry.k8s.io/pause:{pause_tag(source)}",
         "kube-scheduler": f"registry.k8s.io/kube-scheduler:{kubernetes}",
         "chp": f"quay.io/jupyterhub/configurable-http-proxy:{PROXY_VERSION}",

@@ -21,7 +21,8 @@ Who may write what (the trust model in docs/security.md and docs/development/arc
   a service-account token bound to the plugin's pod carries
   (``authentication.kubernetes.io/node-name`` in the user's extra), so a plugin that
   runs without such a token may change nothing.
-* Members of ``admin_groups`` (``system:masters`` by default) may repair anything.
+* Members of ``admin_groups`` (``system:masters`` and kubeadm's ``kubeadm:cluster-admins`` by
+  default) may repair anything.
 
 The ledger checks what it reads anyway (:mod:`gpushare_hub.core.records`), so a gap
 here cannot over-commit a card; this layer stops the forgery where it enters.
@@ -71,7 +72,8 @@ class Identities:
 
     extender: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-extender",)
     plugin: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-device-plugin",)
-    admin_groups: Sequence[str] = ("system:masters",)
+    # kubeadm's admin.conf is in kubeadm:cluster-admins since Kubernetes 1.29, not system:masters.
+    admin_groups: Sequence[str] = ("system:masters", "kubeadm:cluster-admins")
     allow_user_policy: bool = False
     # Identities that may set gpushare-hub.io/policy when users may not (e.g. the hub's, for
     # an admin's per-profile policy).

@@ -364,3 +364,21 @@ def test_the_plugin_writes_its_cdi_spec_where_the_runtime_reads_and_reads_the_ho
     spec = legacy["spec"]["template"]["spec"]
     assert "host-root" not in {v["name"] for v in spec["volumes"]}  # nothing of the host to read
     assert not any(a.startswith("--host-root") for a in spec["containers"][0]["args"])
+
+
+def test_our_images_default_to_the_charts_app_version_and_a_set_tag_wins(helm: Helm):
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+
+    def images(*args: str) -> dict[str, str]:
+        docs = helm.template(*args)
+        scheduler = one(docs, "Deployment", "gpushare-scheduler")["spec"]["template"]["spec"]
+        plugin = one(docs, "DaemonSet", "gpushare-device-plugin")["spec"]["template"]["spec"]
+        found = {c["name"]: c["image"] for c in scheduler["containers"]}
+        found.update({c["name"]: c["image"] for c in plugin["containers"]})
+        return found
+
+    default = images()
+    assert default["extender"] == f"ghcr.io/gpushare-hub/gpushare-extender:{app_version}"
+    assert default["device-plugin"] == f"ghcr.io/gpushare-hub/gpushare-device-plugin:{app_version}"
+    pinned = images("--set", "extender.image.tag=0.0.9", "--set", "devicePlugin.image.repository=reg.lab/dp")
+    assert pinned["extender"].endswith(":0.0.9") and pinned["device-plugin"] == f"reg.lab/dp:{app_version}"

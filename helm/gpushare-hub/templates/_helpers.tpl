@@ -14,8 +14,13 @@ app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end }}
 
+{{/*
+One of our images: repository:tag, the tag the chart's appVersion when left empty (each release
+of the chart names the images of the same release; a new version is a new tag, which nodes
+holding the old one pull). Called with (dict "image" <values> "root" $).
+*/}}
 {{- define "gpushare-hub.image" -}}
-{{ .repository }}:{{ .tag }}
+{{ .image.repository }}:{{ .image.tag | default .root.Chart.AppVersion }}
 {{- end }}
 
 {{/*
