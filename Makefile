@@ -223,7 +223,7 @@ wheelhouse: setup
 	$(BIN)/pip wheel --quiet --no-deps --wheel-dir wheelhouse .
 	$(BIN)/pip download --quiet --dest wheelhouse --only-binary=:all: --python-version $(IMAGE_PYTHON) \
 	    --platform manylinux_2_28_$(IMAGE_PLATFORM) --platform manylinux_2_17_$(IMAGE_PLATFORM) \
-	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any "$$(ls wheelhouse/gpushare_hub-*.whl)[hub,hub-image,singleuser]"
+	    --platform manylinux2014_$(IMAGE_PLATFORM) --platform any "$$(ls wheelhouse/gpushare_hub-*.whl)[hub,hub-image,singleuser]" "jupyterlab>=4.2,<5"
 
 ## The images, built here with buildah (chroot, vfs) on a debootstrap base, cached under
 ## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.

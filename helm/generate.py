@@ -4,6 +4,9 @@
   with its descriptions, is what people edit and read).
 * ``files/rbac/*.yaml``: the rules of the extender (``gpushare_hub.extender.rbac.RULES``) and the device
   plugin (``gpushare_hub.plugin.kube.RBAC_RULES``), so the chart grants exactly what the code says it needs.
+* ``files/grafana/gpushare-hub.json``: the Grafana dashboard (:data:`PANELS`), each panel a
+  PromQL query over the metrics the extender, the device plugin and the hub service export
+  (``tests/chart`` checks that every metric named exists).
 * ``templates/admission-policy.yaml``: ``gpushare_hub.extender.admission`` output with the identities left
   as template expressions (release namespace, admin groups, policy setters), so that
   ``helm template`` renders what ``gpushare-extender --print-admission-policy`` would print
@@ -93,7 +96,94 @@ def admission_template() -> str:
     return header + "{{- if .Values.admission.enabled }}\n" + text + "{{- end }}\n"
 
 
+# The dashboard's panels: title, unit, and (legend, PromQL) per series.
+PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "GPU memory per node",
+        "decgbytes",
+        (
+            ("held {{node}}", "sum by (node) (gpushare_card_used_gib)"),
+            ("free {{node}}", "sum by (node) (gpushare_card_free_gib)"),
+        ),
+    ),
+    ("Slices per node", "short", (("{{node}}", "sum by (node) (gpushare_card_slices)"),)),
+    (
+        "GPU memory used against the slices held",
+        "percentunit",
+        (
+            (
+                "used / held",
+                "sum(gpushare_user_gpu_memory_used_bytes) / (sum(gpushare_user_held_gib) * 1073741824)",
+            ),
+            ("pods over their slice", "sum(gpushare_pods_over_slice)"),
+        ),
+    ),
+    (
+        "Spawns waiting, by what they wait for",
+        "short",
+        (("{{reason}}", "sum by (reason) (gpushare_pending_pods)"),),
+    ),
+    ("Longest wait for a card", "s", (("longest", "max(gpushare_pending_longest_seconds)"),)),
+    (
+        "GiB·h budgets used",
+        "percentunit",
+        (
+            (
+                "{{user}}",
+                "gpushare_user_budget_used_gib_hours / gpushare_user_budget_gib_hours",
+            ),
+        ),
+    ),
+    (
+        "Isolation checks failed",
+        "short",
+        (("{{node}} ({{claimed}})", "max by (node, claimed) (gpushare_node_isolation_check_failed)"),),
+    ),
+    (
+        "Extender requests",
+        "reqps",
+        (("{{verb}} {{outcome}}", "sum by (verb, outcome) (rate(gpushare_extender_requests[5m]))"),),
+    ),
+)
+
+
+def grafana_dashboard() -> str:
+    panels = []
+    for i, (title, unit, series) in enumerate(PANELS):
+        panels.append(
+            {
+                "id": i + 1,
+                "type": "timeseries",
+                "title": title,
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * (i // 2)},
+                "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+                "targets": [
+                    {"refId": chr(ord("A") + j), "expr": expr, "legendFormat": legend}
+                    for j, (legend, expr) in enumerate(series)
+                ],
+            }
+        )
+    dashboard = {
+        "title": "gpushare-hub",
+        "uid": "gpushare-hub",
+        "description": "GPU-memory slices: cards and slices per node, use, spawns waiting, budgets",
+        "schemaVersion": 39,
+        "tags": ["gpushare-hub", "jupyterhub", "gpu"],
+        "time": {"from": "now-24h", "to": "now"},
+        "refresh": "1m",
+        "templating": {
+            "list": [
+                {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"}
+            ]
+        },
+        "panels": panels,
+    }
+    return json.dumps(dashboard, indent=2) + "\n"
+
+
 OUTPUTS: dict[str, Callable[[], str]] = {
+    "files/grafana/gpushare-hub.json": grafana_dashboard,
     "values.schema.json": schema_json,
     "files/rbac/extender.yaml": lambda: rules_yaml(EXTENDER_RULES, "gpushare_hub/extender/rbac.py"),
     "files/rbac/device-plugin.yaml": lambda: rules_yaml(PLUGIN_RULES, "gpushare_hub/plugin/kube.py"),

@@ -21,6 +21,8 @@ from gpushare_hub.core.availability import placer_for
 from gpushare_hub.core.report import PendingPod
 from gpushare_hub.core.verdict import Reason
 
+from .hubservers import seconds_of
+
 PREFIX = "gpushare"
 CARD_LABELS = ("node", "card", "index", "model")
 
@@ -176,6 +178,17 @@ def render_metrics(
     broken = Gauge(
         f"{PREFIX}_node_inventory_unreadable", "Nodes whose card inventory cannot be read", registry=reg
     )
+    check_failed = Gauge(
+        f"{PREFIX}_node_isolation_check_failed",
+        "1 where the node's plugin claims an isolation tier its own check did not confirm",
+        ["node", "claimed"],
+        registry=reg,
+    )
+    longest_wait = Gauge(
+        f"{PREFIX}_pending_longest_seconds",
+        "How long the GPU pod that has waited longest for a card has waited (0: none waits)",
+        registry=reg,
+    )
     quota_used = Gauge(
         f"{PREFIX}_quota_used_{unit}",
         "GPU memory held by the members of a group with a quota",
@@ -228,6 +241,11 @@ def render_metrics(
         pending.labels(reason).set(n)
     fragment.set(doc["fragmentation"]["units"])
     broken.set(sum(1 for n in doc["nodes"] if n["problem"]))
+    for node in doc["nodes"]:
+        check = (node.get("isolation") or {}).get("check")
+        if check is not None:
+            check_failed.labels(node["name"], str(check.get("claimed", ""))).set(0 if check.get("ok") else 1)
+    longest_wait.set(longest_pending_seconds(doc))
     for group, (used, limit) in quota_use(doc, groups, per_group).items():
         quota_used.labels(group).set(used)
         quota_limit.labels(group).set(limit)
@@ -269,3 +287,15 @@ def per_user_budgets(
     rest = ranked[limit - 1 :]
     kept[OTHERS] = (sum(u for _, (u, _t) in rest), sum(t for _, (_u, t) in rest))
     return kept
+
+
+def longest_pending_seconds(doc: Mapping[str, Any]) -> float:
+    """Seconds the longest-waiting pending GPU pod has waited (since it was made or handed out),
+    at the document's ``generated`` time; 0 when none waits."""
+    now = seconds_of(str(doc.get("generated") or ""))
+    waits = [
+        now - since
+        for p in doc["pending"]
+        if now is not None and (since := seconds_of(str(p.get("since") or ""))) is not None
+    ]
+    return max([0.0, *waits])
