@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: setup labextension demo system-deps replay test test-steps test-setup test-main newest-chain test-between k8s-also-binaries lint-checks version test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
+.PHONY: setup labextension demo system-deps replay test test-steps test-setup test-main newest-chain test-between k8s-also-binaries lint-checks version release-images release-manifest release-chart release-python test-node test-newest test-k8s-also test-unit test-chart k8s-binaries hub-proxy lint bench proto chart wheelhouse images clean
 
 setup: $(STAMP) labextension
 
@@ -192,7 +192,7 @@ lint-checks:
 	$(BIN)/mypy
 	$(BIN)/mypy helm/generate.py
 	$(BIN)/mypy images/build.py
-	$(BIN)/mypy release/version.py
+	$(BIN)/mypy release/version.py release/publish.py
 	$(BIN)/lint-imports --no-cache
 
 bench: setup
@@ -229,6 +229,23 @@ wheelhouse: setup
 ## ~/.cache/gpushare-hub/images; each is checked with `buildah run`. Needs buildah, debootstrap.
 images: setup
 	$(BIN)/python images/build.py --check
+
+## The release's steps (release/publish.py), as .github/workflows/release.yaml runs them and the
+## chart tier runs them against a registry on 127.0.0.1: our images pushed to REGISTRY at the
+## package's version (SUFFIX=-amd64 per architecture), their multi-architecture lists (ARCHES),
+## the chart as an OCI artifact, the sdist and the wheel in dist/. PLAIN_HTTP=1: an HTTP registry.
+REGISTRY ?= ghcr.io/gpushare-hub
+ARCHES   ?= amd64 arm64
+HELM     ?= helm
+RELEASE_FLAGS = --registry $(REGISTRY) $(if $(PLAIN_HTTP),--plain-http)
+release-images: setup
+	$(BIN)/python release/publish.py images $(RELEASE_FLAGS) $(if $(SUFFIX),--suffix=$(SUFFIX))
+release-manifest: setup
+	$(BIN)/python release/publish.py manifest $(RELEASE_FLAGS) $(foreach a,$(ARCHES),--arch $(a))
+release-chart: setup
+	$(BIN)/python release/publish.py chart $(RELEASE_FLAGS) --helm $(HELM)
+release-python: setup labextension
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python release/publish.py python
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache .hypothesis

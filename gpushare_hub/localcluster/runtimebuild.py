@@ -1,7 +1,8 @@
 """The real nodes' parts, built from their Go modules at the versions pinned in versions.toml:
 containerd 2 (``containerd``, its runc shim, ``ctr``), the NVIDIA container toolkit
 (``nvidia-ctk``, ``nvidia-cdi-hook``, ``nvidia-container-runtime``) at the version the GPU Operator
-ships, and CoreDNS with the plugins the real nodes' Corefile uses. Debian's containerd 1.6 has no
+ships, CoreDNS with the plugins the real nodes' Corefile uses, and CNCF distribution's OCI
+registry, which the release targets push to in the tests. Debian's containerd 1.6 has no
 CDI and is past what Kubernetes 1.36+ supports; runc comes from Debian.
 
 Each part is built once per version into the cache root (``tools/<part>-<version>...``), shared
@@ -49,6 +50,11 @@ TOOLKIT = Part(
     ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime", "nvidia-container-runtime-hook"),
     cgo=True,
 )
+
+
+# The OCI registry the release targets push to in the tests (CNCF distribution's `registry`),
+# on 127.0.0.1: a real registry, as ghcr.io is to a release.
+REGISTRY = Part("registry", "github.com/distribution/distribution/v3", ("registry",))
 
 
 # Cluster DNS for the real nodes: a main over CoreDNS's coremain (its commands are not used).
