@@ -85,7 +85,9 @@ def test_the_wheel_carries_the_labextension_and_the_licence(tmp_path: Path):
     ]
     assert required == [], required
     singleuser = [
-        line for line in meta.splitlines() if line.startswith("Requires-Dist:") and 'extra == "singleuser"' in line
+        line
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:") and 'extra == "singleuser"' in line
     ]
     assert singleuser and not any(k in " ".join(singleuser) for k in ("grpc", "kubernetes", "jupyterhub")), (
         singleuser
