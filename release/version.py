@@ -49,6 +49,11 @@ def _package_json(text: str, v: str) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
+def _pip_pins(text: str, v: str) -> str:
+    """``gpushare-hub[...]==X.Y.Z`` in the docs' install lines."""
+    return re.sub(r"(gpushare-hub(?:\[[a-z,-]+\])?==)[0-9][0-9a-z.]*", rf"\g<1>{v}", text)
+
+
 def _image_tags(text: str, v: str) -> str:
     return IMAGE_TAG.sub(rf"\g<1>{v}", text)
 
@@ -60,6 +65,7 @@ REPEATS: dict[str, Callable[[str, str], str]] = {
     "examples/z2jh-small-cluster-values.yaml": _z2jh_values,
     "labextension/package.json": _package_json,
     "docs/install.md": _image_tags,
+    "docs/notebook-image.md": _pip_pins,
     "images/extender/Dockerfile": _image_tags,
     "images/device-plugin/Dockerfile": _image_tags,
     "images/hub/Dockerfile": _image_tags,
