@@ -78,12 +78,6 @@ class BuildError(RuntimeError):
 
 VERSION_ENV = "GPUSHARE_K8S_VERSION"
 
-# The cache key of each version set is a hash of its resolved versions. Before a second
-# Kubernetes version was pinned the key was the hash of versions.toml's bytes; the one set
-# built under that scheme keeps its folder, so an existing cache stays valid.
-LEGACY_CACHE_KEYS = {("1.25.0", "v1.34.4", "v3.6.10", "v0.8.0", "v3.19.5"): "24f5e5205aa41a8d"}
-
-
 @dataclass(frozen=True)
 class Versions:
     go_minimum: str
@@ -147,9 +141,8 @@ class Versions:
 
     @property
     def cache_key(self) -> str:
+        """A hash of the resolved versions: one cache folder per version set."""
         fields = (self.go_minimum, self.kubernetes, self.etcd, self.kwok, self.helm)
-        if fields in LEGACY_CACHE_KEYS:
-            return LEGACY_CACHE_KEYS[fields]
         return hashlib.sha256(json.dumps(fields).encode()).hexdigest()[:16]
 
 

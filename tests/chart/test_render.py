@@ -382,3 +382,18 @@ def test_our_images_default_to_the_charts_app_version_and_a_set_tag_wins(helm: H
     assert default["device-plugin"] == f"ghcr.io/gpushare-hub/gpushare-device-plugin:{app_version}"
     pinned = images("--set", "extender.image.tag=0.0.9", "--set", "devicePlugin.image.repository=reg.lab/dp")
     assert pinned["extender"].endswith(":0.0.9") and pinned["device-plugin"] == f"reg.lab/dp:{app_version}"
+
+
+@pytest.mark.parametrize("version", ["1.29.9", "1.38.0"])
+def test_a_kubernetes_version_outside_the_support_matrix_stops_the_install_naming_it(
+    helm: Helm, version: str
+):
+    proc = helm.run("template", "gpushare-hub", str(CHART), f"--kube-version={version}", check=False)
+    assert proc.returncode != 0 and "kubeVersion" in proc.stderr and version in proc.stderr, proc.stderr
+
+
+def test_the_tested_kubernetes_versions_are_inside_the_charts_range(helm: Helm):
+    from gpushare_hub.localcluster.build import Versions
+
+    for v in Versions.all():
+        helm.run("template", "gpushare-hub", str(CHART), f"--kube-version={v.kubernetes}")
