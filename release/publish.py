@@ -22,10 +22,11 @@ import argparse
 import importlib.util
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 from types import ModuleType
+
+from version import version  # release/version.py, beside this script: the one reader
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "out" / "release"
@@ -36,10 +37,6 @@ REPOSITORIES = {
     "hub": "k8s-hub-gpushare",
     "singleuser": "singleuser",
 }
-
-
-def version() -> str:
-    return str(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"])
 
 
 def images_module() -> ModuleType:

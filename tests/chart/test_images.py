@@ -8,33 +8,22 @@ this module (a machine without buildah and debootstrap).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.support.scripts import load_script
+
 from .conftest import ROOT
 
-
-def images_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("images_build", ROOT / "images" / "build.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-build = images_module()
+build = load_script(ROOT / "images" / "build.py", "images_build")
 
 
 @dataclass

@@ -4,29 +4,19 @@ Dockerfiles' image names), and the chart's images default to its appVersion."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
+
+from tests.support.scripts import load_script
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def version_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_version", ROOT / "release" / "version.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-V = version_module()
+V = load_script(ROOT / "release" / "version.py", "release_version")
 
 
 def test_every_file_that_repeats_the_version_says_pyprojects(capsys):
