@@ -78,6 +78,7 @@ class BuildError(RuntimeError):
 
 VERSION_ENV = "GPUSHARE_K8S_VERSION"
 
+
 @dataclass(frozen=True)
 class Versions:
     go_minimum: str

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpushare_hub.service.metrics import longest_pending_seconds, render_metrics
+from gpushare_hub.service.metrics import render_metrics
+from gpushare_hub.service.waiting import longest_pending_seconds
 
 pytestmark = pytest.mark.unit
 

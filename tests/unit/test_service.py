@@ -20,19 +20,16 @@ from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV
 from gpushare_hub.service.hubroles import SERVICE_SCOPES
 from gpushare_hub.service.hubservers import HubServer, servers_from_users
-from gpushare_hub.service.metrics import (
+from gpushare_hub.service.metrics import NO_HUB_USER, OTHERS, per_user, render_metrics
+from gpushare_hub.service.query import FILTER_KEYS, Filters, QueryError, parse_query
+from gpushare_hub.service.view import availability_document, ledger_document, me_document
+from gpushare_hub.service.waiting import (
     LABELS,
-    NO_HUB_USER,
-    OTHERS,
     SCHEDULER_WORDS,
     VERDICT_LABELS,
     pending_label,
     pending_labels,
-    per_user,
-    render_metrics,
 )
-from gpushare_hub.service.query import FILTER_KEYS, Filters, QueryError, parse_query
-from gpushare_hub.service.view import availability_document, ledger_document, me_document
 from tests.objects import read_node, read_nodes, read_pod, read_pods
 from tests.support.inspect_cluster import fixture_cluster, placed
 from tests.unit.helpers import node_obj, pod_obj

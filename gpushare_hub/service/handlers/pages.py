@@ -11,8 +11,9 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler  # type: ignore[imp
 from tornado import web
 from tornado.httputil import url_concat
 
-from ..metrics import pending_labels, render_metrics
+from ..metrics import render_metrics
 from ..query import FILTER_KEYS
+from ..waiting import pending_labels
 from .base import METRICS, BaseHandler, hub_home, requires
 from .budgets import budget_groups
 
