@@ -1,9 +1,12 @@
-// The device manager's calls as Kubernetes v1.34 and v1.35 spell them.
+// The device manager's calls as Kubernetes v1.35 and v1.36 spell them (a logger or a context first).
 package main
 
 import (
+	"context"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
@@ -12,14 +15,14 @@ import (
 
 func startManager(m *devicemanager.ManagerImpl, active devicemanager.ActivePodsFunc, ready config.SourcesReady,
 	cm containermap.ContainerMap, running sets.Set[string]) error {
-	return m.Start(active, ready, cm, running)
+	return m.Start(klog.Background(), active, ready, cm, running)
 }
 
 func runOptions(m *devicemanager.ManagerImpl, pod *v1.Pod, c *v1.Container) (*devicemanager.DeviceRunContainerOptions, error) {
-	return m.GetDeviceRunContainerOptions(pod, c)
+	return m.GetDeviceRunContainerOptions(context.Background(), pod, c)
 }
 
-func stopManager(m *devicemanager.ManagerImpl) error { return m.Stop() }
+func stopManager(m *devicemanager.ManagerImpl) error { return m.Stop(klog.Background()) }
 
 func newManager() (*devicemanager.ManagerImpl, error) {
 	return devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
