@@ -46,8 +46,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
         )
     builder = build.Builder()
     debian = builder.base()
-    key = build.digest(debian.encode(), BASE_DOCKERFILE.read_bytes(), builder.sources_key())
-    base = f"localhost/gpushare-hub/docker-stacks-like:{key}"
+    # The base holds only what a docker-stacks image has; the course image adds our package.
+    base_key = build.digest(debian.encode(), BASE_DOCKERFILE.read_bytes())
+    base = f"localhost/gpushare-hub/docker-stacks-like:{base_key}"
+    key = build.digest(base.encode(), recipe().encode(), builder.sources_key())
     image = f"localhost/gpushare-hub/course-image:{key}"
     folder = tmp_path_factory.mktemp("recipe")
     (folder / "Dockerfile").write_text(recipe())
