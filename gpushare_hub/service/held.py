@@ -101,14 +101,16 @@ def held_slice(pod: PodRow, card: CardRow, node: str, hub: Mapping[tuple[str, st
     )
 
 
-def held_slices(report: Report, servers: Iterable[HubServer]) -> list[HeldSlice]:
-    """Every slice held on the report's cards."""
-    hub = {(s.user, s.server): s for s in servers}
+def held_slices(report: Report, servers: Iterable[HubServer], user: str | None = None) -> list[HeldSlice]:
+    """Every slice held on the report's cards; ``user``: that hub user's only (``api/v1/me``
+    and Keep, on every status bar's poll, read no one else's times)."""
+    hub = {(s.user, s.server): s for s in servers if user is None or s.user == user}
     return [
         held_slice(pod, card, node.name, hub)
         for node in report.nodes
         for card in node.cards
         for pod in card.pods
+        if user is None or pod.hub_user == user
     ]
 
 

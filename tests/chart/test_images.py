@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.scripts import load_script
+from tests.support.scripts import load_script, require_image_tools
 
 from .conftest import ROOT
 
@@ -37,11 +37,7 @@ class Built:
 def built() -> Built:
     if os.environ.get("GPUSHARE_SKIP_IMAGES") == "1":
         pytest.skip("GPUSHARE_SKIP_IMAGES=1")
-    missing = [tool for tool in ("buildah", "debootstrap") if not shutil.which(tool)]
-    if missing:
-        pytest.fail(
-            f"{' and '.join(missing)} not installed: apt-get install -y buildah debootstrap", pytrace=False
-        )
+    require_image_tools()
     builder = build.Builder()
     start = time.monotonic()
     try:

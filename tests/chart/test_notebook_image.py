@@ -7,13 +7,12 @@ image had changes."""
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from tests.support.scripts import load_script
+from tests.support.scripts import load_script, require_image_tools
 
 from .conftest import ROOT
 
@@ -39,11 +38,7 @@ class Built:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    missing = [tool for tool in ("buildah", "debootstrap") if not shutil.which(tool)]
-    if missing:
-        pytest.fail(
-            f"{' and '.join(missing)} not installed: apt-get install -y buildah debootstrap", pytrace=False
-        )
+    require_image_tools()
     builder = build.Builder()
     debian = builder.base()
     # The base holds only what a docker-stacks image has; the course image adds our package.

@@ -17,3 +17,16 @@ def load_script(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def require_image_tools() -> None:
+    """Fail (not skip) the test naming the Debian packages images/build.py needs."""
+    import shutil
+
+    import pytest
+
+    missing = [tool for tool in ("buildah", "debootstrap") if not shutil.which(tool)]
+    if missing:
+        pytest.fail(
+            f"{' and '.join(missing)} not installed: apt-get install -y buildah debootstrap", pytrace=False
+        )

@@ -93,7 +93,7 @@ def me_answer(
         if svc.budget_rule.configured
         else None
     )
-    mine = [s for s in held_slices(report, servers) if s.user == name]
+    mine = held_slices(report, servers, name)
     return add_idle_returns(doc, svc, mine, groups, name, now)
 
 
@@ -173,7 +173,7 @@ class KeepHandler(BaseHandler):
         svc = self.service
         mine = [
             s
-            for s in held_slices(self.cluster.report(), self.hub.servers)
+            for s in held_slices(self.cluster.report(), self.hub.servers, name)
             if s.user == name and s.server == server
         ]
         now = int(time.time())
