@@ -23,6 +23,7 @@ import importlib.util
 import subprocess
 import sys
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -48,14 +49,25 @@ def images_module() -> ModuleType:
     return module
 
 
-def push_images(registry: str, plain_http: bool, suffix: str = "") -> dict[str, str]:
-    """Build (or reuse) our images and push each; the names pushed, by image."""
-    build = images_module()
-    builder = build.Builder()
-    refs = builder.build((*build.IMAGES, *build.NODE_IMAGES))
+def push_images(
+    registry: str,
+    plain_http: bool,
+    suffix: str = "",
+    tag: str | None = None,
+    refs: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Build (or reuse) our images and push each to ``REGISTRY/<name>:<tag><suffix>`` (``tag``: the
+    package's version unless given); the names pushed, by image. ``refs``: push these buildah
+    references (by image, a subset of :data:`REPOSITORIES`) instead of building."""
+    if refs is None:
+        build = images_module()
+        refs = build.Builder().build((*build.IMAGES, *build.NODE_IMAGES))
+    builder = images_module().Builder()
     pushed = {}
     for name, repository in REPOSITORIES.items():
-        target = f"{registry}/{repository}:{version()}{suffix}"
+        if name not in refs:
+            continue
+        target = f"{registry}/{repository}:{tag or version()}{suffix}"
         builder.buildah(
             "push", f"--tls-verify={str(not plain_http).lower()}", refs[name], f"docker://{target}"
         )
@@ -84,11 +96,18 @@ def push_manifests(registry: str, plain_http: bool, arches: list[str]) -> list[s
     return lists
 
 
-def push_chart(registry: str, plain_http: bool, helm: str) -> str:
-    """Package the chart and push it to ``oci://REGISTRY/charts``; the chart's reference."""
+def push_chart(registry: str, plain_http: bool, helm: str, chart_version: str | None = None) -> str:
+    """Package the chart and push it to ``oci://REGISTRY/charts``; the chart's reference.
+    ``chart_version``: package it as that version and appVersion (its images' default tag)
+    instead of the package's version, as a later release would be."""
     OUT.mkdir(parents=True, exist_ok=True)
-    subprocess.run([helm, "package", str(ROOT / "helm" / "gpushare-hub"), f"--destination={OUT}"], check=True)
-    package = OUT / f"gpushare-hub-{version()}.tgz"
+    v = chart_version or version()
+    subprocess.run(
+        [helm, "package", str(ROOT / "helm" / "gpushare-hub"), f"--destination={OUT}",
+         f"--version={v}", f"--app-version={v}"],
+        check=True,
+    )  # fmt: skip
+    package = OUT / f"gpushare-hub-{v}.tgz"
     subprocess.run(
         [helm, "push", str(package), f"oci://{registry}/charts", *(["--plain-http"] if plain_http else [])],
         check=True,

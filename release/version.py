@@ -1,7 +1,7 @@
 """The package's version, written once (``pyproject.toml``'s ``[project] version``), and every
 place that must repeat it: the chart's ``version`` and ``appVersion`` (its images' default tag),
 the hub image's tag in the Zero to JupyterHub examples, the JupyterLab extension's
-``package.json`` and the docs' image names.
+``package.json``, the docs' image names and the install commands' chart version.
 
 ``python release/version.py`` writes them; ``--check`` writes nothing and names the stale ones
 (the unit tier runs it); ``--set X.Y.Z`` first changes the version in ``pyproject.toml``.
@@ -58,12 +58,20 @@ def _image_tags(text: str, v: str) -> str:
     return IMAGE_TAG.sub(rf"\g<1>{v}", text)
 
 
+def _install_commands(text: str, v: str) -> str:
+    """The published chart's ``--version`` and the release tag in the examples' URL."""
+    text = re.sub(r"(charts/gpushare-hub --version )[0-9][0-9a-z.]*", rf"\g<1>{v}", text)
+    return re.sub(r"(gpushare-hub/gpushare-hub/v)[0-9][0-9a-z.]*(/examples/)", rf"\g<1>{v}\g<2>", text)
+
+
 # Each file that repeats the version, and how it is rewritten.
 REPEATS: dict[str, Callable[[str, str], str]] = {
     "helm/gpushare-hub/Chart.yaml": _chart,
     "examples/z2jh-values.yaml": _z2jh_values,
     "examples/z2jh-small-cluster-values.yaml": _z2jh_values,
     "labextension/package.json": _package_json,
+    "README.md": _install_commands,
+    "docs/gpu-operator.md": _install_commands,
     "docs/install.md": _image_tags,
     "docs/notebook-image.md": _pip_pins,
     "images/extender/Dockerfile": _image_tags,

@@ -1,4 +1,4 @@
-"""The shell blocks of the docs (every page under docs/, and CONTRIBUTING.md), read as commands,
+"""The shell blocks of the docs (every page under docs/, README.md and CONTRIBUTING.md), read as commands,
 so that tests run what the docs say.
 
 A block a test tier runs is marked on the line before its fence (``chart-tier``, ``bench-tier``
@@ -93,11 +93,12 @@ def blocks(doc: Path) -> list[Block]:
 
 def pages(docs: Path = DOCS) -> list[Path]:
     """The pages whose shell blocks follow these rules: every Markdown page under ``docs`` (the
-    admin guides, docs/reference/, docs/measurements/) and CONTRIBUTING.md beside that folder."""
+    admin guides, docs/reference/, docs/measurements/), and README.md and CONTRIBUTING.md beside
+    that folder."""
     found = sorted(docs.rglob("*.md"))
-    contributing = docs.parent / "CONTRIBUTING.md"
-    if contributing.exists():
-        found.append(contributing)
+    for page in ("README.md", "CONTRIBUTING.md"):
+        if (docs.parent / page).exists():
+            found.append(docs.parent / page)
     return found
 
 
@@ -126,7 +127,7 @@ def doc_block(name: str, tier: str = CHART) -> Block:
     tests/unit/test_docs.py reads to check that every run block is run)."""
     found = run_blocks(tier)
     if name not in found:
-        raise DocError(f"no `<!-- {tier}: {name} -->` block in docs/**/*.md or CONTRIBUTING.md")
+        raise DocError(f"no `<!-- {tier}: {name} -->` block in docs/**/*.md, README.md or CONTRIBUTING.md")
     return found[name]
 
 

@@ -20,6 +20,11 @@ from pathlib import Path
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 TOOLKIT_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+# containerd's per-registry hosts (``config_path``): where a node pulls each registry's images from.
+REGISTRY_HOSTS = "/etc/containerd/certs.d"
+# The registries our chart, Zero to JupyterHub and the kubelet name images in: a local node pulls
+# each of them from the harness's own registry (:func:`mirror_hosts`).
+MIRRORED = ("ghcr.io", "registry.k8s.io", "quay.io")
 # The node's own folders for these (added to the node's mount namespace).
 PATHS = ("/etc/containerd", "/etc/nvidia-container-runtime", "/run/cdi")
 MANAGEMENT_KIND = (
@@ -34,7 +39,8 @@ CONTROL = {"nvidiactl": (NVIDIA_MAJOR, 255), "nvidia-uvm": (UVM_MAJOR, 0), "nvid
 
 def containerd_config(sandbox_image: str, cni_bin: Path) -> str:
     """containerd 2's config (version 3) before the toolkit adds its runtime: CDI as 2.x has it by
-    default, the folders NVIDIA's and our specs go to, runc as the default runtime."""
+    default, the folders NVIDIA's and our specs go to, runc as the default runtime, registries'
+    hosts in :data:`REGISTRY_HOSTS`."""
     return f"""version = 3
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
@@ -42,6 +48,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{REGISTRY_HOSTS}"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{sandbox_image}"
 [plugins.'io.containerd.cri.v1.runtime']
@@ -57,6 +65,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dirs = ["{cni_bin}"]
     conf_dir = "/etc/cni/net.d"
 """
+
+
+def mirror_hosts(mirror: str) -> dict[str, str]:
+    """Each mirrored registry's ``hosts.toml`` (path on the node -> text): pull and resolve from
+    ``http://<mirror>`` (the harness's registry, plain HTTP), the registry itself after it. An image
+    keeps its name (``ghcr.io/gpushare-hub/gpushare-extender:0.1.0``), as on a lab's node that
+    pulls it from ghcr.io; containerd asks the mirror for the same path."""
+    return {
+        f"{REGISTRY_HOSTS}/{host}/hosts.toml": (
+            f'server = "https://{host}"\n\n[host."http://{mirror}"]\n  capabilities = ["pull", "resolve"]\n'
+        )
+        for host in MIRRORED
+    }
 
 
 def toolkit_commands(toolkit: Path, legacy: bool = False, cli: Path | None = None) -> list[list[str]]:

@@ -9,7 +9,9 @@ share this machine without sharing a file, and every mount they make (container 
 filesystems, secret volumes, pod network namespaces) goes when the node stops.
 
 Beside the nodes: CoreDNS answers the cluster's names (``kube-dns`` at 10.96.0.10), the API
-server is offered to the nodes and pods at 10.200.0.1, and the API server reaches kubelets
+server is offered to the nodes and pods at 10.200.0.1, so is the harness's image registry (every
+node's containerd pulls ghcr.io's, registry.k8s.io's and quay.io's names from it, as a lab's node
+pulls them from those registries: no image is imported), and the API server reaches kubelets
 (logs, exec) through an HTTP CONNECT proxy on a Unix socket. Nothing leaves the machine: the
 namespaces have no route outside, and what the host must reach is forwarded to 127.0.0.1.
 
@@ -70,6 +72,8 @@ NODE_PATHS = (
     # containerd's and the NVIDIA runtime's configs, and the CDI folder (/var/run/cdi).
     *noderuntime.PATHS,
 )
+# Where the nodes pull images from: the harness's registry, forwarded onto the underlay.
+MIRROR = f"{netns.GATEWAY}:5000"
 # Machine-wide settings a kubelet writes at start (not per namespace); put back when the nodes stop.
 KERNEL_TUNABLES = (
     "kernel/panic",
@@ -151,9 +155,7 @@ def restore_tunables(saved: Mapping[str, str]) -> None:
 class RealNodes:
     """The real nodes of one :class:`LocalCluster` (started with ``real_nodes=True``)."""
 
-    def __init__(
-        self, cluster: LocalCluster, images: Mapping[str, Path], sandbox_image: str, cards: int = 2
-    ) -> None:
+    def __init__(self, cluster: LocalCluster, registry: str, sandbox_image: str, cards: int = 2) -> None:
         check_host()
         try:
             self.containerd_dir, self.toolkit_dir = runtimebuild.build_runtime()
@@ -163,7 +165,7 @@ class RealNodes:
             raise HarnessError("the cluster was not started with real_nodes=True")
         self.cluster = cluster
         self.network = cluster.network
-        self.images = dict(images)  # image name -> docker-archive tar
+        self.registry = registry  # HOST:PORT on this machine that every node pulls its images from
         self.sandbox_image = sandbox_image  # the pause image, as containerd's CRI names it
         self.folder = cluster.workdir / "real"
         self.nodes: dict[str, RealNode] = {}
@@ -187,6 +189,7 @@ class RealNodes:
         (:func:`.noderuntime.toolkit_commands`)."""
         if self.coredns is None:
             self._start_dns()
+            self._start_mirror()
             self._add_runtime_class()
         names = []
         for _ in range(count):
@@ -298,6 +301,15 @@ class RealNodes:
         discovery: Any = client.DiscoveryV1Api(cluster.api_client())  # takes the plain dict as it is
         discovery.create_namespaced_endpoint_slice("kube-system", slice_body)
 
+    def _start_mirror(self) -> None:
+        """The registry, as the nodes reach it: :data:`MIRROR` on the underlay, forwarded to
+        :attr:`registry` on this machine (containerd's hosts files name it for ghcr.io,
+        registry.k8s.io and quay.io)."""
+        host, port = MIRROR.rsplit(":", 1)
+        sock = netns.listening_socket(host, int(port), ns=self.network.underlay)
+        log = self.cluster.logs / "registry-mirror.log"
+        self.forwarders.append(netns.start_forwarder("registry-mirror", sock, self.registry, log))
+
     def _add_runtime_class(self) -> None:
         """The RuntimeClass ``nvidia`` for the toolkit's runtime handler, as the GPU Operator makes it."""
         from kubernetes import client
@@ -319,7 +331,6 @@ class RealNodes:
         node.folder.mkdir(parents=True, exist_ok=True)
         self._start_holder(node)
         self._start_containerd(node)
-        self._import_images(node)
         self._start_kubelet(node, labels)
         self._start_kube_proxy(node)
         return node
@@ -355,6 +366,10 @@ class RealNodes:
     def _start_containerd(self, node: RealNode) -> None:
         config = self.host_path_of(node, noderuntime.CONTAINERD_CONFIG)
         config.write_text(noderuntime.containerd_config(self.sandbox_image, CNI_BIN))
+        for path, text in noderuntime.mirror_hosts(MIRROR).items():
+            hosts = self.host_path_of(node, path)
+            hosts.parent.mkdir(parents=True, exist_ok=True)
+            hosts.write_text(text)
         cli = self._fake_cli(node) if node.legacy else None  # only NVIDIA's legacy hook calls it
         for argv in noderuntime.toolkit_commands(self.toolkit_dir, node.legacy, cli):
             proc = subprocess.run(node.enter() + argv, capture_output=True, text=True, timeout=60)
@@ -409,12 +424,6 @@ class RealNodes:
         cli.write_text(noderuntime.fake_cli_script(sys.executable, str(cards)))
         cli.chmod(0o755)
         return cli
-
-    def _import_images(self, node: RealNode) -> None:
-        for name, tar in self.images.items():
-            node.ctr("images", "import", "--no-unpack=false", str(tar))
-            if name not in node.ctr("images", "ls", "-q").split():
-                raise HarnessError(f"{tar} did not give image {name} in {node.name}'s containerd")
 
     def _start_kubelet(self, node: RealNode, labels: Mapping[str, str]) -> None:
         cluster = self.cluster

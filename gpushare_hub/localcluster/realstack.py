@@ -31,6 +31,7 @@ import yaml
 from .cluster import LocalCluster
 from .processes import HarnessError
 from .realnodes import RealNodes
+from .registry import LocalRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "gpushare-hub"
@@ -61,17 +62,40 @@ def images_module() -> ModuleType:
     return module
 
 
-def image_archives() -> tuple[dict[str, str], dict[str, Path]]:
-    """Every image a real node runs, built where missing: (role -> image name, name -> tar)."""
+def release_module() -> ModuleType:
+    """``release/publish.py`` of this checkout: the release's own steps (it imports
+    ``release/version.py`` beside it)."""
+    folder = ROOT / "release"
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location("gpushare_release_publish", folder / "publish.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def publish(registry: LocalRegistry, helm: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """A release in ``registry``, as the release workflow publishes one to ghcr.io and by its own
+    steps (``release/publish.py``): our images under ``gpushare-hub/`` and the chart as
+    ``oci://<registry>/gpushare-hub/charts/gpushare-hub``; beside them the other images a node
+    runs, each under its own name's path (``pause``, ``kube-scheduler``,
+    ``jupyterhub/configurable-http-proxy``), as their registries serve them. Every image is built
+    where missing. Returns each image's name as pods name it and its buildah reference, by role."""
     images = images_module()
     builder = images.Builder()
     try:
         refs = images.node_images(builder)
         names = images.chart_names()
-        archives = {names[role]: builder.archive(ref, names[role]) for role, ref in refs.items()}
-    except images.BuildError as err:
-        raise HarnessError(f"building the real nodes' images failed: {err}") from err
-    return names, archives
+        release = release_module()
+        release.push_images(f"{registry.address}/gpushare-hub", True, refs=refs)
+        for role in refs.keys() - release.REPOSITORIES.keys():
+            path = names[role].split("/", 1)[1]
+            builder.buildah("push", "--tls-verify=false", refs[role], f"docker://{registry.address}/{path}")
+        release.push_chart(f"{registry.address}/gpushare-hub", True, str(helm))
+    except (images.BuildError, subprocess.CalledProcessError) as err:
+        raise HarnessError(f"publishing the real nodes' images and chart failed: {err}") from err
+    return names, refs
 
 
 def default_z2jh_chart() -> Path:
@@ -81,10 +105,17 @@ def default_z2jh_chart() -> Path:
 class RealStack:
     """A running cluster with real nodes, and the two charts installed on it on request."""
 
-    def __init__(self, cluster: LocalCluster, names: dict[str, str], nodes: RealNodes) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        images: tuple[dict[str, str], dict[str, str]],
+        nodes: RealNodes,
+        registry: LocalRegistry,
+    ) -> None:
         self.cluster = cluster
-        self.names = names
+        self.names, self.refs = images  # role -> the name pods give it, its buildah reference
         self.nodes = nodes
+        self.registry = registry
         self.helm = cluster.bin_dir / "helm"
         self.kubectl = cluster.bin_dir / "kubectl"
         self.hub_url = ""
@@ -92,11 +123,40 @@ class RealStack:
 
     @classmethod
     def start(cls, cluster: LocalCluster, count: int) -> RealStack:
-        """Real nodes on a started ``cluster`` (made with ``real_nodes=True``), images imported."""
-        names, archives = image_archives()
-        nodes = RealNodes(cluster, archives, sandbox_image=names["pause"])
+        """Real nodes on a started ``cluster`` (made with ``real_nodes=True``) and a release in the
+        cluster's own registry (:func:`publish`), which the nodes pull every image from."""
+        registry = LocalRegistry(cluster.workdir / "registry").__enter__()
+        cluster.on_stop(lambda: registry.__exit__(None, None, None))
+        helm = cluster.bin_dir / "helm"
+        names, refs = publish(registry, helm)
+        nodes = RealNodes(cluster, registry.address, sandbox_image=names["pause"])
         nodes.add(count)
-        return cls(cluster, names, nodes)
+        return cls(cluster, (names, refs), nodes, registry)
+
+    @property
+    def chart(self) -> str:
+        """The published chart, as ``helm install`` names it (``--plain-http``: the registry speaks HTTP)."""
+        return f"oci://{self.registry.address}/gpushare-hub/charts/gpushare-hub"
+
+    def publish_upgrade(self, version: str) -> dict[str, str]:
+        """A later release in the registry: the chart at ``version`` (its appVersion too) and the
+        extender's and device plugin's images rebuilt under that tag (a label that says the version,
+        so each is a new image with its own digest). The names pushed, by role."""
+        builder = images_module().Builder()
+        refs = {}
+        for role in ("extender", "device-plugin"):
+            made = builder.buildah("from", "--pull=never", self.refs[role], capture=True)
+            ctr = made.strip().splitlines()[-1]
+            try:
+                builder.buildah("config", f"--label=org.opencontainers.image.version={version}", ctr)
+                refs[role] = builder.buildah("commit", "--quiet", ctr, capture=True).strip().splitlines()[-1]
+            finally:
+                builder.buildah("rm", ctr)
+        release = release_module()
+        ours = f"{self.registry.address}/gpushare-hub"
+        pushed: dict[str, str] = release.push_images(ours, True, tag=version, refs=refs)
+        release.push_chart(ours, True, str(self.helm), chart_version=version)
+        return pushed
 
     # ---- commands ---------------------------------------------------------------------
     def run(self, program: str, *args: str, timeout: float = 600) -> str:
@@ -113,25 +173,22 @@ class RealStack:
 
     # ---- our chart ----------------------------------------------------------------------
     def gpushare_install_argvs(self) -> list[list[str]]:
-        """docs/gpu-operator.md's commands for a GPU Operator node (label the nodes, the hub's
-        namespace, ``helm install`` with the NVIDIA runtime class), with what docs/install.md's
-        "Try the chart without GPUs" adds for a cluster without GPUs and published images: the
-        local registry's image repositories and simulated cards (the node tier checks that the
-        three agree)."""
-        registry = self.names["extender"].rsplit("/", 1)[0]
+        """README.md's install commands on GPU Operator nodes (label the nodes, the hub's namespace,
+        ``helm install`` of the published chart with the NVIDIA runtime class), here from the
+        cluster's own registry, with what a cluster without GPUs whose registry speaks plain HTTP
+        adds: ``--plain-http`` and simulated cards (docs/install.md's "Try the chart without GPUs";
+        the node tier checks that they agree)."""
+        version = images_module().package_version()
         return [
             ["kubectl", "label", "node", *self.nodes.nodes, "gpushare=true",
              "nvidia.com/gpu.deploy.device-plugin=false", "--overwrite"],
             ["kubectl", "create", "namespace", HUB_NAMESPACE],
-            ["helm", "install", "gpushare-hub", "helm/gpushare-hub", "--namespace", GPUSHARE_NAMESPACE,
-             "--create-namespace",
+            ["helm", "install", "gpushare-hub", self.chart, "--version", version,
+             "--namespace", GPUSHARE_NAMESPACE, "--create-namespace",
              "--set", f"hub.serviceAccount.namespace={HUB_NAMESPACE}",
              "--set", "devicePlugin.runtimeClassName=nvidia",
-             "--set", "devicePlugin.driverRoot=/run/nvidia/driver",
-             "--set", f"extender.image.repository={registry}/gpushare-extender",
-             "--set", f"devicePlugin.image.repository={registry}/gpushare-device-plugin",
-             "--set-string", f"devicePlugin.simulate={SIMULATED_CARDS}",
-             "--wait"],
+             "--set", "devicePlugin.driverRoot=/run/nvidia/driver", "--wait",
+             "--plain-http", "--set-string", f"devicePlugin.simulate={SIMULATED_CARDS}"],
         ]  # fmt: skip
 
     def install_gpushare(self) -> None:

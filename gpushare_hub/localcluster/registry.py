@@ -62,5 +62,19 @@ class LocalRegistry:
         with urllib.request.urlopen(request, timeout=10) as resp:
             return json.loads(resp.read() or b"null")
 
+    def digest(self, repository: str, tag: str) -> str:
+        """The digest the registry serves ``repository:tag``'s manifest under (what a node that
+        pulled it records as the image's repo digest)."""
+        accept = (
+            "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+        )
+        request = urllib.request.Request(
+            f"http://{self.address}/v2/{repository}/manifests/{tag}",
+            method="HEAD",
+            headers={"Accept": accept},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return str(resp.headers["Docker-Content-Digest"])
+
     def tags(self, repository: str) -> list[str]:
         return sorted(self.get(f"/v2/{repository}/tags/list").get("tags") or [])

@@ -87,17 +87,26 @@ def hub(stack: RealStack) -> Hub:
 # ---- 1. our chart --------------------------------------------------------------------------
 def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
     node = next(iter(stack.nodes.nodes))
-    label, namespace, install = (
-        substitute(argv, {"<gpu-node-1>": node, "<gpu-node-2>": node})
-        for argv in doc_block("gpu-operator-install", "node-tier").commands()
-    )
-    label = [a for i, a in enumerate(label) if i < 4 or a != node]  # one node yet, named once
-    simulated = substitute(
-        doc_block("install-simulated", "node-tier").commands()[-1], {"<registry>": "ghcr.io/gpushare-hub"}
-    )
-    local = simulated[simulated.index("hub.serviceAccount.namespace=jupyterhub") + 1 :]  # registry, simulate
+    readme = doc_block("readme-install", "node-tier").commands()
+    assert len(readme) <= 6, "README.md: at most six commands from an empty cluster to shared cards"
+    assert {argv[0] for argv in readme} == {"kubectl", "helm"}, "only kubectl and helm: no file to edit"
+    label, namespace, install = (substitute(argv, {"<gpu-node>": node}) for argv in readme[:3])
+    published = "oci://ghcr.io/gpushare-hub/charts/gpushare-hub"
+    assert install[3] == published, install
+    install[3] = stack.chart  # the same path in the cluster's own registry
+    (simulate,) = [
+        a
+        for a in doc_block("install-simulated", "node-tier").commands()[-1]
+        if a.startswith("devicePlugin.simulate=")
+    ]
+    local = ["--plain-http", "--set-string", simulate]
     assert stack.gpushare_install_argvs() == [label, namespace, install + local], (
-        "the harness installs the chart otherwise than docs/gpu-operator.md and docs/install.md say"
+        "the harness installs the chart otherwise than README.md says"
+    )
+    operator = [substitute(argv, {"<gpu-node-1>": node, "<gpu-node-2>": node}) for argv in
+                doc_block("gpu-operator-install", "node-tier").commands()]  # fmt: skip
+    assert operator[1:] == [substitute(argv, {"<gpu-node>": node}) for argv in readme[1:3]], (
+        "docs/gpu-operator.md and README.md install the chart differently"
     )
     stack.install_gpushare()
 
@@ -120,6 +129,14 @@ def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
             for item in leases["items"]
             if item["metadata"]["name"] == "gpushare-scheduler" and item["spec"].get("holderIdentity")
         ]
+
+    # The node's containerd pulled our images from the registry (their repo digest is the one the
+    # registry serves), as a lab's node pulls them from ghcr.io: nothing was imported.
+    for pod in [*scheduler, *pods(stack, GPUSHARE_NAMESPACE, "app.kubernetes.io/component=device-plugin")]:
+        for status in pod["status"]["containerStatuses"]:
+            name, tag = status["image"].rsplit(":", 1)
+            digest = stack.registry.digest(name.split("/", 1)[1], tag)
+            assert status["imageID"] == f"{name}@{digest}", status
 
     holders_now = wait_for(holders, 60)
     assert len(holders_now) == 1, holders_now
@@ -164,6 +181,16 @@ def test_zero_to_jupyterhub_runs_our_hub(stack: RealStack) -> None:
     assert stack.z2jh_install_argv("jupyterhub/jupyterhub") == documented, (
         "the harness installs Zero to JupyterHub otherwise than docs/zero-to-jupyterhub.md says"
     )
+    # README.md's: the chart from Zero to JupyterHub's repository, our values from the release's tag;
+    # here the chart unpacked and the values of this checkout, with the small cluster's beside them.
+    readme = doc_block("readme-install", "node-tier").commands()[-1]
+    repo = readme.index("--repo")
+    values = readme.index("--values") + 1
+    assert readme[values].endswith("/examples/z2jh-values.yaml"), readme
+    readme[values] = "examples/z2jh-values.yaml"
+    readme[repo - 1 : repo + 2] = ["jupyterhub/jupyterhub"]
+    readme[readme.index("--namespace") + 2 : readme.index("--namespace") + 2] = ["--create-namespace"]
+    assert [*readme, "--values", "examples/z2jh-small-cluster-values.yaml"] == documented, readme
     stack.install_z2jh(default_z2jh_chart())
     (hub_pod,) = pods(stack, HUB_NAMESPACE, "component=hub")
     assert ready(hub_pod)
@@ -260,7 +287,7 @@ def index_of(stack: RealStack, pod: dict[str, Any]) -> int:
 def plain_pod(stack: RealStack, name: str, limits: dict[str, str], **spec: Any) -> dict[str, Any]:
     """A pod from a plain manifest (no hub): python3 sleeping, with these limits."""
     container = {
-        "name": "c", "image": stack.names["singleuser"], "imagePullPolicy": "Never",
+        "name": "c", "image": stack.names["singleuser"], "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-c", "import time; time.sleep(3600)"], "resources": {"limits": limits},
     }  # fmt: skip
     return {
@@ -434,14 +461,15 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     assert status == 200
     offered_before = gpu_memory_offered(stack)
     node = next(iter(stack.nodes.nodes))
-    for real in stack.nodes.nodes.values():  # the new tag on every node (the plugin runs on each)
-        for role in ("extender", "device-plugin"):
-            name = stack.names[role]
-            real.ctr("images", "tag", name, name.rsplit(":", 1)[0] + ":0.1.0-upgrade")
+    # A later release in the registry: the chart at the next version, whose appVersion names new
+    # extender and plugin images (rebuilt: new digests) that no node holds yet.
+    old_version = stack.gpushare_install_argvs()[-1][5]
+    major, minor, patch = re.match(r"(\d+)\.(\d+)\.(\d+)", old_version).groups()  # type: ignore[union-attr]
+    new_version = f"{major}.{minor}.{int(patch) + 1}"
+    pushed = stack.publish_upgrade(new_version)
     stack.run(
-        "helm", "upgrade", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
-        "--reuse-values", "--set=extender.image.tag=0.1.0-upgrade",
-        "--set=devicePlugin.image.tag=0.1.0-upgrade", "--wait", "--timeout=5m",
+        "helm", "upgrade", "gpushare-hub", stack.chart, f"--version={new_version}", "--plain-http",
+        f"--namespace={GPUSHARE_NAMESPACE}", "--reuse-values", "--wait", "--timeout=5m",
     )  # fmt: skip
 
     def upgraded() -> bool:  # the old pods may still be terminating when helm's --wait returns
@@ -450,7 +478,7 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
         expected = 2 + len(stack.nodes.nodes)  # two scheduler replicas' extenders, a plugin per node
         return (
             len(images) == expected
-            and all(i.endswith(":0.1.0-upgrade") for i in images)
+            and all(i.endswith(f":{new_version}") for i in images)
             and all(map(ready, live))
         )
 
@@ -458,6 +486,17 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
         (p["metadata"]["name"], [c["image"] for c in p["spec"]["containers"]])
         for p in pods(stack, GPUSHARE_NAMESPACE)
     ]
+    # Each node pulled the new images from the registry: their digests, not the old release's.
+    for pod in pods(stack, GPUSHARE_NAMESPACE):
+        for status in pod["status"]["containerStatuses"]:
+            name, tag = status["image"].rsplit(":", 1)
+            if status["name"] == "kube-scheduler" or pod["metadata"].get("deletionTimestamp"):
+                continue
+            repository = name.split("/", 1)[1]
+            assert f"{stack.registry.address}/{repository}:{tag}" in pushed.values(), (status, pushed)
+            digest = stack.registry.digest(repository, new_version)
+            assert digest != stack.registry.digest(repository, old_version)
+            assert status["imageID"] == f"{name}@{digest}", status
     for user in USERS:
         after = notebook_pod(stack, user)
         assert after["metadata"]["uid"] == before[user]["metadata"]["uid"]
@@ -602,7 +641,7 @@ def test_pods_on_the_second_real_node_reach_the_first_nodes_by_service_name(stac
     image = stack.names["singleuser"]  # any image with python3
 
     def pod(name: str, node: str, command: list[str], labels: dict[str, str]) -> dict[str, Any]:
-        container = {"name": "c", "image": image, "imagePullPolicy": "Never", "command": command}
+        container = {"name": "c", "image": image, "imagePullPolicy": "IfNotPresent", "command": command}
         return {
             "metadata": {"name": name, "labels": labels},
             "spec": {"nodeName": node, "containers": [container]},
