@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames
+from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames, computeshare
 from gpushare_hub.core.cards import MODEL_MIB
 from gpushare_hub.core.declarations import known_mib
 from gpushare_hub.core.isolation import COOPERATIVE, TIERS, WORDS
@@ -26,7 +26,18 @@ SLICES_TRAIT = "c.GPUShareSpawner.slices"
 PROFILE_KEY = "gpushare_slice"  # in an ordinary profile_list entry: the slice it runs on
 SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 ENTRY_KEYS = frozenset(
-    {"slug", "display_name", "gib", "cards", "models", "description", "groups", "default", "isolation"}
+    {
+        "slug",
+        "display_name",
+        "gib",
+        "cards",
+        "models",
+        "description",
+        "groups",
+        "default",
+        "isolation",
+        "compute_share",
+    }
 )
 
 
@@ -52,11 +63,29 @@ class Slice:
     groups: tuple[str, ...] = ()
     default: bool = False
     isolation: str | None = None  # the tier the slice requires (None: any node)
+    compute_share: int | None = None  # percent of the card's SMs on MPS nodes (None: its memory's)
 
     @property
     def limit_words(self) -> str:
-        """What holds the slice, in a user's words: ``"hard limit by MPS"`` or ``"cooperative limit"``."""
+        """What holds the slice, in a user's words: ``"hard limit per process by MPS"`` or
+        ``"cooperative limit for the whole server"``."""
         return WORDS[self.isolation or COOPERATIVE]
+
+    @property
+    def memory_share(self) -> int | None:
+        """Its memory's percentage of its card where the catalogue knows the card (one size of
+        model), else None; whole cards: 100."""
+        if self.gib is None:
+            return 100
+        sizes = {MODEL_MIB[m] for m in self.models}
+        if len(sizes) != 1:
+            return None
+        return computeshare.proportional(self.gib * 1024, sizes.pop())
+
+    @property
+    def compute_words(self) -> str:
+        """What the form says of its compute (``compute: 34% of the card's SMs on MPS nodes, ...``)."""
+        return computeshare.words(self.compute_share, self.memory_share, self.isolation)
 
     @property
     def whole(self) -> bool:
@@ -175,7 +204,7 @@ def read_slice(index: int, entry: Any, names: ResourceNames = DEFAULT_NAMES) -> 
             f"{where}: 'isolation' is {str(isolation)[:40]!r}, which is not an isolation tier; use one of "
             f"{', '.join(TIERS)} (mps and driver are hard limits), or leave it out for any GPU node"
         )
-    return Slice(
+    found = Slice(
         slug=slug,
         display_name=display,
         gib=gib,
@@ -186,6 +215,10 @@ def read_slice(index: int, entry: Any, names: ResourceNames = DEFAULT_NAMES) -> 
         default=bool(entry.get("default", False)),
         isolation=None if isolation in (None, COOPERATIVE) else isolation,
     )
+    share, problem = computeshare.check(entry.get(computeshare.KEY), found.isolation, found.memory_share)
+    if problem is not None:
+        raise CatalogueError(f"{where}: {problem}")
+    return replace(found, compute_share=share)
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ HARD_TIERS = frozenset({MPS, DRIVER})
 
 # What a user reads beside a slice (the spawn form, the status bar, the out-of-memory note).
 WORDS = {
-    COOPERATIVE: "cooperative limit",
-    MPS: "hard limit by MPS",
+    COOPERATIVE: "cooperative limit for the whole server",
+    MPS: "hard limit per process by MPS",
     DRIVER: "hard limit by the driver",
 }
 # What holds the cap, for messages ("the slice is held by ...").

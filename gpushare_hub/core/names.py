@@ -34,6 +34,9 @@ TKESTACK_NOUSE = "nvidia.com/nouse-gputype"
 # Written by GPUShareSpawner: the catalogue slug of the slice (annotation and label).
 SLICE_ANNOTATION = f"{PREFIX}/slice"
 SLICE_LABEL = SLICE_ANNOTATION
+# Written by GPUShareSpawner (or users, on their own pods): a smaller compute share than the slice's
+# memory's, in percent of the card's SMs; the device plugin gives it on MPS nodes (computeshare.py).
+COMPUTE_SHARE_ANNOTATION = f"{PREFIX}/compute-share"
 # Written by KubeSpawner: whose server the pod is (believed only in the hub's own namespaces).
 HUB_USER_ANNOTATION = "hub.jupyter.org/username"
 HUB_SERVER_ANNOTATION = "hub.jupyter.org/servername"
@@ -76,6 +79,12 @@ RETURNED_ENV = "GPUSHARE_RETURNED"
 # mode NVIDIA_VISIBLE_DEVICES is "void", so that the NVIDIA runtime adds no card of its own).
 # The start-up hook and the self-test spell it again.
 CARD_UUIDS_ENV = "GPUSHARE_CARD_UUIDS"
+# Set by Allocate: the container's ledger folder, where the start-up hook's processes say what each
+# holds, so that the slice holds for all of them together: a folder of the container's own /tmp
+# (/dev/shm is the pod's, and on MPS nodes every container's on the card).
+# The hook spells it again.
+LEDGER_DIR_ENV = "GPUSHARE_LEDGER_DIR"
+CONTAINER_LEDGER_DIR = "/tmp/gpushare-hub-ledger"
 
 # --- On events -----------------------------------------------------------------------------
 # The card an event is about (the device plugin's Warnings).

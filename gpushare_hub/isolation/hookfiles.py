@@ -11,8 +11,9 @@ HOOK_DIR = Path(__file__).parent / "hook"
 
 
 def hook_files() -> list[Path]:
-    """The files the container sees in the hook folder (only ``sitecustomize.py``: anything
-    else there would become importable by every Python in the container)."""
+    """The files the container sees in the hook folder: ``sitecustomize.py`` and the container
+    ledger it loads, ``_gpushare_hub_ledger.py`` (nothing else: every file there becomes
+    importable by every Python in the container)."""
     return sorted(p for p in HOOK_DIR.glob("*.py"))
 
 

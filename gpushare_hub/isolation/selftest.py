@@ -41,7 +41,6 @@ import importlib.machinery
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -49,6 +48,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare_hub.core.isolation import COOPERATIVE, DRIVER, MPS, TIERS
+from gpushare_hub.isolation.probes import Probe as Probe
+from gpushare_hub.isolation.probes import WholeServer, probe, whole_server
 
 SLICE_VAR = "GPUSHARE_MEMORY_LIMIT_MIB"
 TIER_VAR = "GPUSHARE_ISOLATION_TIER"
@@ -62,69 +63,10 @@ NONE, UNKNOWN = "none", "unknown"
 RANK = {NONE: 0, COOPERATIVE: 1, MPS: 2, DRIVER: 2}
 BEYOND_SLICE_MIB = 1024  # the most any child takes past the slice
 DEFAULT_STEP_MIB = 256
-CHILD_TIMEOUT_S = 300.0
-MARKER = "GPUSHARE-SELFTEST "
-
-# The child: allocate ``step`` MiB at a time up to ``limit`` MiB, stop at the first
-# out-of-memory error, print what it held (one JSON line after MARKER).
-CHILD = r"""
-import json, sys
-framework, limit, step, lift = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-MIB = 1 << 20
-out = {"held_mib": 0, "stopped": False, "oom": None, "error": None}
-held = []
-try:
-    if framework == "torch":
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("torch.cuda.is_available() is False: this process sees no GPU")
-        torch.cuda.init()  # runs what the start-up hook queued for CUDA's start
-        if lift:
-            torch.cuda.set_per_process_memory_fraction(1.0, 0)
-        oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
-        def take(mib):
-            return torch.empty(mib * MIB, dtype=torch.uint8, device="cuda")
-    elif framework == "cupy":
-        import cupy
-        if lift:
-            cupy.get_default_memory_pool().set_limit(size=0)
-        oom = cupy.cuda.memory.OutOfMemoryError
-        def take(mib):
-            return cupy.empty(mib * MIB, dtype=cupy.uint8)
-    else:
-        import jax.numpy as jnp
-        oom = RuntimeError  # XlaRuntimeError, RESOURCE_EXHAUSTED
-        def take(mib):
-            return jnp.zeros((mib * MIB,), dtype=jnp.uint8).block_until_ready()
-    while out["held_mib"] < limit:
-        size = min(step, limit - out["held_mib"])
-        try:
-            held.append(take(size))
-        except oom as err:
-            if framework == "jax" and "RESOURCE_EXHAUSTED" not in str(err):
-                raise
-            out["stopped"] = True
-            out["oom"] = (str(err).splitlines() or [type(err).__name__])[0][:300]
-            break
-        out["held_mib"] += size
-except Exception as err:
-    out["error"] = (type(err).__name__ + ": " + str(err)).splitlines()[0][:300]
-print("GPUSHARE-SELFTEST " + json.dumps(out), flush=True)
-"""
 
 
 class NoSlice(Exception):
     """This process has no GPU slice to test."""
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One child's run: how much it held when it stopped (or reached its limit), or why it could not."""
-
-    held_mib: int = 0
-    stopped: bool = False
-    oom: str | None = None
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,8 +171,10 @@ def document(
     checked: datetime,
     step_mib: int = DEFAULT_STEP_MIB,
     layer: str = "",
+    whole: WholeServer | None = None,
 ) -> dict[str, Any]:
-    """The JSON report (``--json``); ``layer``: the GPU layer found missing, if one is."""
+    """The JSON report (``--json``); ``layer``: the GPU layer found missing, if one is; ``whole``:
+    the check that the slice holds for the whole server (None: the caps are per process here)."""
     claimed = claimed_tier(env)
     observed = observed_tier(results)
     notes = []
@@ -247,7 +191,8 @@ def document(
         "card": card,
         "claimed_tier": claimed,
         "observed_tier": observed,
-        "ok": meets(observed, claimed),
+        "ok": meets(observed, claimed) and (whole is None or whole.error is not None or whole.held),
+        "whole_server": None if whole is None else {**asdict(whole), "held": whole.held},
         "frameworks": [{**asdict(r), "tier": r.tier} for r in results],
         "checked": checked.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "step_mib": step_mib,
@@ -294,6 +239,13 @@ def render(doc: Mapping[str, Any]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[4])
+    whole = doc.get("whole_server")
+    if whole:
+        lines.append(
+            WholeServer(
+                *(whole[k] for k in ("slice_mib", "first_mib", "second_stopped_at_mib", "error"))
+            ).words()
+        )
     lines += [f"note: {n}" for n in doc.get("notes", [])]
     lines += [f"note: {f['name']}: {f['note']}" for f in doc["frameworks"] if f.get("note")]
     lines.append(_verdict(doc))
@@ -332,41 +284,6 @@ def installed_frameworks(cwd: str | None = None) -> list[str]:
         if spec is not None:
             found.append(name)
     return found
-
-
-def child_env(name: str, lift: bool, env: Mapping[str, str]) -> dict[str, str]:
-    """The child's environment: this one, less the framework's own cap when it is lifted (JAX and
-    CuPy read theirs at start; PyTorch's is lifted by a call)."""
-    out = dict(env)
-    if lift and name == "cupy":
-        out.pop("CUPY_GPU_MEMORY_LIMIT", None)
-    if lift and name == "jax":
-        out.pop("XLA_PYTHON_CLIENT_MEM_FRACTION", None)
-        out["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-        out["XLA_PYTHON_CLIENT_ALLOCATOR"] = "platform"
-    return out
-
-
-def probe(name: str, limit_mib: int, step_mib: int, lift: bool, env: Mapping[str, str]) -> Probe:
-    """Run one child; what it reported, or why it did not."""
-    argv = [sys.executable, "-c", CHILD, name, str(limit_mib), str(step_mib), "1" if lift else "0"]
-    try:
-        proc = subprocess.run(
-            argv, env=child_env(name, lift, env), capture_output=True, text=True, timeout=CHILD_TIMEOUT_S
-        )
-    except subprocess.TimeoutExpired:
-        return Probe(error=f"the {name} child did not finish in {CHILD_TIMEOUT_S:.0f} s")
-    except OSError as err:
-        return Probe(error=f"could not start {sys.executable}: {err}")
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                got = json.loads(line[len(MARKER) :])
-                return Probe(int(got["held_mib"]), bool(got["stopped"]), got.get("oom"), got.get("error"))
-            except (ValueError, KeyError, TypeError):
-                break
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
-    return Probe(error=f"the {name} child exited with code {proc.returncode}: {tail}")
 
 
 def run(slice_mib: int, step_mib: int, env: Mapping[str, str]) -> list[FrameworkResult]:
@@ -416,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     results = run(slice_mib, args.step_mib, env)
     # Where no framework reached the GPU, say which layer below them is missing.
     layer = missing_layer() if all(r.error is not None for r in results) else ""
-    doc = document(slice_mib, env, results, datetime.now(UTC), args.step_mib, layer)
+    torch_held = any(r.name == "torch" and r.held for r in results)
+    whole = whole_server(slice_mib, args.step_mib, env, BEYOND_SLICE_MIB) if torch_held else None
+    doc = document(slice_mib, env, results, datetime.now(UTC), args.step_mib, layer, whole)
     print(json.dumps(doc, indent=1) if args.json else render(doc))
     return 0 if doc["ok"] else 1
 

@@ -54,7 +54,7 @@ from ..core.resources import DEFAULT_NAMES
 from ..core.shapes import read_pod
 from ..demo.fakegpu import site_dir
 from .devicemanager import DeviceManager, DeviceUnavailable
-from .podprocess import Exit, KnownImage, NotRunnable, exit_status, parse_image, process_spec
+from .podprocess import Exit, KnownImage, Mount, NotRunnable, exit_status, parse_image, process_spec
 from .processes import Component, tail
 
 log = logging.getLogger("gpushare.nodeagent")
@@ -445,8 +445,11 @@ class NodeAgent:
         home = base / "home"
         home.mkdir(parents=True, exist_ok=True)
         image = self.images[container["image"]]
+        # The container's own /tmp (the start-up hook's container ledger lives there): every local
+        # process shares this machine's.
+        tmp = Mount(str(base / "tmp"), "/tmp")
         try:
-            proc_spec = process_spec(pod, container, image, pod_ip, str(home), device_env, mounts)
+            proc_spec = process_spec(pod, container, image, pod_ip, str(home), device_env, [*mounts, tmp])
         except NotRunnable as err:
             self.finished.add(holder)
             self._fail_now(pod, container, str(err))

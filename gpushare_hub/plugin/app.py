@@ -131,6 +131,14 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         help="""The older spelling of --device-mode cdi (kept for existing installs): true is
         --device-mode cdi. Per node: 'cdi' in --node-config (false there means legacy).""",
     ).tag(config=True)
+    compute_share = Bool(
+        True,
+        help="""On MPS nodes, give each container its slice's compute share: the percentage of the
+        card's SMs its CUDA work may use (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), in proportion to its
+        memory, or smaller where the catalogue says so (the pod's gpushare-hub.io/compute-share).
+        False: containers on the card take turns on all its SMs (time-sliced). Per node:
+        'computeShare' in --node-config.""",
+    ).tag(config=True)
     tensorflow_memory_limit = Bool(
         False,
         help="""The start-up hook also sets TensorFlow's memory_limit to the slice. Off by default:
@@ -235,6 +243,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         "nvidia-ctk": "GPUShareDevicePlugin.nvidia_ctk",
         "containerd-config": "GPUShareDevicePlugin.containerd_config",
         "tensorflow-memory-limit": "GPUShareDevicePlugin.tensorflow_memory_limit",
+        "compute-share": "GPUShareDevicePlugin.compute_share",
         "isolation-tier": "GPUShareDevicePlugin.isolation_tier",
         "selftest-python": "GPUShareDevicePlugin.selftest_python",
         "selftest-path": "GPUShareDevicePlugin.selftest_path",
@@ -282,6 +291,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         self.mps_multi_user = opts.get("mpsMultiUser", self.mps_multi_user)
         self.device_mode = opts.get("deviceMode", self.device_mode)
         self.tensorflow_memory_limit = opts.get("tensorflowMemoryLimit", self.tensorflow_memory_limit)
+        self.compute_share = opts.get("computeShare", self.compute_share)
         self.isolation_tier = opts.get("isolationTier", self.isolation_tier)
 
     def tier(self) -> str:
@@ -304,6 +314,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
             cdi=self.cdi,
             tensorflow_memory_limit=self.tensorflow_memory_limit,
             tier=self.tier(),
+            compute_share=self.compute_share,
         )
 
     def install_hook(self) -> None:

@@ -39,7 +39,13 @@ from gpushare_hub.core.cards import Card, Node
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.handout import count_handouts, handouts
 from gpushare_hub.core.ledger import Ledger
-from gpushare_hub.core.names import CARD_UUIDS_ENV, GPU_MEM_ASSUME_TIME
+from gpushare_hub.core.names import (
+    CARD_UUIDS_ENV,
+    COMPUTE_SHARE_ANNOTATION,
+    CONTAINER_LEDGER_DIR,
+    GPU_MEM_ASSUME_TIME,
+    LEDGER_DIR_ENV,
+)
 from gpushare_hub.core.objects import PodObject
 from gpushare_hub.core.records import IgnoredRecord
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
@@ -74,6 +80,7 @@ class Waiting:
     cards: tuple[str, ...] = ()
     resource: str = MEMORY
     alone: bool = False
+    compute_share: str | None = None  # the pod's gpushare-hub.io/compute-share, as written
 
     @property
     def served_key(self) -> str:
@@ -122,9 +129,12 @@ def waiting_containers(
         mem = handouts(alloc.containers)
         for h in mem:
             if (uid, h.container) not in served:
-                out.append(
-                    Waiting(alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards)
-                )
+                share = pod.annotations.get(COMPUTE_SHARE_ANNOTATION)
+                w = Waiting(
+                    alloc.key, uid, h.container, h.cards[0], h.size, alloc.units, assumed, h.cards,
+                    compute_share=share,
+                )  # fmt: skip
+                out.append(w)
         cards = [c.uuid for c in alloc.cards]
         with_mem = {h.container for h in mem}
         for h in count_handouts(pod, cards, names.count):
@@ -188,6 +198,8 @@ def container_env(w: Waiting, card: Card, mib_per_unit: int) -> dict[str, str]:
         "GPUSHARE_MEMORY_LIMIT_MIB": str(limit_mib),
         # The start-up hook turns the slice into PyTorch's fraction before CUDA starts.
         "GPUSHARE_CARD_MEMORY_MIB": str(card.mib or limit_mib),
+        # ... and counts every GPU process of the container against the one slice.
+        LEDGER_DIR_ENV: CONTAINER_LEDGER_DIR,
         "CUPY_GPU_MEMORY_LIMIT": str(limit_mib * 1024 * 1024),
         # One name only: JAX 0.11 refuses XLA_CLIENT_MEM_FRACTION beside this one and falls back
         # to the CPU (measured on an H100); this one, deprecated there, is read by every JAX.

@@ -19,6 +19,8 @@ Known options:
 * ``cdi``: the older spelling, ``true`` for ``deviceMode: cdi`` and ``false`` for ``legacy``;
 * ``tensorflowMemoryLimit``: the start-up hook also sets TensorFlow's ``memory_limit``
   (breaks notebooks that call ``set_memory_growth``);
+* ``computeShare``: on MPS nodes, each container's compute share of the card's SMs (default
+  true; false: time-sliced);
 * ``isolationTier``: the tier of memory isolation this node enforces, ``cooperative``, ``mps``
   or ``driver`` (default: ``mps`` where MPS is on, else ``cooperative``).
 
@@ -38,7 +40,7 @@ from gpushare_hub.core.shapes import check_depth, shown
 
 from .devicemode import CDI, LEGACY, MODES
 
-BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit")
+BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit", "computeShare")
 KNOWN = {"reserveFraction", "isolationTier", "deviceMode", *BOOLEANS}
 # The Warning event on the Node when the plugin refuses its options and stops.
 MAX_DEPTH = 4  # the options are flat; a value is never an object

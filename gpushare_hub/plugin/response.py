@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpushare_hub.core import computeshare
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.isolation import COOPERATIVE, DRIVER
 from gpushare_hub.core.names import CARD_UUIDS_ENV, CDI_KIND
@@ -69,6 +70,7 @@ class Isolation:
     cdi: bool = False  # the node's device mode is cdi (else legacy)
     tensorflow_memory_limit: bool = False
     tier: str = COOPERATIVE  # the tier the node claims (published on the Node, told to containers)
+    compute_share: bool = True  # on MPS nodes: each container's share of the SMs (computeshare.py)
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         env["CUDA_MPS_PIPE_DIRECTORY"] = MPS_PIPE_CONTAINER_PATH
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={limit_mib}M"
         env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = MPS_XLA_FRACTION
+        if iso.compute_share:
+            share = computeshare.from_annotation(w.compute_share, w.units, card.units)
+            env[computeshare.MPS_PERCENTAGE_ENV] = str(share)
     if iso.cdi:
         cdi = cdi_names(w.cards or (w.uuid,))  # every card of a 2-card pod
         env[VISIBLE_VAR] = NO_CARD

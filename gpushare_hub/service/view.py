@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from gpushare_hub.core import Ledger
+from gpushare_hub.core import Ledger, computeshare
 from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.isolation import NodeIsolation
@@ -61,8 +61,14 @@ def ledger_document(
         for card in node.cards:
             if not filters.keeps_card(node.name, card):
                 continue
+            tier = node.isolation.effective
             held = [
-                held_slice(p, card, node.name, hub).to_json(now.timestamp(), gpu_idle_after)
+                {
+                    **held_slice(p, card, node.name, hub).to_json(now.timestamp(), gpu_idle_after),
+                    "compute": computeshare.in_force(
+                        _share_of(catalogue, p.slice), p.units, card.units, tier
+                    ),
+                }
                 for p in card.pods
                 if filters.keeps_pod(p)
             ]
@@ -129,6 +135,12 @@ def ledger_document(
     }
 
 
+def _share_of(catalogue: Catalogue, slug: str | None) -> int | None:
+    """The catalogue's explicit compute share of a slice (None: its memory's)."""
+    found = catalogue.get(slug) if slug else None
+    return found.compute_share if found is not None else None
+
+
 def _pod(p: PodRow) -> dict[str, Any]:
     return {
         "namespace": p.namespace,
@@ -173,6 +185,7 @@ def me_document(
     now (from ``api/v1/availability``, which names no one), for the way out of an out-of-memory.
     """
     hub = {(s.user, s.server): s for s in servers if s.user == user}
+    shares = {s.get("slug"): s.get("compute_share") for s in (availability_doc or {}).get("slices", [])}
     allocations = []
     for node in report.nodes:
         for card in node.cards:
@@ -202,6 +215,9 @@ def me_document(
                             "free": max(card.units - card.used, 0),
                         },
                         "neighbours": neighbours,
+                        "compute": computeshare.in_force(
+                            shares.get(p.slice), p.units, card.units, node.isolation.effective
+                        ),
                     }
                 )
     largest = max((a["units"] for a in allocations), default=0)
@@ -237,6 +253,7 @@ def availability_document(
                 "gib": s.gib,
                 "cards": s.cards,
                 "models": list(s.models),
+                "compute_share": s.compute_share,
                 "known": a is not None,
                 "placeable": bool(a and a.placeable),
                 "free": a.free if a else None,

@@ -18,6 +18,7 @@ from kubernetes_asyncio.client import V1EnvVar, V1Pod, V1ResourceRequirements, V
 from gpushare_hub.core import DEFAULT_NAMES, ResourceNames
 from gpushare_hub.core.catalogue import Slice
 from gpushare_hub.core.names import (
+    COMPUTE_SHARE_ANNOTATION,
     EXCLUDE_MODELS_ANNOTATION,
     HUB_SERVER_ANNOTATION,
     HUB_USER_ANNOTATION,
@@ -59,6 +60,8 @@ class SlicePod:
             out[MODELS_ANNOTATION] = ",".join(self.slice.models)
         if self.slice.isolation:
             out[ISOLATION_ANNOTATION] = self.slice.isolation
+        if self.slice.compute_share is not None:
+            out[COMPUTE_SHARE_ANNOTATION] = str(self.slice.compute_share)
         return out
 
 
@@ -106,11 +109,8 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
     notebook.resources.requests = {**(notebook.resources.requests or {}), **amounts}
 
     meta = pod.metadata
-    annotations = {
-        k: v
-        for k, v in (meta.annotations or {}).items()
-        if k not in (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION, HUB_SERVER_ANNOTATION)
-    }
+    replaced = (MODELS_ANNOTATION, EXCLUDE_MODELS_ANNOTATION, HUB_SERVER_ANNOTATION, COMPUTE_SHARE_ANNOTATION)
+    annotations = {k: v for k, v in (meta.annotations or {}).items() if k not in replaced}
     annotations.update(want.annotations())
     meta.annotations = annotations
     meta.labels = {**(meta.labels or {}), SLICE_LABEL: want.slice.slug}

@@ -95,6 +95,10 @@ def escape(text: str) -> str:
 
 
 # The tooltip beside each slice's limit on the form: what the words mean for the user.
+COMPUTE_TITLE = (
+    "On nodes with NVIDIA MPS your notebook's CUDA work runs on this share of the card's "
+    "streaming multiprocessors, whatever its neighbours do; elsewhere notebooks on a card take turns."
+)
 LIMIT_TITLES = {
     False: "Your frameworks (PyTorch, CuPy, JAX, TensorFlow) are capped to the slice when they start; "
     "code that lifts its own cap can use more, and other users' notebooks may then run out of memory.",
@@ -126,7 +130,7 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         - ``isolation``: the isolation tier the slice requires, ``"mps"`` or ``"driver"`` (a hard
           limit); it is placed only on nodes whose device plugin enforces that tier (and whose
           self-test confirmed it), and the form says "hard limit". Absent: any GPU node, shown as
-          "cooperative limit".
+          "cooperative limit for the whole server".
 
         Example::
 
@@ -433,7 +437,9 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
                     "display_name": f'{p["display_name"]} <span class="gpushare-availability '
                     f'gpushare-{state}" data-gpushare-slice="{escape(s.slug)}">— {escape(note)}</span>'
                     f' <span class="gpushare-isolation" data-gpushare-isolation="{tier}"'
-                    f' title="{escape(LIMIT_TITLES[bool(s.isolation)])}">· {escape(s.limit_words)}</span>',
+                    f' title="{escape(LIMIT_TITLES[bool(s.isolation)])}">· {escape(s.limit_words)}</span>'
+                    f' <span class="gpushare-compute" title="{escape(COMPUTE_TITLE)}">'
+                    f"· {escape(s.compute_words)}</span>",
                 }
             shown.append(p)
         last: Any = getattr(self, "user_options", None)

@@ -54,6 +54,9 @@ interface Allocation {
     check?: SelfTest | null;
   } | null;
   neighbours?: { count?: number; units?: number; used_mib?: number | null } | null;
+  // The slice's share of the card's SMs where MPS provisions one, and the SM use measured.
+  compute?: { share?: number | null; words?: string } | null;
+  sm_util?: number | null;
   // The hub service's idle rule, while this slice is idle on the GPU.
   idle_return?: { action?: string; phase?: string; can_keep?: boolean; kept?: boolean; words?: string } | null;
 }
@@ -327,6 +330,10 @@ function renderPanel(
         (t.checked ? `, ${t.checked}` : '')
       : 'none recorded';
     row(table, 'last self-test', test, 'gpushare-selftest');
+  }
+  if (alloc.compute) {
+    const util = alloc.sm_util !== null && alloc.sm_util !== undefined ? `; using ${alloc.sm_util}% of the SMs now` : '';
+    row(table, 'compute', (alloc.compute.words || '') + util, 'gpushare-compute');
   }
   const n = alloc.neighbours;
   if (n) {

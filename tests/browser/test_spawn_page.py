@@ -49,7 +49,14 @@ def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_tak
             for span in page.locator("span.gpushare-isolation").all()
         ]
         # Every slice of this catalogue may run on any GPU node: each says so in words.
-        assert limits == [("cooperative", "· cooperative limit")] * len(SLICES), limits
+        assert limits == [("cooperative", "· cooperative limit for the whole server")] * len(SLICES), limits
+        # And its share of the card's compute: its memory's, or the catalogue's smaller one.
+        compute = [span.inner_text().strip() for span in page.locator("span.gpushare-compute").all()]
+        assert compute == [
+            "· compute: 34% of the card's SMs on MPS nodes, else time-sliced",
+            "· compute: 40% of the card's SMs on MPS nodes, else time-sliced",
+            "· compute: a share of the SMs in proportion to its memory on MPS nodes, else time-sliced",
+        ], compute
         page.screenshot(path=str(OUT / "spawn-before.png"), full_page=True)
         assert before == {
             "t4-5g": "2 free",

@@ -86,6 +86,9 @@ def test_the_status_bar_shows_the_slice_its_use_and_the_panel_its_details(
         # The simulated node's plugin ran its self-test at start; the panel shows what it observed.
         selftest = panel.locator("tr.gpushare-selftest td").inner_text()
         assert re.match(r"(passed|FAILED): observed \w+", selftest), selftest
+        # The local nodes are cooperative: no MPS, so no compute share; the SM use as measured.
+        compute = panel.locator("tr.gpushare-compute td").inner_text()
+        assert re.fullmatch(r"time-sliced, no compute share(; using \d+% of the SMs now)?", compute), compute
         neighbours = panel.locator("tr.gpushare-neighbours td").inner_text()
         assert re.match(r"(1 server|\d+ servers) holding \d+ GiB", neighbours), neighbours
         # The panel's button runs gpushare-selftest in the server; the fake torch in its working

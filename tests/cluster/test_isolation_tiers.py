@@ -35,7 +35,11 @@ def test_a_slice_requiring_mps_goes_only_to_the_mps_node_and_waits_with_a_reason
     msgs = wait_for(lambda: failed_scheduling(local_cluster, namespace, "hard-late"))
     # kube-scheduler's own check sees the MPS node full; our extender refuses the other by tier.
     assert msgs and "Insufficient aliyun.com/gpu-mem" in msgs[0], msgs
-    assert f"node {coop} enforces cooperative isolation (cooperative limit), the pod requires mps" in msgs[0]
+    refused = (
+        f"node {coop} enforces cooperative isolation (cooperative limit for the whole server), "
+        "the pod requires mps"
+    )
+    assert refused in msgs[0], msgs
     assert api.read_namespaced_pod("hard-late", namespace).spec.node_name is None
     # A pod without the requirement still starts, on the cooperative node.
     api.create_namespaced_pod(namespace, gpu_pod("soft", 5, SCHED, sel))

@@ -1,6 +1,9 @@
 """Issue 13, hub tier: inside a notebook spawned through the real hub, a kernel and a Jupyter
 terminal both get PyTorch capped to the 5 GiB slice by the start-up hook that the plugin's
 Allocate delivers (its mount, rewritten to a host folder by the node agent, and PYTHONPATH).
+Issue 37: two kernels of one notebook server share the one slice through the container ledger
+(in the container's own /tmp, a folder of its own per local pod), and a killed kernel's share
+comes back.
 
 The torch is the unit tests' fake (a torch 2.10 by its metadata, so the hook both adds the
 allocator setting before torch runs and queues ``set_per_process_memory_fraction`` for CUDA's
@@ -12,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import uuid
 from typing import Any
 
 from gpushare_hub.localcluster.hub import LocalHub
 from gpushare_hub.localcluster.notebooknodes import venv_bin
-from tests.support.hub_helpers import run_in_kernel, start_server, stop_server
+from tests.support.hub_helpers import Kernel, run_in_kernel, start_server, stop_server
 from tests.support.isolation import fake_site, upload
 
 SLICE_MIB = 5 * 1024
@@ -105,5 +110,59 @@ def test_a_kernel_and_a_terminal_of_a_5_gib_notebook_both_get_pytorch_capped_by_
         shown = run_in_terminal(hub, user, token, command)
         assert f"{venv_bin()}/python\r\n" in shown, shown
         assert_capped(recorded(shown), notebook_nodes.mib, "terminal")
+    finally:
+        stop_server(hub, local_cluster, user)
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Takes GiB of the fake torch's card memory, then waits a little over the ledger's interval, so
+# that the container's other processes have seen it when the cell ends.
+TAKE = (
+    "import os, time, torch\n"
+    "kept = globals().setdefault('kept', [])\n"
+    "kept.append(torch.empty(int({gib} * 1024**3), dtype=torch.uint8, device='cuda'))\n"
+    "time.sleep(1.2)\n"
+    "print('took', {gib}, 'pid', os.getpid())\n"
+)
+
+
+def test_two_kernels_of_a_5_gib_notebook_share_its_slice_and_a_killed_ones_share_comes_back(
+    local_cluster, hub, notebook_nodes, tmp_path
+):
+    user = "kerstin"
+    token, _ = start_server(hub, user, "slice-5")
+    try:
+        upload(hub, user, token, fake_site(tmp_path, "2.10.0"))
+
+        async def scenario() -> None:
+            async with (
+                Kernel(hub, user, token, notebook="notebook-a.ipynb") as a,
+                Kernel(hub, user, token, notebook="notebook-b.ipynb") as b,
+            ):
+                out, error = await a.run(TAKE.format(gib=3))
+                assert error is None and out.startswith("took 3 pid "), (out, error)
+                first_pid = int(out.split()[-1])
+
+                # The second kernel's cap is what the first left: 3 GiB more is refused, and the
+                # note says who holds the rest of the slice.
+                out, error = await b.run(TAKE.format(gib=3))
+                assert error is not None and error["ename"] == "OutOfMemoryError", (out, error)
+                shown = ANSI.sub("", "\n".join(error["traceback"]))
+                assert "other GPU processes hold 3 GiB of the slice: notebook-a.ipynb" in shown, shown
+                out, error = await b.run(TAKE.format(gib=1.5))
+                assert error is None and out.startswith("took 1.5"), (out, error)
+                # Together 4.5 GiB: a little more in the first kernel is refused too.
+                out, error = await a.run(TAKE.format(gib=1))
+                assert error is not None and error["ename"] == "OutOfMemoryError", (out, error)
+                shown = ANSI.sub("", "\n".join(error["traceback"]))
+                assert "hold 1.5 GiB of the slice: notebook-b.ipynb" in shown, shown
+
+                # The first kernel dies without a word (as the out-of-memory killer would end it):
+                # its 3 GiB come back to the second.
+                os.kill(first_pid, signal.SIGKILL)
+                out, error = await b.run("time.sleep(1.2)\n" + TAKE.format(gib=3))
+                assert error is None and out.startswith("took 3"), (out, error)
+
+        asyncio.run(scenario())
     finally:
         stop_server(hub, local_cluster, user)

@@ -11,7 +11,9 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpushare_hub.core.catalogue import read_slice
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from gpushare_hub.spawner.pod import SlicePod
 from tests.conftest import gpu_pod, wait_for
 from tests.support.isolation import fake_site
 from tests.support.plugin_node import SCHED, SELECTOR, bound_pod, chosen_card
@@ -36,8 +38,12 @@ def mps_label(api) -> str | None:
     return (api.read_node(NODE).metadata.labels or {}).get("gpushare-hub.io/mps")
 
 
-def allocate_slice(local_cluster, device_manager, namespace, name: str, gib: int) -> tuple[dict, dict]:
-    local_cluster.core_api().create_namespaced_pod(namespace, gpu_pod(name, gib, SCHED, SELECTOR))
+def allocate_slice(
+    local_cluster, device_manager, namespace, name: str, gib: int, annotations: dict[str, str] | None = None
+) -> tuple[dict, dict]:
+    body = gpu_pod(name, gib, SCHED, SELECTOR)
+    body["metadata"]["annotations"] = dict(annotations or {})
+    local_cluster.core_api().create_namespaced_pod(namespace, body)
     pod = bound_pod(local_cluster, namespace, name)
     assert pod, f"pod {name} was not placed"
     out = device_manager.call("allocate", pod=pod, container="notebook")
@@ -62,13 +68,15 @@ def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch
     ]
     # The plugin installed the hook at the host path the kubelet will mount.
     installed = sorted(p.name for p in plugin.hook_dir.iterdir())
-    assert installed == ["sitecustomize.py"]
+    assert installed == ["_gpushare_hub_ledger.py", "sitecustomize.py"]
+    assert env["GPUSHARE_LEDGER_DIR"] == "/tmp/gpushare-hub-ledger"  # in the container's own /tmp
     assert (plugin.hook_dir / "sitecustomize.py").read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
     # A process started with exactly this environment (the mount stood in for by its host
     # path) caps PyTorch before its first allocation.
     log = tmp_path / "events.log"
     proc_env = {**env, "PATH": os.environ["PATH"], "FAKE_LOG": str(log)}
     proc_env["PYTHONPATH"] = os.pathsep.join([str(plugin.hook_dir), str(fake_site(tmp_path))])
+    proc_env["GPUSHARE_LEDGER_DIR"] = str(tmp_path / "tmp" / "gpushare-hub-ledger")  # not this machine's
     subprocess.run(
         [sys.executable, "-c", "import torch; torch.cuda.empty(4096)"], env=proc_env, check=True, timeout=60
     )
@@ -117,6 +125,19 @@ def test_mps_and_cdi_nodes_from_the_per_node_config_map(
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=5120M"
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gpushare-hub/mps/pipe"
         assert env["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.950"  # MPS already shrinks the total
+        # Its compute share: 5 GiB of a 15 GiB T4's memory, so 34% of its SMs.
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "34"
+        # A catalogue slice with a smaller share: the spawner's annotation reaches Allocate ...
+        entry = {"slug": "t4-5g-slow", "display_name": "T4 5 GiB, 20% SMs", "gib": 5, "models": ["Tesla-T4"]}
+        slow = read_slice(0, {**entry, "compute_share": 20})
+        wanted = SlicePod(slow, user="alice", server="").annotations()
+        assert wanted["gpushare-hub.io/compute-share"] == "20"
+        _pod, out = allocate_slice(local_cluster, device_manager, namespace, "slow", 5, wanted)
+        assert out["envs"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "20"
+        # ... and a user's own annotation asking more than its memory's share gets only that.
+        forged = {"gpushare-hub.io/compute-share": "100"}
+        _pod, out = allocate_slice(local_cluster, device_manager, namespace, "greedy", 5, forged)
+        assert out["envs"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "34"
         assert env["PYTHONPATH"] == HOOK_IN_CONTAINER
         assert env["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120"  # the slice's env in CDI mode too
         # CDI names the card from the plugin's own spec; the NVIDIA runtime is told "no card"
@@ -267,15 +288,15 @@ def test_the_claimed_tier_is_checked_by_the_self_test_and_a_failed_check_is_publ
     api = local_cluster.core_api()
     mps_root = tmp_path / "mps"
     plugin.kill()
-    # Claims mps, but no MPS control daemon runs: nothing holds the fake torch (the start-up hook
-    # leaves PyTorch to MPS on an MPS node).
+    # Claims mps, but no MPS control daemon runs: MPS holds nothing, only the start-up hook's
+    # container-wide cap (the container ledger applies on MPS nodes too): cooperative, not mps.
     plugin.start("--mps=true", f"--mps-root={mps_root}", f"--selftest-path={site_dir()}")
     try:
         check = wait_for(lambda: node_annotations(api).get("gpushare-hub.io/isolation-check"), timeout=90)
         assert check, "no self-test result was published"
         doc = json.loads(check)
         assert wait_for(lambda: node_annotations(api)["gpushare-hub.io/isolation"] == "mps", timeout=30)
-        assert (doc["claimed"], doc["observed"], doc["ok"]) == ("mps", "none", False), doc
+        assert (doc["claimed"], doc["observed"], doc["ok"]) == ("mps", "cooperative", False), doc
         warned = wait_for(lambda: node_warnings(api, ISOLATION_CHECK_REASON), timeout=30)
         assert warned and warned[0].startswith(
             f"node {NODE} claims mps isolation, but its self-test observed"

@@ -65,20 +65,35 @@ def stop_server(hub: LocalHub, cluster: LocalCluster, user: str) -> None:
 
 
 class Kernel:
-    """One kernel of the user's server, kept across cells (what the notebook's tab holds)."""
+    """One kernel of the user's server, kept across cells (what the notebook's tab holds).
+    ``notebook``: started for that notebook's path, as JupyterLab opens one (a session: Jupyter
+    Server gives the kernel ``JPY_SESSION_NAME``)."""
 
-    def __init__(self, hub: LocalHub, user: str, token: str) -> None:
+    def __init__(self, hub: LocalHub, user: str, token: str, notebook: str | None = None) -> None:
         self.hub, self.user, self.token = hub, user, token
+        self.notebook = notebook
         self.kernel_id = ""
+        self.session_id = ""
         self.conn: Any = None
 
     async def __aenter__(self) -> Kernel:
         from tornado.httpclient import HTTPRequest
         from tornado.websocket import websocket_connect
 
-        base = f"{self.hub.url}/user/{self.user}/api/kernels"
-        status, kernel = self.hub.request("POST", base, self.token, {"name": "python3"})
-        assert status == 201, (status, kernel)
+        api = f"{self.hub.url}/user/{self.user}/api"
+        if self.notebook is None:
+            status, kernel = self.hub.request("POST", f"{api}/kernels", self.token, {"name": "python3"})
+            assert status == 201, (status, kernel)
+        else:
+            body = {
+                "path": self.notebook,
+                "name": self.notebook,
+                "type": "notebook",
+                "kernel": {"name": "python3"},
+            }
+            status, session = self.hub.request("POST", f"{api}/sessions", self.token, body)
+            assert status == 201, (status, session)
+            self.session_id, kernel = session["id"], session["kernel"]
         self.kernel_id = kernel["id"]
         ws_url = (
             self.hub.url.replace("http://", "ws://")
@@ -91,9 +106,11 @@ class Kernel:
 
     async def __aexit__(self, *exc: object) -> None:
         self.conn.close()
-        self.hub.request(
-            "DELETE", f"{self.hub.url}/user/{self.user}/api/kernels/{self.kernel_id}", self.token
-        )
+        api = f"{self.hub.url}/user/{self.user}/api"
+        if self.session_id:
+            self.hub.request("DELETE", f"{api}/sessions/{self.session_id}", self.token)
+        else:
+            self.hub.request("DELETE", f"{api}/kernels/{self.kernel_id}", self.token)
 
     async def run(self, code: str, timeout: float = 180) -> tuple[str, dict[str, Any] | None]:
         """Execute ``code``; its stdout and stderr, and the error it raised (ename, evalue, traceback)."""

@@ -238,13 +238,15 @@ def test_tensorflow_is_capped_only_where_the_admin_opted_in(tmp_path):
 
 
 def test_the_hook_folder_holds_only_the_hook_and_installs_atomically(tmp_path):
-    assert [p.name for p in hook_files()] == ["sitecustomize.py"]
+    files = ["_gpushare_hub_ledger.py", "sitecustomize.py"]  # the hook and its container ledger
+    assert [p.name for p in hook_files()] == files
     dest = tmp_path / "host" / "pyhook"
     installed = install_hook(dest)
-    assert [p.name for p in installed] == ["sitecustomize.py"]
-    assert installed[0].read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
-    assert oct(installed[0].stat().st_mode & 0o777) == "0o644"
-    installed[0].write_text("old")
+    assert [p.name for p in installed] == files
+    hook = installed[1]
+    assert hook.read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
+    assert {oct(p.stat().st_mode & 0o777) for p in installed} == {"0o644"}
+    hook.write_text("old")
     install_hook(dest)
-    assert installed[0].read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
-    assert sorted(p.name for p in dest.iterdir()) == ["sitecustomize.py"]
+    assert hook.read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
+    assert sorted(p.name for p in dest.iterdir()) == files

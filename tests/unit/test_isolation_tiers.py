@@ -55,7 +55,7 @@ def test_a_node_annotation_that_is_no_tier_is_ignored_with_a_message_naming_it()
 
 def test_a_failed_check_makes_the_node_count_as_the_tier_it_observed():
     failed = NodeIsolation("mps", Check("cooperative", False, "mps", "2026-11-25T10:00:00Z"))
-    assert failed.effective == "cooperative" and failed.words == "cooperative limit"
+    assert failed.effective == "cooperative" and failed.words == "cooperative limit for the whole server"
     assert NodeIsolation("mps", Check("mps", True)).effective == "mps"
     assert NodeIsolation("driver", Check("none", False)).effective == "cooperative"
     node = node_from_k8s(read_node(tiered("gpu-1", "mps", {"observed": "cooperative", "ok": False})))
@@ -86,8 +86,8 @@ def test_the_catalogue_takes_a_tier_and_refuses_an_unknown_one_naming_it():
         ]
     )
     soft, hard = catalogue.slices
-    assert soft.isolation is None and soft.limit_words == "cooperative limit"
-    assert hard.isolation == "mps" and hard.limit_words == "hard limit by MPS"
+    assert soft.isolation is None and soft.limit_words == "cooperative limit for the whole server"
+    assert hard.isolation == "mps" and hard.limit_words == "hard limit per process by MPS"
     assert hard.demand().isolation == "mps"
     with pytest.raises(CatalogueError, match=r"slug 'x'.*'isolation' is 'hardest'.*cooperative, mps, driver"):
         read_catalogue([{"slug": "x", "display_name": "X", "gib": 5, "isolation": "hardest"}])
@@ -110,8 +110,8 @@ def test_a_slice_requiring_mps_goes_only_to_the_mps_node():
     assert v.kind is Kind.NEVER and v.reason is Reason.ISOLATION
     text = explain(v, Demand(key="jhub/b", per_card=5, count=1, isolation="mps"), ledger.names)
     assert text == (
-        "node gpu-coop enforces cooperative isolation (cooperative limit), "
-        "the pod requires mps (hard limit by MPS)"
+        "node gpu-coop enforces cooperative isolation (cooperative limit for the whole server), "
+        "the pod requires mps (hard limit per process by MPS)"
     )
     # Without the requirement, binpack still fills the card it started on.
     plain = placer.place_and_commit(Demand(key="jhub/c", per_card=5, count=1))
@@ -136,9 +136,9 @@ def test_with_no_mps_node_at_all_the_refusal_is_permanent_and_says_what_to_chang
     refused = Placer(ledger, "binpack").decide(Demand(key="jhub/x", per_card=5, count=1, isolation="mps"))
     assert isinstance(refused, Refusal) and refused.permanent
     assert refused.reason == (
-        "pod jhub/x asks 5 GiB on one card with a hard limit by MPS, but no node enforces mps isolation "
-        "(the nodes enforce cooperative, driver); choose a slice without this requirement, or enable "
-        "mps on a GPU node"
+        "pod jhub/x asks 5 GiB on one card with a hard limit per process by MPS, but no node enforces mps "
+        "isolation (the nodes enforce cooperative, driver); choose a slice without this requirement, or "
+        "enable mps on a GPU node"
     )
 
 

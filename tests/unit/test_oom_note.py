@@ -31,6 +31,7 @@ from tests.support.golden import golden_me
 
 GIB = 1024**3
 MIB = 1024**2
+MPS_WORDS = "hard limit per process by MPS"
 
 
 def load_hook() -> Any:
@@ -86,7 +87,7 @@ def me(**changes: Any) -> dict[str, Any]:
         sm_util=None,
         over_slice=False,
         usage_note="usage not measured on this node",
-        isolation={**mine["isolation"], "claimed": "mps", "tier": "mps", "words": "hard limit by MPS"},
+        isolation={**mine["isolation"], "claimed": "mps", "tier": "mps", "words": MPS_WORDS},
         neighbours={"count": 0, "units": 0, "used_mib": None},
     )
     big["isolation"]["check"] = {**mine["isolation"]["check"], "claimed": "mps", "observed": "mps"}
@@ -116,7 +117,7 @@ def test_the_note_names_the_slice_the_cap_the_process_the_neighbours_and_the_nex
     assert text.startswith("gpushare-hub: this server's GPU slice is 5 GiB (t4-5g) of a 15 GiB card.")
     assert (
         "would take the process past its slice; PyTorch's per-process fraction set by gpushare-hub's "
-        "start-up hook (cooperative limit) stopped it." in text
+        "start-up hook (cooperative limit for the whole server) stopped it." in text
     )
     assert (
         "This process holds 5 GiB (4.5 GiB in use by PyTorch, the rest cached) and asked for 512 MiB more."
@@ -133,7 +134,7 @@ def test_the_note_names_the_slice_the_cap_the_process_the_neighbours_and_the_nex
 
 def test_the_note_reads_the_allocation_of_this_named_server():
     text = explain(env={**ENV, "JUPYTERHUB_SERVER_NAME": "big"})
-    assert "(t4-7g)" in text and "the MPS pinned-memory limit (hard limit by MPS) stopped it" in text
+    assert "(t4-7g)" in text and f"the MPS pinned-memory limit ({MPS_WORDS}) stopped it" in text
     assert "No other server holds a slice of this card." in text
 
 
@@ -145,7 +146,7 @@ def test_when_no_larger_slice_is_free_the_note_says_so():
 @pytest.mark.parametrize(
     ("env", "cap"),
     [
-        ({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M"}, "the MPS pinned-memory limit (hard limit by MPS)"),
+        ({"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M"}, f"the MPS pinned-memory limit ({MPS_WORDS})"),
         ({"GPUSHARE_ISOLATION_TIER": "driver"}, "the driver's memory limit (hard limit by the driver)"),
         ({"GPUSHARE_ISOLATION_TIER": "cooperative"}, "PyTorch's per-process fraction"),
         ({"GPUSHARE_ISOLATION_TIER": "bogus"}, "PyTorch's per-process fraction"),
@@ -161,7 +162,7 @@ def test_the_services_tier_wins_over_the_nodes_claim_when_its_check_failed():
     failed = me()
     iso = failed["allocations"][0]["isolation"]
     iso.update(claimed="mps", check={**iso["check"], "claimed": "mps", "ok": False})
-    assert (iso["tier"], iso["words"]) == ("cooperative", "cooperative limit")
+    assert (iso["tier"], iso["words"]) == ("cooperative", "cooperative limit for the whole server")
     text = explain(env={**ENV, "GPUSHARE_ISOLATION_TIER": "mps"}, me=failed)
     assert "PyTorch's per-process fraction" in text and "MPS pinned-memory limit" not in text
 
@@ -169,7 +170,7 @@ def test_the_services_tier_wins_over_the_nodes_claim_when_its_check_failed():
 def test_under_a_hard_tier_fitting_the_slice_is_not_blamed_on_the_card():
     hard = me()
     iso = hard["allocations"][0]["isolation"]
-    iso.update(claimed="mps", tier="mps", words="hard limit by MPS")
+    iso.update(claimed="mps", tier="mps", words=MPS_WORDS)
     iso["check"] = {**iso["check"], "claimed": "mps", "observed": "mps"}
     text = explain(me=hard, held=(1 * GIB, 1 * GIB))
     assert "the card itself is full" not in text and "the MPS pinned-memory limit" in text
@@ -178,7 +179,7 @@ def test_under_a_hard_tier_fitting_the_slice_is_not_blamed_on_the_card():
 def test_an_allocation_that_fits_the_slice_is_blamed_on_the_full_card_not_the_cap():
     text = explain(held=(1 * GIB, 1 * GIB))
     assert "This allocation fits in the slice, so no cap stopped it: the card itself is full" in text
-    assert "(cooperative limit) stopped it" not in text
+    assert "(cooperative limit for the whole server) stopped it" not in text
 
 
 def test_without_the_process_numbers_the_note_names_the_cap_that_applies():
@@ -405,7 +406,7 @@ def test_under_mps_the_note_names_the_mps_limit(tmp_path):
     env = {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=5120M", "CUDA_MPS_PIPE_DIRECTORY": str(pipe)}
     proc = python(tmp_path, f"import torch\n{ALLOCATE_6_GIB}", env)
     assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.00 GiB" in proc.stderr
-    assert "the MPS pinned-memory limit (hard limit by MPS) stopped it" in proc.stderr
+    assert f"the MPS pinned-memory limit ({MPS_WORDS}) stopped it" in proc.stderr
 
 
 IPYTHON = """
@@ -466,9 +467,14 @@ def test_a_broken_note_never_hides_the_users_error(tmp_path):
 def test_the_hooks_own_spellings_are_the_packages():
     """The hook imports nothing of ours, so it spells a few names again: they must not drift."""
     from gpushare_hub.core import isolation
-    from gpushare_hub.core.names import SERVICE_URL_ENV
+    from gpushare_hub.core.names import CONTAINER_LEDGER_DIR, LEDGER_DIR_ENV, SERVICE_URL_ENV
     from gpushare_hub.isolation import selftest
 
     assert hook.SERVICE_URL_VAR == SERVICE_URL_ENV
+    assert hook.LEDGER_VAR == LEDGER_DIR_ENV
+    # The ledger's file, beside the hook, spells them too.
+    source = (HOOK_DIR / hook.LEDGER_FILE).read_text()
+    assert f'LEDGER_VAR = "{LEDGER_DIR_ENV}"' in source
+    assert f'DEFAULT_DIR = "{CONTAINER_LEDGER_DIR}"' in source
     assert hook.TIERS == isolation.TIERS and hook.TIER_WORDS == isolation.WORDS
     assert hook.TIER_VAR == selftest.TIER_VAR

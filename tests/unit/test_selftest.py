@@ -16,6 +16,7 @@ import pytest
 from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.isolation import selftest
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from gpushare_hub.isolation.probes import WholeServer
 from gpushare_hub.isolation.selftest import FrameworkResult, Probe, framework_result, meets, observed_tier
 
 SLICE = 5120
@@ -297,3 +298,36 @@ def test_frameworks_are_found_in_the_working_directory_without_being_imported(no
     assert "torch" not in sys.modules
     empty = tmp_path_factory.mktemp("empty")
     assert "torch" not in selftest.installed_frameworks(str(empty))
+
+
+def test_with_a_container_ledger_the_selftest_checks_the_slice_holds_for_two_processes(notebook, tmp_path):
+    """Issue 37: a first PyTorch process holds half the slice, a second stops at what is left."""
+    ledger = tmp_path / "tmp" / "gpushare-hub-ledger"  # the notebook's own: the check uses one of its own
+    status, doc, _ = run_selftest(notebook, {"GPUSHARE_LEDGER_DIR": str(ledger)}, "--json")
+    assert status == 0 and doc["ok"] is True, doc
+    assert doc["whole_server"] == {
+        "slice_mib": SLICE, "first_mib": SLICE // 2, "second_stopped_at_mib": SLICE // 2, "error": None,
+        "held": True,
+    }  # fmt: skip
+    assert not ledger.exists() or not list(ledger.iterdir())
+    status, text, _ = run_selftest(notebook, {"GPUSHARE_LEDGER_DIR": str(ledger)})
+    assert "a second stopped at 2560 MiB: the slice holds for all of the server's processes together" in text
+    # Without a ledger the caps are per process: nothing to check, and the report says nothing of it.
+    status, doc, _ = run_selftest(notebook, {}, "--json")
+    assert status == 0 and doc["whole_server"] is None
+
+
+def test_a_second_process_past_what_the_first_left_is_reported_and_not_ok():
+    whole = WholeServer(SLICE, 2560, SLICE)
+    assert not whole.held and "a second took 5120 MiB: each process has the whole slice" in whole.words()
+    assert (
+        WholeServer(SLICE, 2560, None)
+        .words()
+        .endswith("a second got past the slice: each process has the whole slice")
+    )
+    failed = WholeServer(SLICE, 0, None, "the first child did not report in 300 s")
+    assert not failed.held and failed.words().startswith("the whole server's slice could not be checked")
+    doc = selftest.document(SLICE, {}, [selftest.framework_result("torch", SLICE, held(), WENT_PAST, None)],
+                            datetime.now(UTC), whole=whole)  # fmt: skip
+    assert doc["ok"] is False and doc["whole_server"]["held"] is False
+    assert "each process has the whole slice" in selftest.render(doc)

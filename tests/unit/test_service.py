@@ -727,7 +727,8 @@ def test_me_gives_usage_tier_and_neighbours_as_counts_never_their_names():
     (mine,) = me["allocations"]
     assert mine["used_mib"] == 3174 and mine["usage_note"] == ""
     assert mine["neighbours"] == {"count": 1, "units": 5, "used_mib": 2048}
-    assert mine["isolation"]["tier"] == "cooperative" and mine["isolation"]["words"] == "cooperative limit"
+    assert mine["isolation"]["tier"] == "cooperative"
+    assert mine["isolation"]["words"] == "cooperative limit for the whole server"
     assert mine["card"] == {"model": "Tesla-T4", "units": 15, "used": 10, "free": 5}
     assert me["spawn_url"] == "/hub/spawn/alice"
     text = json.dumps(me)

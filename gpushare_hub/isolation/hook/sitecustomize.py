@@ -9,7 +9,10 @@ through :mod:`site`. It reads the slice from the container's environment:
 * ``GPUSHARE_CARD_MEMORY_MIB``: the card's memory, to turn the slice into a fraction
   before CUDA starts;
 * ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``: set on MPS nodes, where MPS itself caps every
-  framework, so PyTorch is left alone (a fraction of an MPS-reported total would cap twice);
+  process, so no fraction of the card is set before torch runs (a fraction of an MPS-reported
+  total would cap twice); the container ledger's cap (in bytes) still applies at CUDA's start;
+* ``GPUSHARE_LEDGER_DIR``: the container ledger's folder (``_gpushare_hub_ledger.py``, beside
+  this file): every GPU process of the container counts against the one slice;
 * ``GPUSHARE_TENSORFLOW_MEMORY_LIMIT=true``: the admin opted in to TensorFlow's
   ``memory_limit`` (off by default: it conflicts with ``set_memory_growth``).
 
@@ -120,18 +123,52 @@ def _without(conf: str, token: str) -> str:
     return ",".join(part for part in conf.split(",") if part.strip() and part.strip() != token)
 
 
+LEDGER_VAR = "GPUSHARE_LEDGER_DIR"  # core/names.py LEDGER_DIR_ENV, set by Allocate
+LEDGER_FILE = "_gpushare_hub_ledger.py"  # beside this file
+ledger: Any = None  # this process's place in its container's ledger, once its CUDA started
+
+
+def container_ledger(limit_mib: int) -> Any:
+    """This process's :class:`_gpushare_hub_ledger.Ledger` (loaded from the file beside this one),
+    or None where Allocate named no ledger folder or the file cannot be loaded."""
+    global ledger
+    if ledger is None and os.environ.get(LEDGER_VAR, "").strip():
+        try:
+            import importlib.util
+
+            module = sys.modules.get(LEDGER_FILE[:-3])
+            if module is None:
+                path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LEDGER_FILE)
+                spec = importlib.util.spec_from_file_location(LEDGER_FILE[:-3], path)
+                module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+                sys.modules[LEDGER_FILE[:-3]] = module
+            ledger = module.Ledger(limit_mib * MIB)
+        except Exception as err:
+            _debug(f"no container ledger: {err!r}")
+    return ledger
+
+
 class _Torch:
     """Caps PyTorch: the allocator setting before torch runs (where torch has it), and a call
     queued for CUDA's start that sets the exact fraction of the card's size as CUDA reports it
     (NVML's size, which the setting must use, is larger on some cards: 15360 MiB on a T4
-    against 15110 MiB seen by CUDA)."""
+    against 15110 MiB seen by CUDA). With a container ledger the cap is what the slice has left
+    after the container's other processes, taken again while the process runs.
 
-    def __init__(self, limit_mib: int, card_mib: int | None) -> None:
+    ``mps``: on MPS nodes MPS caps each process at the slice already (and CUDA may report the
+    pinned limit as the card's size), so nothing is set before torch runs; the ledger's cap, in
+    bytes, still applies on top."""
+
+    def __init__(self, limit_mib: int, card_mib: int | None, mps: bool = False) -> None:
         self.limit_mib = limit_mib
         self.card_mib = card_mib
+        self.mps = mps
         self.users_own = False
 
     def before(self, spec: Any) -> None:
+        if self.mps:
+            return
         added = os.environ.get(ADDED_VAR, "")
         version = _torch_version(spec)
         has_key = version is not None and version >= FIRST_TORCH_WITH_KEY
@@ -160,21 +197,39 @@ class _Torch:
         applied.append(f"torch: {conf_name} gains {token}")
 
     def after(self, torch: Any) -> None:
-        if self.users_own:
-            return
         cuda = torch.cuda
         limit = self.limit_mib * MIB
+        mps, users_own = self.mps, self.users_own
+
+        def set_caps(cap_bytes: int) -> list[str]:
+            done = []
+            for device in range(cuda.device_count()):
+                total = cuda.get_device_properties(device).total_memory
+                fraction = min(1.0, cap_bytes / total)
+                cuda.set_per_process_memory_fraction(fraction, device)
+                done.append(f"torch: set_per_process_memory_fraction({fraction:.6f}, {device})")
+            return done
+
+        def held() -> int:
+            return sum(int(cuda.memory_reserved(device)) for device in range(cuda.device_count()))
 
         def cap() -> None:
             try:
-                for device in range(cuda.device_count()):
-                    total = cuda.get_device_properties(device).total_memory
-                    fraction = min(1.0, limit / total)
-                    cuda.set_per_process_memory_fraction(fraction, device)
-                    applied.append(f"torch: set_per_process_memory_fraction({fraction:.6f}, {device})")
+                shared = container_ledger(self.limit_mib)
+                if shared is None:
+                    if not (users_own or mps):
+                        applied.extend(set_caps(limit))
+                    return
+                first = shared.cap()
+                if not users_own:  # the user's own fraction stands; their holding still counts
+                    applied.extend(set_caps(first))
+                shared.follow(held, (lambda _cap: None) if users_own else set_caps, first)
+                applied.append("torch: the container's other processes counted against the slice")
             except Exception as err:  # a failure here must not break the user's CUDA start
                 _debug(f"could not cap PyTorch: {err!r}")
 
+        if (users_own or mps) and not os.environ.get(LEDGER_VAR, "").strip():
+            return
         lazy_call = getattr(cuda, "_lazy_call", None)
         if lazy_call is not None:
             lazy_call(cap)  # runs at CUDA's lazy init, or now if CUDA already started
@@ -183,6 +238,31 @@ class _Torch:
             cap()
         else:
             _debug("this torch has no torch.cuda._lazy_call; PyTorch is not capped")
+
+
+# The caps CuPy and JAX read from the environment when they start (Allocate sets them to the slice).
+START_CAPS = {"cupy": "CUPY_GPU_MEMORY_LIMIT", "jax": "XLA_PYTHON_CLIENT_MEM_FRACTION"}
+
+
+def _left_at_start(limit_mib: int, framework: str) -> Callable[[Any], None]:
+    """CuPy and JAX take their caps from the environment when they start, and nothing sets them
+    again: with a container ledger, each starts with what the slice has left after the container's
+    PyTorch processes (never nothing at all for CuPy, whose 0 means no limit)."""
+
+    def before(_spec: Any) -> None:
+        var = START_CAPS[framework]
+        card_mib = _positive_int(CARD_VAR)
+        shared = container_ledger(limit_mib)
+        if shared is None or not os.environ.get(var) or not card_mib:
+            return
+        left = shared.cap()
+        if left >= limit_mib * MIB:
+            return  # the whole slice: Allocate's value stands
+        value = str(max(left, 1)) if framework == "cupy" else f"{left / (card_mib * MIB):.4f}"
+        os.environ[var] = value
+        applied.append(f"{framework}: {var}={value}, what the slice has left")
+
+    return before
 
 
 def _cap_tensorflow(limit_mib: int) -> Callable[[Any], None]:
@@ -302,8 +382,8 @@ FRAMEWORK_CAPS = {
 }
 HARD_CAPS = {"mps": "the MPS pinned-memory limit", "driver": "the driver's memory limit"}
 TIER_WORDS = {
-    "cooperative": "cooperative limit",
-    "mps": "hard limit by MPS",
+    "cooperative": "cooperative limit for the whole server",
+    "mps": "hard limit per process by MPS",
     "driver": "hard limit by the driver",
 }
 NAMES = {"torch": "PyTorch", "cupy": "CuPy", "jax": "JAX"}
@@ -464,12 +544,15 @@ def explain_oom(
     env: Mapping[str, str] | None = None,
     me: Mapping[str, Any] | str | None = None,
     held: tuple[int | None, int | None] | None = None,
+    siblings: list[tuple[int, int, str]] | None = None,
 ) -> str | None:
     """The note for an out-of-memory error of ``framework`` in a process with a slice (None without).
 
     ``me``: the hub service's ``api/v1/me`` document, or the reason it could not be asked; asked
     now when None. ``held``: (in use, reserved) bytes of this process; read from the framework
-    when None. Only counts and totals of other holders are shown, never who they are.
+    when None. ``siblings``: the server's other GPU processes as the container ledger has them
+    (pid, bytes held, what each is); read from the ledger when None. Of other servers only counts
+    and totals are shown, never who they are.
     """
     env = os.environ if env is None else env
     slice_mib = _positive_int(LIMIT_VAR, env)
@@ -488,6 +571,9 @@ def explain_oom(
     used, reserved = held if held is not None else _held(framework)
     in_use = reserved if reserved is not None else used
     asked = _requested(exc)
+    if siblings is None:
+        siblings = ledger.others() if ledger is not None else []
+    mine = sum(min(h, slice_mib * MIB) for _pid, h, _what in siblings)
 
     card_mib = _positive_int(CARD_VAR, env)
     slice_name = _text(allocation.get("slice"), 40)
@@ -501,14 +587,15 @@ def explain_oom(
         tier == "cooperative"
         and in_use is not None
         and asked is not None
-        and in_use + asked <= slice_mib * MIB
+        and in_use + asked + mine <= slice_mib * MIB
     ):
         first += (
             f". This allocation fits in the slice, so no cap stopped it: the card itself is full "
             f"(its other holders use more than their slices, or memory outside {name} is in use)."
         )
     elif in_use is not None and asked is not None:
-        first += f". This allocation would take the process past its slice; {cap} ({words}) stopped it."
+        whose = "this server" if mine else "the process"
+        first += f". This allocation would take {whose} past its slice; {cap} ({words}) stopped it."
     else:
         first += f"; the cap here is {cap} ({words})."
     lines = [first]
@@ -522,6 +609,13 @@ def explain_oom(
         if own is not None:
             holds += f" All processes of this server use {_size(own * MIB)} of the card."
         lines.append(holds)
+    holding = sorted(((h, what) for _pid, h, what in siblings if h > 0), reverse=True)
+    if holding:
+        which = ", ".join(_text(what) for _h, what in holding[:4]) + (", ..." if len(holding) > 4 else "")
+        lines.append(
+            f"This server's other GPU processes hold {_size(mine)} of the slice: {which}. The slice is "
+            "for all of them together: free memory there, or shut down a kernel you no longer need."
+        )
 
     hint = FREE_HINTS.get(framework, "free memory you no longer need")
     spawn = _text(doc.get("spawn_url"), 200)
@@ -672,14 +766,13 @@ def install() -> ImportWatcher | None:
     if limit_mib is None:
         return None
     watcher = ImportWatcher()
-    if not os.environ.get(MPS_VAR):
-        torch = _Torch(limit_mib, _positive_int(CARD_VAR))
-        watcher.watch("torch", torch.before, _then(torch.after, "torch cap"))
-    elif NOTES:
-        watcher.watch("torch", _nothing, _then(None, "torch"))
-    if NOTES:
-        watcher.watch("cupy", _nothing, _then(None, "cupy"))
-        watcher.watch("jax", _nothing, _then(None, "jax"))
+    torch = _Torch(limit_mib, _positive_int(CARD_VAR), mps=bool(os.environ.get(MPS_VAR)))
+    watcher.watch("torch", torch.before, _then(torch.after, "torch cap"))
+    start_caps = not os.environ.get(MPS_VAR) and os.environ.get(LEDGER_VAR, "").strip()
+    for name in ("cupy", "jax"):
+        before = _left_at_start(limit_mib, name) if start_caps else _nothing
+        if NOTES or start_caps:
+            watcher.watch(name, before, _then(None, name))
     if os.environ.get(TENSORFLOW_VAR, "").strip().lower() in ("1", "true", "yes"):
         watcher.watch("tensorflow", _nothing, _cap_tensorflow(limit_mib))
     for name in list(watcher.hooks):

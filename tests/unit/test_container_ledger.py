@@ -1,0 +1,239 @@
+"""The container ledger (issue 37): one slice for every Python process of a notebook server.
+
+Each test runs real Python processes with the start-up hook and the fake torch on their path, as
+the device plugin's Allocate starts them (its environment, the ledger folder standing in for the
+container's own /tmp), and reads what the fake torch and the ledger's files say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from tests.conftest import wait_for
+from tests.support.isolation import fake_site
+
+GIB = 1024**3
+SLICE = {"GPUSHARE_MEMORY_LIMIT_MIB": "5120", "GPUSHARE_CARD_MEMORY_MIB": "15360"}
+
+# Holds GIB_A GiB, says so, and keeps it until its standard input closes.
+HOLDER = """
+import sys, torch
+held = torch.empty({gib} * 1024**3, dtype=torch.uint8, device="cuda")
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+# Asks 3 GiB (past what the holder left), then 1.5 GiB; waits for a line; then asks 3 GiB more.
+SECOND = """
+import sys, time, torch, sitecustomize
+kept = []
+def take(gib):
+    try:
+        kept.append(torch.empty(int(gib * 1024**3), dtype=torch.uint8, device="cuda"))
+        print("took", gib, flush=True)
+    except torch.cuda.OutOfMemoryError as err:
+        note = sitecustomize.explain_oom(err, me="not asked in this test")
+        print("refused", gib, json.dumps(note), flush=True)
+import json
+take(3)
+take(1.5)
+sys.stdin.readline()
+time.sleep(1.5)
+take(3)
+"""
+
+
+def env_for(tmp_path: Path, ledger: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(fake_site(tmp_path))]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "GPUSHARE_LEDGER_DIR": str(ledger),
+        **SLICE,
+    }
+
+
+def start(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    """Kill it if it still runs, reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=10)
+
+
+def entries(ledger: Path) -> dict[int, dict[str, object]]:
+    out = {}
+    for path in ledger.glob("*.json"):
+        try:
+            out[int(path.stem)] = json.loads(path.read_text())
+        except (ValueError, OSError):
+            continue
+    return out
+
+
+def test_the_second_process_gets_what_the_first_left_and_a_killed_ones_share_comes_back(tmp_path):
+    ledger = tmp_path / "tmp" / "gpushare-hub-ledger"
+    env = env_for(tmp_path, ledger)
+    first = start(HOLDER.format(gib=3), env)
+    second = None
+    try:
+        assert first.stdout and first.stdout.readline().strip() == "held", first.stderr
+        # It says what it holds within the ledger's interval.
+        assert wait_for(lambda: entries(ledger).get(first.pid, {}).get("held") == 3 * GIB, 10, every=0.1)
+        second = start(SECOND, env)
+        assert second.stdout
+        refused = second.stdout.readline().split(" ", 2)
+        assert refused[:2] == ["refused", "3"], (refused, second.stderr.read() if second.stderr else "")
+        note = json.loads(refused[2])
+        assert "other GPU processes hold 3 GiB of the slice: python (pid " in note, note
+        assert "would take this server past its slice" in note, note
+        assert second.stdout.readline().split() == ["took", "1.5"]
+        # Together they hold 4.5 GiB of the 5 GiB slice: never more.
+        assert wait_for(
+            lambda: entries(ledger).get(second.pid, {}).get("held") == int(1.5 * GIB), 10, every=0.1
+        )
+        assert sum(int(e["held"]) for e in entries(ledger).values()) <= 5 * GIB  # type: ignore[call-overload]
+
+        first.kill()  # a kernel killed, not shut down: nothing of it runs to clean up
+        first.wait(10)
+        assert first.pid in entries(ledger)  # its file stays ...
+        second.stdin.write("go\n")  # type: ignore[union-attr]
+        second.stdin.flush()  # type: ignore[union-attr]
+        assert second.stdout.readline().split() == ["took", "3"]  # ... but its share came back
+        assert first.pid not in entries(ledger)  # and the stale file went
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                stop(proc)
+    assert entries(ledger) == {}, "each process took its entry with it at exit"
+
+
+CORRUPT = [
+    b"not json",
+    b"\xff\xfe",
+    b"[1, 2]",
+    b'{"pid": "PID", "start": "1", "held": 1, "what": "x"}',
+    b'{"pid": PID, "start": "1", "held": -5, "what": "x"}',
+    b'{"pid": PID, "start": "1", "held": true, "what": "x"}',
+    b'{"pid": PID, "start": 7, "held": 1, "what": "x"}',
+    b'{"pid": 1, "start": "1", "held": 1, "what": "x"}',  # another process's pid
+    b"[" * 4000,
+    b'{"pid": PID, "start": "1", "held": 1, "what": "' + b"x" * 5000 + b'"}',
+]
+
+
+def test_a_corrupt_ledger_crashes_nothing_and_takes_nothing(tmp_path):
+    """Files the user's own code wrote (or a crash left) never stop a kernel, nor lower its cap."""
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    for i, content in enumerate(CORRUPT):
+        pid = 4_000_000 + i  # past any pid_max: only the content decides
+        (ledger / f"{pid}.json").write_bytes(content.replace(b"PID", str(pid).encode()))
+    (ledger / "1.json").symlink_to("/proc/self/environ")  # never followed
+    (ledger / "x.json").write_text("{}")
+    (ledger / "-3.json").write_text("{}")
+    proc = subprocess.run(
+        [sys.executable, "-c", SECOND.replace("sys.stdin.readline()", "")],
+        env=env_for(tmp_path, ledger), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == [
+        "took 3",
+        "took 1.5",
+        "refused 3 " + proc.stdout.split("\n")[2][10:],
+    ]
+    assert proc.stderr == ""
+
+
+def test_a_stale_entry_of_an_ended_process_is_removed_and_counts_for_nothing(tmp_path):
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    gone = int(ended.stdout)
+    (ledger / f"{gone}.json").write_text(
+        json.dumps({"pid": gone, "start": "1", "held": 5 * GIB, "what": "x"})
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SECOND.replace("sys.stdin.readline()", "")],
+        env=env_for(tmp_path, ledger), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.stdout.split("\n")[:2] == ["took 3", "took 1.5"], proc.stdout + proc.stderr
+    assert not (ledger / f"{gone}.json").exists()
+
+
+def test_without_a_ledger_folder_each_process_keeps_its_own_cap(tmp_path):
+    """Outside a container that Allocate named a ledger for, the hook is per process, as before."""
+    env = env_for(tmp_path, tmp_path / "unused")
+    del env["GPUSHARE_LEDGER_DIR"]
+    first = start(HOLDER.format(gib=3), env)
+    try:
+        assert first.stdout and first.stdout.readline().strip() == "held"
+        time.sleep(1)
+        proc = subprocess.run(
+            [sys.executable, "-c", SECOND.replace("sys.stdin.readline()", "")],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.stdout.split("\n")[0] == "took 3", proc.stdout + proc.stderr
+    finally:
+        stop(first)
+    assert not (tmp_path / "unused").exists()
+
+
+def test_a_killed_process_not_yet_reaped_counts_as_ended():
+    """A killed kernel is a zombie until Jupyter Server reaps it: its share is back already."""
+    sys.path.insert(0, str(HOOK_DIR))
+    try:
+        import _gpushare_hub_ledger as ledger
+    finally:
+        sys.path.remove(str(HOOK_DIR))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert ledger.start_time(child.pid) is not None
+        child.kill()
+        assert wait_for(lambda: ledger.start_time(child.pid) is None, 10, every=0.05)
+        assert child.returncode is None  # not reaped yet: a zombie
+    finally:
+        child.kill()
+        child.wait(10)
+    assert ledger.start_time(os.getpid()) is not None
+
+
+def test_cupy_and_jax_start_with_what_the_slice_has_left(tmp_path):
+    """They read their caps from the environment when they start; nothing can set them again."""
+    ledger = tmp_path / "tmp" / "gpushare-hub-ledger"
+    env = env_for(tmp_path, ledger)
+    env["CUPY_GPU_MEMORY_LIMIT"] = str(5 * GIB)  # Allocate's, the whole slice
+    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.333"
+    fakes = tmp_path / "fakes"
+    for name, var in (("cupy", "CUPY_GPU_MEMORY_LIMIT"), ("jax", "XLA_PYTHON_CLIENT_MEM_FRACTION")):
+        (fakes / name).mkdir(parents=True)
+        (fakes / name / "__init__.py").write_text(f"import os\nprint({name!r}, os.environ[{var!r}])\n")
+    env["PYTHONPATH"] += os.pathsep + str(fakes)
+    alone = subprocess.run(
+        [sys.executable, "-c", "import cupy, jax"], env=env, capture_output=True, text=True
+    )
+    assert alone.stdout.split("\n")[:2] == [f"cupy {5 * GIB}", "jax 0.333"], alone.stdout + alone.stderr
+    holder = start(HOLDER.format(gib=3), env)
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "held"
+        assert wait_for(lambda: entries(ledger).get(holder.pid, {}).get("held") == 3 * GIB, 10, every=0.1)
+        beside = subprocess.run(
+            [sys.executable, "-c", "import cupy, jax"], env=env, capture_output=True, text=True
+        )
+        assert beside.stdout.split("\n")[:2] == [f"cupy {2 * GIB}", f"jax {2048 / 15360:.4f}"], beside.stdout
+    finally:
+        stop(holder)
