@@ -104,3 +104,6 @@ IDLE_NOTIFIED_REASON = "GPUShareIdle"  # idle on the GPU (the rule only tells)
 IDLE_RETURNED_REASON = "GPUShareIdleReturned"  # returned for being idle on the GPU
 BUDGET_SPENT_REASON = "GPUShareBudgetSpent"  # the user's GiB-hour budget is spent
 BUDGET_RETURNED_REASON = "GPUShareBudgetReturned"  # returned for a spent budget
+OVER_SLICE_WARNING_REASON = "GPUShareOverSliceWarning"  # stayed over its slice: it will be stopped
+OVER_SLICE_NOTIFIED_REASON = "GPUShareOverSliceNotified"  # stayed over its slice (the rule only tells)
+OVER_SLICE_STOPPED_REASON = "GPUShareOverSliceStopped"  # stopped for staying over its slice

@@ -23,6 +23,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .hubclient import HubMe
+from .overslice import server_processes
 from .sliceinfo import SliceInfo, as_json, read_slice, render_html
 from .status import returned_slice, status_document
 
@@ -67,7 +68,9 @@ class StatusApiHandler(JupyterHandler):
         if info.has_gpu:
             hub, problem = await self.settings[HUB_SETTING].read(os.environ)
         server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-        doc = status_document(info, hub, problem, server, returned_slice(os.environ))
+        doc = status_document(
+            info, hub, problem, server, returned_slice(os.environ), server_processes(os.environ)
+        )
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(doc))

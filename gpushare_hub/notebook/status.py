@@ -19,6 +19,7 @@ from gpushare_hub.core.durations import duration_words, returned_words
 from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.usage import NOT_MEASURED
 
+from .overslice import over_problem, over_warning
 from .sliceinfo import SliceInfo, as_json
 
 NOT_CONFIGURED = "hub service not configured for this server"
@@ -144,7 +145,7 @@ def status_text(
     neighbours = _count(_mapping(allocation.get("neighbours")).get("count"))
     if neighbours is not None:
         parts.append(_others(neighbours))
-    warning = budget_warning(hub) or idle_warning(allocation)
+    warning = budget_warning(hub) or idle_warning(allocation) or over_warning(allocation)
     if warning:
         parts.insert(0, warning)
     return " · ".join(parts)
@@ -194,15 +195,22 @@ def status_document(
     problem: str,
     server_name: str,
     returned: Mapping[str, Any] | None = None,
+    processes: list[tuple[int, int, str]] | None = None,
 ) -> dict[str, object]:
-    """The answer of ``gpushare/api/status``; ``returned``: :func:`returned_slice`."""
+    """The answer of ``gpushare/api/status``; ``returned``: :func:`returned_slice`;
+    ``processes``: the container's GPU processes (:func:`.overslice.server_processes`)."""
     allocation = pick_allocation(hub, server_name) if info.has_gpu else None
     if info.has_gpu and hub is not None and allocation is None and not problem:
         problem = (
             f"{NOT_LISTED}: the service's view of the cluster may not have caught up with this "
             f"server yet (server name {server_name!r})"
         )
-    problem = problem or budget_problem(hub) or idle_problem(allocation)
+    problem = (
+        problem
+        or budget_problem(hub)
+        or idle_problem(allocation)
+        or over_problem(allocation, processes or [])
+    )
     return {
         "slice": as_json(info),
         "hub": dict(hub) if hub is not None else None,

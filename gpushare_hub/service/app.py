@@ -46,7 +46,7 @@ from .handlers.pages import NotFoundHandler, ToPrefixHandler
 from .held import held_slices
 from .hubapi import HubAPI
 from .hubconfig import CONFIG_ENV
-from .rules import ServiceConfigError, budget_rule, env_config, idle_rule
+from .rules import ServiceConfigError, budget_rule, env_config, idle_rule, over_slice_rule
 from .settings import ServiceSettings
 from .sources import Cluster, HubServers, service_informer
 
@@ -86,6 +86,7 @@ class GPUShareService(ServiceSettings):
         self.catalogue = read_catalogue(self.slices, (), self.resource_names)
         self.idle_rule = idle_rule(self, self.catalogue)
         self.budget_rule = budget_rule(self)
+        self.over_slice_rule = over_slice_rule(self)
 
     _planning_lock: asyncio.Lock | None = None
 
@@ -181,8 +182,10 @@ class GPUShareService(ServiceSettings):
             post_event,
             check_seconds=self.gpu_idle_check_seconds,
             retention_days=self.history_retention_days,
+            over_slice=self.over_slice_rule,
         )
         self.enforcement, self.book, self.idle, self.budgets = e, e.book, e.idle, e.budgets
+        self.over = e.over
         return e
 
     async def run(self) -> None:

@@ -1,7 +1,7 @@
 """The service's pass over fresh figures, every ``gpu_idle_check_seconds``: the book records
 what each hub user holds now, then the :class:`~gpushare_hub.service.enforcer.Enforcer` applies
-the two policies (idle return, GiB·h budgets). Built once from the rules and the book, by the
-service's ``run`` and by the tests, so both wire it the same way."""
+the three policies (idle return, GiB·h budgets, servers over their slices). Built once from the
+rules and the book, by the service's ``run`` and by the tests, so both wire it the same way."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from gpushare_hub.accounting.book import KEEP_SECONDS, Book
 
 from .budgets import BudgetPolicy, BudgetRule
-from .enforcer import Case, Enforcer, EventPoster
+from .enforcer import Case, Enforcer, EventPoster, Policy
 from .held import HeldSlice, held_now
 from .hubapi import HubAPI
 from .idle import IdleRule
 from .idlepolicy import IdlePolicy
+from .overslice import OverSlicePolicy, OverSliceRule
 
 log = logging.getLogger("gpushare.service")
 
@@ -25,7 +26,7 @@ PRUNE_EVERY = 3600.0
 
 
 class Enforcement:
-    """The book, the two policies and the enforcer, and the pass that drives them."""
+    """The book, the three policies and the enforcer, and the pass that drives them."""
 
     def __init__(
         self,
@@ -38,12 +39,14 @@ class Enforcement:
         check_seconds: float = 30.0,
         retention_days: int = 90,
         clock: Callable[[], float] = time.time,
+        over_slice: OverSliceRule | None = None,
     ) -> None:
         """``check_seconds``: the pass's period (a pod gone between two passes that far apart
         ended when it was last seen); ``retention_days``: how long the book keeps what ended."""
         self.book = book
         self.idle = IdlePolicy(idle_rule, book)
         self.budgets = BudgetPolicy(budget_rule, book, clock)
+        self.over = OverSlicePolicy(over_slice or OverSliceRule())
         self.enforcer = Enforcer(hub, post_event, clock)
         self.clock = clock
         self.gap = max(90.0, 3 * check_seconds)
@@ -62,7 +65,12 @@ class Enforcement:
         except Exception:
             log.exception("the GiB·h book failed this pass; it runs again next pass")
         acted: list[Case] = []
-        for name, policy in (("idle rule", self.idle), ("GiB·h budget", self.budgets)):
+        policies: tuple[tuple[str, Policy], ...] = (
+            ("idle rule", self.idle),
+            ("GiB·h budget", self.budgets),
+            ("over-slice rule", self.over),
+        )
+        for name, policy in policies:
             try:
                 acted += await self.enforcer.tick(policy, held, groups)
             except Exception:

@@ -56,8 +56,8 @@ def add_scopes(c: Any, name: str) -> None:
 
 
 def returns_servers(service_config: Mapping[str, Any]) -> bool:
-    """Whether an idle action, or the action on a spent GiB·h budget, stops or parks servers
-    (then the service's role may)."""
+    """Whether an idle action, the action on a spent GiB·h budget or the over-slice action stops or
+    parks servers (then the service's role may)."""
     actions = [service_config.get("gpu_idle_action", "notify")]
     for key in ("gpu_idle_action_per_group", "gpu_idle_action_per_slice"):
         actions += list((service_config.get(key) or {}).values())
@@ -66,6 +66,7 @@ def returns_servers(service_config: Mapping[str, Any]) -> bool:
     )
     if budgets:
         actions.append(service_config.get("budget_action", "stop"))
+    actions.append(service_config.get("over_slice_action", "none"))
     return any(a in ("stop", "park") for a in actions)
 
 

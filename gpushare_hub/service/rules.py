@@ -14,6 +14,7 @@ from gpushare_hub.core.catalogue import Catalogue
 from .budgets import BudgetRule
 from .hubconfig import CONFIG_ENV
 from .idle import PARK, IdleRule
+from .overslice import OverSliceRule
 from .settings import ServiceSettings
 
 
@@ -59,6 +60,13 @@ def budget_rule(settings: ServiceSettings) -> BudgetRule:
             "CPU-only profile_list slug a parked server starts on"
         )
     return rule
+
+
+def over_slice_rule(settings: ServiceSettings) -> OverSliceRule:
+    """The over-slice rule from the settings (the traits check their values)."""
+    return OverSliceRule(
+        settings.over_slice_action, settings.over_slice_after, settings.over_slice_warn_before
+    )
 
 
 def idle_rule(settings: ServiceSettings, catalogue: Catalogue) -> IdleRule:

@@ -168,6 +168,28 @@ class ServiceSettings(QuotaSettings, Application):
         spawner (no slice). Needed when any idle action is "park".""",
     )
     gpu_idle_check_seconds = Float(30.0, config=True, help="How often the idle rule is applied.")
+    over_slice_action = Enum(
+        ["none", "notify", "stop"],
+        default_value="none",
+        config=True,
+        help="""
+        What happens to a server whose processes stay over its slice (as the device plugin
+        measures them, whatever tier holds the slice) for over_slice_after seconds: "notify" (an
+        event on the pod and a line in the log; the user reads it in the notebook's status bar),
+        "stop" (the user is warned over_slice_warn_before seconds ahead, then the hub stops the
+        server unless it went back under its slice), or "none" (only the dashboard's flag and the
+        plugin's GPUShareOverSlice event).
+        """,
+    )
+    over_slice_after = Integer(
+        300, min=1, config=True, help="Seconds a server may stay over its slice before over_slice_action."
+    )
+    over_slice_warn_before = Integer(
+        300,
+        min=0,
+        config=True,
+        help='With over_slice_action "stop": seconds between the warning and the stop.',
+    )
     queue_estimate_after = Float(
         600.0,
         min=0,

@@ -50,6 +50,7 @@ from gpushare_hub.service.held import held_now, held_slices
 from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.idle import PARK, IdleRule
 from gpushare_hub.service.idlepolicy import IdlePolicy
+from gpushare_hub.service.overslice import STOP, OverSlicePolicy, OverSliceRule
 from gpushare_hub.service.sources import Cluster, service_informer
 from tests.support.inspect_cluster import placed
 from tests.unit.helpers import node_obj, pod_obj
@@ -66,6 +67,7 @@ NAMESPACE, NODE = "jhub", "nb-1"
 GPU_IDLE_AFTER = 1800
 IDLE_RULE = IdleRule(action=PARK, return_after=7200, warn_before=600, keep_seconds=3600, park_profile="cpu")
 BUDGET_RULE = BudgetRule(per_user=100.0, window="week", action=PARK, park_profile="cpu")
+OVER_SLICE_RULE = OverSliceRule(STOP, after=300, warn_before=300)
 SLICES = [
     {"slug": f"t4-{gib}g", "display_name": f"Tesla T4 · {gib} GiB", "gib": gib, "models": ["Tesla-T4"]}
     for gib in (3, 5, 7, 10, 15)
@@ -174,11 +176,15 @@ class GoldenService:
     enforcement: Enforcement = field(init=False)
     idle: IdlePolicy = field(init=False)
     budgets: BudgetPolicy = field(init=False)
+    over: OverSlicePolicy = field(init=False)
     releases: ReleaseHistory = field(init=False)
 
     def __post_init__(self) -> None:
-        self.enforcement = Enforcement(self.book, self.idle_rule, self.budget_rule, None, clock=lambda: NOW_S)
+        self.enforcement = Enforcement(
+            self.book, self.idle_rule, self.budget_rule, None, clock=lambda: NOW_S, over_slice=OVER_SLICE_RULE
+        )
         self.idle, self.budgets = self.enforcement.idle, self.enforcement.budgets
+        self.over = self.enforcement.over
         self.releases = ReleaseHistory(started=MONOTONIC - 7200, min_span=600)
 
 

@@ -25,6 +25,7 @@ from gpushare_hub.service.idle import (
     idle_states,
 )
 from gpushare_hub.service.idlepolicy import IdlePolicy
+from tests.support.fake_hubapi import FakeHub
 
 NOW = 1_800_000_000
 RULE = IdleRule(action=PARK, return_after=7200, warn_before=600, keep_seconds=3600, park_profile="cpu")
@@ -106,27 +107,6 @@ def test_the_store_keeps_keeps_and_actions_across_a_restart(tmp_path):
     assert reopened.returned("bo", 0) == []
     reopened.forget_before(NOW + 1)
     assert reopened.returned("ana", 0) == []
-
-
-class FakeHub:
-    def __init__(self, stop_status: int = 204) -> None:
-        self.calls: list[tuple] = []
-        self.up = {("ana", "")}
-        self.stop_status = stop_status
-
-    async def stop(self, user, server):
-        self.calls.append(("stop", user, server))
-        if self.stop_status in (202, 204):
-            self.up.discard((user, server))
-        return self.stop_status, {"message": "no"} if self.stop_status >= 400 else None
-
-    async def start(self, user, server, options):
-        self.calls.append(("start", user, server, dict(options)))
-        self.up.add((user, server))
-        return 202, None
-
-    async def running(self, user, server):
-        return (user, server) in self.up
 
 
 Returner = tuple[Enforcer, IdlePolicy]

@@ -30,6 +30,7 @@ from ..budgets import BudgetPolicy, BudgetRule
 from ..enforcement import Enforcement
 from ..idle import IdleRule
 from ..idlepolicy import IdlePolicy
+from ..overslice import OverSlicePolicy
 from ..query import Filters, QueryError, parse_query, query_values
 from ..sources import Cluster, HubServers
 from ..view import ledger_document
@@ -65,6 +66,7 @@ class RunningService(Protocol):
     book: Book
     idle: IdlePolicy
     budgets: BudgetPolicy
+    over: OverSlicePolicy
 
 
 # The scopes a route may require, named by the service's setting that holds each.

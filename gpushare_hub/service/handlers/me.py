@@ -132,9 +132,12 @@ def add_idle_returns(
     stopped or parked in the last day, with the words and the way back. ``mine``: the
     caller's slices; ``now``: Unix seconds."""
     states = {(st.server, st.pod): st for st in svc.idle.states(mine, {name: groups}, now)}
+    over = {(o.slice.namespace, o.slice.pod): o for o in svc.over.states(mine, now)}
     for a in doc["allocations"]:
         st = states.get((a["server"], a["pod"]))
         a["idle_return"] = st.to_json(now) if st is not None else None
+        o = over.get((a["namespace"], a["pod"]))
+        a["over_slice_return"] = o.to_json(now) if o is not None and svc.over.rule.configured else None
     returned = []
     for act in svc.book.returned(name, now - 86400):
         size = f"{act.units} GiB slice" + (f" ({act.slice})" if act.slice else "")
