@@ -19,6 +19,8 @@ import os
 import re
 import signal
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from gpushare_hub.localcluster.hub import LocalHub
@@ -91,14 +93,22 @@ def assert_capped(events: list[list[Any]], card_mib: int, where: str) -> None:
     )
 
 
+@contextmanager
+def server_with_fake_torch(local_cluster: Any, hub: LocalHub, user: str, tmp_path: Any) -> Iterator[str]:
+    """``user``'s 5 GiB server with the fake torch uploaded into it; its token. Stopped after."""
+    token, _ = start_server(hub, user, "slice-5")
+    try:
+        upload(hub, user, token, fake_site(tmp_path, "2.10.0"))
+        yield token
+    finally:
+        stop_server(hub, local_cluster, user)
+
+
 def test_a_kernel_and_a_terminal_of_a_5_gib_notebook_both_get_pytorch_capped_by_the_hook(
     local_cluster, hub, notebook_nodes, tmp_path
 ):
     user = "isolde"
-    token, _ = start_server(hub, user, "slice-5")
-    try:
-        upload(hub, user, token, fake_site(tmp_path, "2.10.0"))
-
+    with server_with_fake_torch(local_cluster, hub, user, tmp_path) as token:
         kernel = recorded(run_in_kernel(hub, user, token, READ_CAP.format(log="kernel.log")))
         assert_capped(kernel, notebook_nodes.mib, "kernel")
 
@@ -110,8 +120,6 @@ def test_a_kernel_and_a_terminal_of_a_5_gib_notebook_both_get_pytorch_capped_by_
         shown = run_in_terminal(hub, user, token, command)
         assert f"{venv_bin()}/python\r\n" in shown, shown
         assert_capped(recorded(shown), notebook_nodes.mib, "terminal")
-    finally:
-        stop_server(hub, local_cluster, user)
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -130,9 +138,7 @@ def test_two_kernels_of_a_5_gib_notebook_share_its_slice_and_a_killed_ones_share
     local_cluster, hub, notebook_nodes, tmp_path
 ):
     user = "kerstin"
-    token, _ = start_server(hub, user, "slice-5")
-    try:
-        upload(hub, user, token, fake_site(tmp_path, "2.10.0"))
+    with server_with_fake_torch(local_cluster, hub, user, tmp_path) as token:
 
         async def scenario() -> None:
             async with (
@@ -164,5 +170,3 @@ def test_two_kernels_of_a_5_gib_notebook_share_its_slice_and_a_killed_ones_share
                 assert error is None and out.startswith("took 3"), (out, error)
 
         asyncio.run(scenario())
-    finally:
-        stop_server(hub, local_cluster, user)
