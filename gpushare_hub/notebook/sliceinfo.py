@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpushare_hub.core.digits import ascii_int
-from gpushare_hub.core.names import CARD_UUIDS_ENV
+from gpushare_hub.core.names import CARD_UUIDS_ENV, LEDGER_DIR_ENV
 
 # Environment variables that frameworks other than PyTorch read as their cap (set by Allocate).
 FRAMEWORK_CAPS = (
@@ -45,6 +45,7 @@ class SliceInfo:
     hook_on_path: bool
     framework_caps: tuple[tuple[str, str, str], ...]  # (framework, variable, value)
     simulated: bool = False  # a simulated card (the demo, the tests): the fake torch's usage counts
+    ledger: bool = False  # the start-up hook counts all the server's processes (GPUSHARE_LEDGER_DIR)
 
     @property
     def has_gpu(self) -> bool:
@@ -94,6 +95,7 @@ def read_slice(env: Mapping[str, str], hook_loaded: bool | None = None) -> Slice
         hook_on_path=hook_loaded,
         framework_caps=caps,
         simulated=bool(env.get("GPUSHARE_SIM_USAGE_DIR")),
+        ledger=bool(env.get(LEDGER_DIR_ENV, "").strip()),
     )
 
 
@@ -109,6 +111,7 @@ def as_json(info: SliceInfo) -> dict[str, object]:
         "torch_fraction": info.torch_fraction,
         "mps_limit": info.mps_limit,
         "hook_on_path": info.hook_on_path,
+        "ledger": info.ledger,
         "framework_caps": {var: value for _, var, value in info.framework_caps},
         "summary": info.summary(),
     }
@@ -134,6 +137,8 @@ def render_html(info: SliceInfo, lab_url: str, api_url: str) -> str:
                 "gpushare-torch",
             )
         )
+    if info.ledger and info.has_gpu:
+        rows.append(("whole server", WHOLE_SERVER, "gpushare-ledger"))
     rows += [(f"{fw} ({var})", value, "gpushare-env") for fw, var, value in info.framework_caps]
     hint = DEMO_HINT if info.simulated else ""
     body = "\n".join(f'<tr class="{cls}"><th>{e(k)}</th><td>{e(v)}</td></tr>' for k, v, cls in rows if v)
@@ -163,6 +168,10 @@ Other users' servers may share this card: the hub's "GPU slices" page shows who.
 
 # On a simulated card nothing real holds memory: the demo's fake PyTorch does, and the plugin
 # counts what it holds as this server's usage (the JupyterLab status bar shows it).
+WHOLE_SERVER = (
+    "one slice for all of this server's PyTorch processes together: a second kernel gets what the first "
+    "left (the start-up hook's container ledger)"
+)
 DEMO_HINT = """<p class="gpushare-demo-hint">This card is simulated. To see the status bar in
 JupyterLab move, open a terminal there and run <code>python -m gpushare_hub.demo.fakealloc 3</code>:
 it holds 3 GiB through a fake PyTorch until Ctrl-C (the device plugin reads it within 15 s).

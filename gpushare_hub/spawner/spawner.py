@@ -57,9 +57,9 @@ guard_stored_options()
 
 # How the availability note looks beside a slice's name on KubeSpawner's form.
 FORM_STYLE = (
-    "<style>.gpushare-availability,.gpushare-isolation{font-size:75%;font-weight:normal}"
+    "<style>.gpushare-availability,.gpushare-isolation,.gpushare-compute{font-size:75%;font-weight:normal}"
     ".gpushare-free{color:#3c763d}.gpushare-unavailable{color:#a94442}"
-    ".gpushare-unknown,.gpushare-isolation{color:#777}</style>\n"
+    ".gpushare-unknown,.gpushare-isolation,.gpushare-compute{color:#777}</style>\n"
 )
 STATE_SLICE = "gpushare_slice"
 STATE_GIB = "gpushare_gib"

@@ -27,6 +27,7 @@ interface Slice {
   torch_fraction?: number | null;
   mps_limit?: string | null;
   hook_on_path?: boolean;
+  ledger?: boolean;
   framework_caps?: Record<string, string>;
   summary?: string;
 }
@@ -217,6 +218,9 @@ function capsInForce(slice: Slice): string[] {
       `PyTorch ${pct}% of the card = ${slice.limit_mib} MiB of ${slice.card_mib} MiB` +
         (slice.hook_on_path ? ' (start-up hook loaded)' : ' (start-up hook NOT loaded: not in force)')
     );
+  }
+  if (slice.ledger) {
+    caps.push("one slice for all of this server's PyTorch processes together (the hook's container ledger)");
   }
   for (const [name, value] of Object.entries(slice.framework_caps ?? {})) {
     caps.push(`${name}=${value}`);

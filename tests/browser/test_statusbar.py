@@ -83,6 +83,7 @@ def test_the_status_bar_shows_the_slice_its_use_and_the_panel_its_details(
         assert panel.locator("tr.gpushare-used td").inner_text() == "3.0 GiB"
         caps = panel.locator("tr.gpushare-caps td").inner_text()
         assert "PyTorch 33.3% of the card = 5120 MiB of 15360 MiB" in caps, caps
+        assert "one slice for all of this server's PyTorch processes together" in caps, caps
         # The simulated node's plugin ran its self-test at start; the panel shows what it observed.
         selftest = panel.locator("tr.gpushare-selftest td").inner_text()
         assert re.match(r"(passed|FAILED): observed \w+", selftest), selftest
