@@ -209,14 +209,25 @@ def spawn(hub: Hub, user: str, profile: str = SLICE) -> None:
     assert status in (201, 202), body
 
 
-def wait_ready(hub: Hub, user: str, timeout: float = 240) -> dict[str, Any]:
+def wait_ready(hub: Hub, user: str, stack: RealStack, timeout: float = 240) -> dict[str, Any]:
     def server() -> Any:
         status, body = hub.call("GET", f"/hub/api/users/{user}")
         srv = (body or {}).get("servers", {}).get("") if status == 200 else None
         return srv if srv and srv.get("ready") else None
 
     srv = wait_for(server, timeout, every=1)
-    assert srv, f"{user}'s server not ready in {timeout}s: {hub.call('GET', f'/hub/api/users/{user}')}"
+    if not srv:  # what the hub said of the spawn, and what the notebook printed
+        try:
+            said = kubectl(stack, "logs", f"--namespace={HUB_NAMESPACE}", "deploy/hub", "--tail=30")
+        except HarnessError as err:
+            said = str(err)
+        try:
+            said += kubectl(stack, "logs", f"--namespace={HUB_NAMESPACE}", f"jupyter-{user}", "--tail=30")
+        except HarnessError as err:
+            said += str(err)
+        raise AssertionError(
+            f"{user}'s server not ready in {timeout}s: {hub.call('GET', f'/hub/api/users/{user}')}\n{said}"
+        )
     return dict(srv)
 
 
@@ -229,7 +240,7 @@ def test_two_users_share_one_card_in_real_containers(stack: RealStack, hub: Hub)
         spawn(hub, user)
     started = time.monotonic()
     for user in USERS:
-        wait_ready(hub, user)
+        wait_ready(hub, user, stack)
     print(f"two 5 GiB notebooks ready on the real node in {time.monotonic() - started:.1f} s")
     pod_a, pod_b = (notebook_pod(stack, u) for u in USERS)
     assert pod_a["spec"]["nodeName"] == pod_b["spec"]["nodeName"] == next(iter(stack.nodes.nodes))
@@ -513,7 +524,7 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
     )
 
     spawn(hub, "carol")
-    wait_ready(hub, "carol")
+    wait_ready(hub, "carol", stack)
     assert card_of(notebook_pod(stack, "carol")) == card_of(before["alice"]), (
         "binpack: the fullest card that fits"
     )
