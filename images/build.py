@@ -99,7 +99,7 @@ IMAGES = (
 # every Python imports it as ``sitecustomize``.
 _HOOK_IMPORTS = (
     "import os, subprocess, sys, gpushare_hub.isolation.hookfiles as h; "
-    "hook = h.hook_files()[0]; "
+    "hook = h.HOOK_DIR / 'sitecustomize.py'; "
     "out = subprocess.run([sys.executable, '-c', 'import sitecustomize as s; print(s.__file__)'], "
     "env={**os.environ, 'PYTHONPATH': str(hook.parent)}, capture_output=True, text=True, check=True); "
     "assert out.stdout.strip() == str(hook), out"
