@@ -15,6 +15,7 @@ share, and a forged annotation can only lower its own pod's share. Pure: no I/O.
 
 from __future__ import annotations
 
+from .digits import ascii_int
 from .isolation import DRIVER, MPS
 from .names import COMPUTE_SHARE_ANNOTATION
 
@@ -61,9 +62,9 @@ def from_annotation(raw: str | None, units: int, card_units: int) -> int:
     """What Allocate gives a container on an MPS node: the pod's annotation when it is a share
     from 1 to 100 and smaller than its memory's share, else its memory's share."""
     memory = proportional(units, card_units)
-    text = (raw or "").strip()
-    if text.isdigit() and 1 <= int(text) <= 100:
-        return min(int(text), memory)
+    asked = ascii_int((raw or "").strip(), 3)
+    if asked is not None and 1 <= asked <= 100:
+        return min(asked, memory)
     return memory
 
 

@@ -48,7 +48,10 @@ def test_the_catalogues_smaller_share_reaches_allocate_through_the_pods_annotati
     )
 
 
-@pytest.mark.parametrize("forged", ["100", "35", "0", "-5", "abc", "", "1e9", "99999999999999999999"])
+@pytest.mark.parametrize(
+    "forged",
+    ["100", "35", "0", "-5", "abc", "", "1e9", "99999999999999999999", "²", "٣٣", " 50 ", "5" * 5000],
+)
 def test_an_annotation_users_write_on_their_own_pods_never_raises_a_share(forged):
     w = replace(FIVE, compute_share=forged)
     env = container_response(w, T4, 1024, Isolation(mps=True)).envs

@@ -144,6 +144,7 @@ def test_a_corrupt_ledger_crashes_nothing_and_takes_nothing(tmp_path):
     (ledger / "1.json").symlink_to("/proc/self/environ")  # never followed
     (ledger / "x.json").write_text("{}")
     (ledger / "-3.json").write_text("{}")
+    (ledger / "².json").write_text("{}")  # a Unicode digit: int() would refuse it
     proc = subprocess.run(
         [sys.executable, "-c", SECOND.replace("sys.stdin.readline()", "")],
         env=env_for(tmp_path, ledger), capture_output=True, text=True, timeout=60,

@@ -111,7 +111,8 @@ def read_others(path: str, own: int, proc: str = "/proc") -> list[Entry]:
     found = []
     for name in names[:MAX_ENTRIES]:
         stem = name[: -len(".json")]
-        if not stem.isdigit() or int(stem) == own or int(stem) <= 0:
+        # ASCII digits only (``"²".isdigit()`` is true), bounded: a pid has at most 7 digits.
+        if not (0 < len(stem) <= 10 and stem.isascii() and stem.isdigit()) or int(stem) in (own, 0):
             continue
         pid = int(stem)
         try:
