@@ -67,10 +67,13 @@ def start(code: str, env: dict[str, str]) -> subprocess.Popen[str]:
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
-    """Kill it if it still runs, reap it and close its pipes."""
-    if proc.poll() is None:
+    """Let it end (its standard input closed), killing it only if it does not in 10 s; reap it
+    and close its pipes."""
+    try:
+        proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
         proc.kill()
-    proc.communicate(timeout=10)
+        proc.communicate(timeout=10)
 
 
 def entries(ledger: Path) -> dict[int, dict[str, object]]:

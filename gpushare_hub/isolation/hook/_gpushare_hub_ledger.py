@@ -145,6 +145,10 @@ class Ledger:
         self.what = describe(env)
         self.held = 0
         self._thread: threading.Thread | None = None
+        # publish and forget under one lock: the daemon thread must not write the entry again
+        # after the process's exit took it away.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def others(self) -> list[Entry]:
         try:
@@ -163,7 +167,12 @@ class Ledger:
         """Write what this process holds (atomically: a reader sees the old file or the new one)."""
         if os.getpid() != self.pid:  # a forked child: the parent's entry is not its own
             return
-        self.held = max(0, int(held))
+        with self._lock:
+            if not self._closed:
+                self._write(max(0, int(held)))
+
+    def _write(self, held: int) -> None:
+        self.held = held
         try:
             if not os.path.isdir(self.path):
                 os.makedirs(self.path, exist_ok=True)
@@ -177,7 +186,11 @@ class Ledger:
             _debug(f"could not write to {self.path}: {err!r}")
 
     def forget(self) -> None:
-        if os.getpid() == self.pid:
+        """Take the entry away (at exit); nothing writes it again."""
+        if os.getpid() != self.pid:
+            return
+        with self._lock:
+            self._closed = True
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.path, f"{self.pid}.json"))
 
