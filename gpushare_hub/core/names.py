@@ -68,6 +68,28 @@ DEVICE_MODE_ANNOTATION = f"{PREFIX}/device-mode"
 # card named by its UUID, e.g. gpushare-hub.io/gpu=GPU-8f6c...; no other component writes it.
 CDI_KIND = f"{PREFIX}/gpu"
 
+# --- Dynamic Resource Allocation (docs/dra.md) ---------------------------------------------------
+# The DRA path beside the device plugin's: our kubelet plugin (gpushare-dra-plugin) publishes one
+# ResourceSlice per node (pool = the node's name) whose devices are the node's cards, each with
+# allowMultipleAllocations and a consumable "memory" capacity in bytes; a notebook's ResourceClaim
+# (from the chart's template of its catalogue slice) asks a share of it, and the default scheduler
+# allocates it. Wire names, spelt once here.
+DRA_DRIVER = PREFIX  # spec.driver of our ResourceSlices and DeviceClass, the kubelet plugin's name
+DRA_DEVICE_CLASS = f"gpu-slice.{PREFIX}"  # the DeviceClass our claim templates name
+DRA_CAPACITY = "memory"  # each card's consumable capacity, in bytes (unprefixed, as 1.38 wants it)
+DRA_DEVICE_PREFIX = "gpu-"  # a card's device name: gpu-<index>
+DRA_ATTR_UUID = "uuid"
+DRA_ATTR_MODEL = "model"  # normalised (Tesla-T4), as the catalogue's models name it
+DRA_ATTR_INDEX = "index"
+DRA_ATTR_ISOLATION = "isolation"  # the tier the node claims
+DRA_REQUEST = "gpu"  # the request's name in our claim templates
+DRA_POD_CLAIM = "gpushare-gpu"  # the pod's spec.resourceClaims[].name (and the container's claims[])
+DRA_TEMPLATE_PREFIX = "gpushare-slice-"  # a catalogue slice's ResourceClaimTemplate: <prefix><slug>
+# Prepare's per-claim CDI devices (a file per claim in the CDI folder, removed by Unprepare):
+# gpushare-hub.io/claim=<claim UID>-gpu-<index>, carrying the slice's env and mounts; the card's
+# own device nodes come from the plugin's card spec (CDI_KIND).
+DRA_CLAIM_CDI_KIND = f"{PREFIX}/claim"
+
 # --- In notebook containers -----------------------------------------------------------------
 # Set by GPUShareSpawner: where the server reaches the hub service (its api/v1/me). The start-up
 # hook, which may import nothing of ours, spells it again (a unit test keeps them equal).
