@@ -198,11 +198,14 @@ lint-checks:
 bench: setup
 	$(BIN)/gpushare-bench replay
 
-## Regenerate gpushare_hub/plugin/api from the kubelet's proto at the pinned Kubernetes version.
+## Regenerate gpushare_hub/plugin/api from the kubelet's protos (device plugin, DRA, plugin registration) at the
+## pinned Kubernetes version.
 proto: setup
 	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/deviceplugin/v1beta1/api.proto" gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
-	chmod 644 gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. gpushare_hub/plugin/api/deviceplugin_v1beta1.proto
+	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/dra/v1/api.proto" gpushare_hub/plugin/api/dra_v1.proto
+	cp "$$(cd gpushare_hub/localcluster && GOFLAGS=-mod=mod go env GOMODCACHE)/k8s.io/kubelet@v0.$$(sed -n 's/^version = "v1\.\(.*\)"/\1/p' gpushare_hub/localcluster/versions.toml | head -1)/pkg/apis/pluginregistration/v1/api.proto" gpushare_hub/plugin/api/pluginregistration_v1.proto
+	chmod 644 gpushare_hub/plugin/api/*.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. gpushare_hub/plugin/api/deviceplugin_v1beta1.proto gpushare_hub/plugin/api/dra_v1.proto gpushare_hub/plugin/api/pluginregistration_v1.proto
 
 ## The package's version (pyproject.toml) into every file that repeats it; with VERSION=X.Y.Z,
 ## change it first (release/version.py).
