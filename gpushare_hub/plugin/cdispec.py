@@ -147,10 +147,11 @@ class SpecFile:
     by the runtime (0644)."""
 
     folder: Path
+    name: str = SPEC_FILE  # the DRA plugin's per-claim specs are files of their own (dra/cdiclaims.py)
 
     @property
     def path(self) -> Path:
-        return self.folder / SPEC_FILE
+        return self.folder / self.name
 
     def writable(self) -> str:
         """Empty where the folder can be written; else why not, for the node's Warning event."""

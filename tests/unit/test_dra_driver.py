@@ -1,0 +1,302 @@
+"""The DRA kubelet plugin: its ResourceSlice, and Prepare/Unprepare over the kubelet's real gRPC
+services on unix sockets (the generated protobufs of k8s.io/kubelet's dra/v1 and
+pluginregistration/v1), with the record on disk that a restart keeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from gpushare_hub.core.cards import Card
+from gpushare_hub.core.draslice import SizesError, parse_sizes, resource_slice, slice_name
+from gpushare_hub.core.names import CDI_KIND, DRA_CLAIM_CDI_KIND, DRA_DRIVER
+from gpushare_hub.plugin.api import dra_v1_pb2 as dra
+from gpushare_hub.plugin.api import dra_v1_pb2_grpc as dra_grpc
+from gpushare_hub.plugin.api import pluginregistration_v1_pb2 as reg
+from gpushare_hub.plugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
+from gpushare_hub.plugin.dra.driver import Driver, DriverConfig
+from gpushare_hub.plugin.dra.prepared import PreparedClaims
+from gpushare_hub.plugin.dra.servicer import Sockets
+from gpushare_hub.plugin.response import Isolation
+
+GI = 1 << 30
+NODE = "gpu-1"
+T4 = [Card(0, "GPU-aaaa", "Tesla T4", 15, 15360), Card(1, "GPU-bbbb", "Tesla T4", 15, 15360)]
+SIZES = parse_sizes("3Gi,5Gi,7Gi")
+
+
+def claim(name: str, uid: str, *results: dict[str, Any], allocated: bool = True) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "reservedFor": [{"resource": "pods", "name": f"jupyter-{name}", "uid": "p-" + uid}]
+    }
+    if allocated:
+        status["allocation"] = {"devices": {"results": list(results)}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "jhub", "name": name, "uid": uid},
+        "status": status,
+    }
+
+
+def result(device: str = "gpu-0", memory: Any = "5Gi", pool: str = NODE, driver: str = DRA_DRIVER) -> dict:
+    return {
+        "request": "gpu",
+        "driver": driver,
+        "pool": pool,
+        "device": device,
+        "consumedCapacity": {"memory": memory},
+    }
+
+
+class Claims:
+    def __init__(self, *objs: dict[str, Any]) -> None:
+        self.objs = {o["metadata"]["name"]: o for o in objs}
+        self.asked: list[str] = []
+
+    def claim(self, namespace: str, name: str) -> Any:
+        self.asked.append(name)
+        if name not in self.objs:
+            raise LookupError("no such ResourceClaim on the API server")
+        return self.objs[name]
+
+
+class Plugin:
+    """A driver behind its real sockets, and a kubelet-side client of each."""
+
+    def __init__(self, tmp: Path, source: Claims, cdi: bool = True) -> None:
+        self.tmp, self.source = tmp, source
+        self.changes = 0
+        self.registered = 0
+        iso = Isolation(hook_host_path="/var/lib/gpushare-hub/pyhook", cdi=cdi)
+        config = DriverConfig(NODE, GI, 1024, SIZES, str(tmp / "cdi"))
+        self.driver = Driver(
+            config, lambda: T4, lambda: iso, source, PreparedClaims(tmp / "plugin"), self._changed
+        )
+        self.sockets = Sockets(str(tmp / "plugin"), str(tmp / "registry"), self.driver, self._registered)
+        self.sockets.start()
+        self.channels = [
+            grpc.insecure_channel(f"unix://{p}") for p in (self.sockets.dra_path, self.sockets.reg_path)
+        ]
+        self.dra = dra_grpc.DRAPluginStub(self.channels[0])
+        self.reg = reg_grpc.RegistrationStub(self.channels[1])
+
+    def _changed(self) -> None:
+        self.changes += 1
+
+    def _registered(self) -> None:
+        self.registered += 1
+
+    def prepare(self, *names_uids: tuple[str, str]) -> Any:
+        req = dra.NodePrepareResourcesRequest(
+            claims=[dra.Claim(namespace="jhub", name=n, uid=u) for n, u in names_uids]
+        )
+        return self.dra.NodePrepareResources(req, timeout=10)
+
+    def unprepare(self, *names_uids: tuple[str, str]) -> Any:
+        req = dra.NodeUnprepareResourcesRequest(
+            claims=[dra.Claim(namespace="jhub", name=n, uid=u) for n, u in names_uids]
+        )
+        return self.dra.NodeUnprepareResources(req, timeout=10)
+
+    def spec(self, uid: str) -> dict[str, Any]:
+        return json.loads((self.tmp / "cdi" / f"gpushare-hub.io-claim_{uid}.json").read_text())
+
+    def close(self) -> None:
+        for ch in self.channels:
+            ch.close()
+        self.sockets.stop(0)
+
+
+@pytest.fixture
+def plugin(tmp_path: Path):
+    made: list[Plugin] = []
+
+    def make(*objs: dict[str, Any], cdi: bool = True) -> Plugin:
+        p = Plugin(tmp_path, Claims(*objs), cdi=cdi)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+# ---- the ResourceSlice --------------------------------------------------------------------------
+def test_the_slice_offers_each_card_with_the_catalogues_sizes_fullest_card_first() -> None:
+    obj = resource_slice(
+        NODE, "uid-1", T4, unit_bytes=GI, sizes=SIZES, tier="cooperative", generation=3, used={"GPU-bbbb": 5}
+    )
+    spec = obj["spec"]
+    assert obj["metadata"]["name"] == slice_name(NODE)
+    assert obj["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": NODE,
+        "uid": "uid-1",
+        "controller": True,
+    }
+    assert spec["driver"] == DRA_DRIVER and spec["nodeName"] == NODE
+    assert spec["pool"] == {"name": NODE, "generation": 3, "resourceSliceCount": 1}
+    assert [d["name"] for d in spec["devices"]] == ["gpu-1", "gpu-0"]  # gpu-1 holds 5 GiB: it fills first
+    dev = spec["devices"][1]
+    assert dev["allowMultipleAllocations"] is True
+    assert dev["capacity"]["memory"] == {
+        "value": "15Gi",
+        "requestPolicy": {"default": "3Gi", "validValues": ["3Gi", "5Gi", "7Gi"]},
+    }
+    assert dev["attributes"] == {
+        "uuid": {"string": "GPU-aaaa"},
+        "model": {"string": "Tesla-T4"},
+        "index": {"int": 0},
+        "isolation": {"string": "cooperative"},
+    }
+
+
+def test_the_slice_leaves_out_unhealthy_cards_and_sizes_above_a_card() -> None:
+    cards = [Card(0, "GPU-a", "Tesla T4", 15, 15360, healthy=False), Card(1, "GPU-s", "Tesla T4", 6, 6144)]
+    devices = resource_slice(NODE, "", cards, unit_bytes=GI, sizes=SIZES, tier="mps", generation=1)["spec"][
+        "devices"
+    ]
+    assert [d["name"] for d in devices] == ["gpu-1"]
+    assert devices[0]["capacity"]["memory"]["requestPolicy"]["validValues"] == ["3Gi", "5Gi"]
+    ranged = resource_slice(NODE, "", T4[:1], unit_bytes=GI, sizes=(), tier="mps", generation=1)
+    policy = ranged["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"]
+    assert policy == {"default": "1Gi", "validRange": {"min": "1Gi", "max": "15Gi", "step": "1Gi"}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("3Gi,five", "not a number"),
+        ("1.5", "whole positive"),
+        (",".join(f"{i}Gi" for i in range(1, 12)), "at most 10"),
+    ],
+)
+def test_sizes_that_cannot_be_a_request_policy_are_refused_with_the_reason(raw: str, problem: str) -> None:
+    with pytest.raises(SizesError, match=problem):
+        parse_sizes(raw)
+
+
+# ---- registration -------------------------------------------------------------------------------
+def test_registration_names_the_driver_its_socket_and_the_v1_service(plugin) -> None:
+    p = plugin()
+    info = p.reg.GetInfo(reg.InfoRequest(), timeout=10)
+    assert (info.type, info.name, list(info.supported_versions)) == (
+        "DRAPlugin",
+        DRA_DRIVER,
+        ["v1.DRAPlugin"],
+    )
+    assert info.endpoint == str(p.sockets.dra_path) and Path(info.endpoint).is_socket()
+    p.reg.NotifyRegistrationStatus(reg.RegistrationStatus(plugin_registered=True), timeout=10)
+    assert p.registered == 1  # a kubelet that registers us again (after its restart) gets the slice again
+
+
+# ---- prepare / unprepare ------------------------------------------------------------------------
+def test_prepare_gives_the_claim_its_card_and_its_slice_as_cdi_devices(plugin, tmp_path: Path) -> None:
+    p = plugin(claim("ada", "u-ada", result("gpu-1", "5Gi")))
+    got = p.prepare(("ada", "u-ada")).claims["u-ada"]
+    assert got.error == ""
+    [dev] = got.devices
+    assert (list(dev.request_names), dev.pool_name, dev.device_name) == (["gpu"], NODE, "gpu-1")
+    assert list(dev.cdi_device_ids) == [f"{DRA_CLAIM_CDI_KIND}=u-ada-gpu-1", f"{CDI_KIND}=GPU-bbbb"]
+    spec = p.spec("u-ada")
+    assert spec["kind"] == DRA_CLAIM_CDI_KIND and spec["devices"][0]["name"] == "u-ada-gpu-1"
+    env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+    assert env["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120" and env["GPUSHARE_CARD_UUIDS"] == "GPU-bbbb"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # CDI mode: the card comes from the card spec
+    assert spec["devices"][0]["containerEdits"]["mounts"][0]["containerPath"] == "/opt/gpushare-hub/pyhook"
+    assert p.changes == 1  # the slice is published again (its order follows what is held)
+
+
+def test_legacy_mode_names_the_card_in_the_environment(plugin) -> None:
+    p = plugin(claim("ada", "u-ada", result("gpu-0", "3Gi")), cdi=False)
+    [dev] = p.prepare(("ada", "u-ada")).claims["u-ada"].devices
+    assert list(dev.cdi_device_ids) == [f"{DRA_CLAIM_CDI_KIND}=u-ada-gpu-0"]
+    env = dict(e.split("=", 1) for e in p.spec("u-ada")["devices"][0]["containerEdits"]["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa" and env["GPUSHARE_MEMORY_LIMIT_MIB"] == "3072"
+
+
+def test_prepare_is_idempotent_and_a_restarted_plugin_answers_from_its_record(plugin, tmp_path: Path) -> None:
+    p = plugin(claim("ada", "u-ada", result("gpu-0", "5Gi")))
+    first = p.prepare(("ada", "u-ada"))
+    again = p.prepare(("ada", "u-ada"))
+    assert again == first and p.source.asked == ["ada"]  # the retry did not read the claim again
+    p.close()
+    restarted = plugin()  # no claim on its "API server": it must answer from disk
+    assert restarted.prepare(("ada", "u-ada")) == first
+    assert restarted.driver.prepared.held() == {"GPU-aaaa": 5 * GI}
+
+
+def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: Path) -> None:
+    p = plugin(
+        claim("good", "u-good", result("gpu-0", "7Gi")),
+        claim("odd", "u-odd", result("gpu-0", "4Gi")),
+        claim("huge", "u-huge", result("gpu-0", "16Gi")),
+        claim("away", "u-away", result("gpu-0", "5Gi", pool="gpu-2")),
+        claim("ghost", "u-ghost", result("gpu-7", "5Gi")),
+        claim("early", "u-early", allocated=False),
+        claim("theirs", "u-theirs", result(driver="gpu.nvidia.com")),
+        claim("words", "u-words", result("gpu-0", "lots")),
+        claim("over", "u-over", result("gpu-0", "7Gi"), result("gpu-0", "3Gi")),
+        claim("replaced", "u-new", result()),
+    )
+    asked = [
+        ("good", "u-good"),
+        ("odd", "u-odd"),
+        ("huge", "u-huge"),
+        ("away", "u-away"),
+        ("ghost", "u-ghost"),
+        ("early", "u-early"),
+        ("theirs", "u-theirs"),
+        ("words", "u-words"),
+        ("over", "u-over"),
+        ("replaced", "u-old"),
+        ("gone", "u-gone"),
+    ]
+    answer = p.prepare(*asked).claims
+    assert set(answer) == {uid for _, uid in asked}
+    assert answer["u-good"].error == "" and len(answer["u-good"].devices) == 1
+    expect = {
+        "u-odd": "claim jhub/odd asks 4 GiB, a size this hub does not offer (it offers 3 GiB, 5 GiB, 7 GiB)",
+        "u-huge": "claim jhub/huge asks 16 GiB of gpu-0, more than the card's 15 GiB",
+        "u-away": "not of this node gpu-1",
+        "u-ghost": "device 'gpu-7' is not a card of node gpu-1",
+        "u-early": "is not allocated yet",
+        "u-theirs": f"holds no device of driver {DRA_DRIVER}",
+        "u-words": "'lots' is not a quantity",
+        "u-over": "prepared claims already hold 14 GiB of its 15 GiB",
+        "u-old": "another claim of that name",
+        "u-gone": "claim jhub/gone: no such ResourceClaim",
+    }
+    for uid, words in expect.items():
+        assert words in answer[uid].error, (uid, answer[uid].error)
+        assert not answer[uid].devices
+    written = sorted(f.name for f in (tmp_path / "cdi").iterdir())
+    assert written == ["gpushare-hub.io-claim_u-good.json"]
+    assert set(p.driver.prepared.claims) == {"u-good"}
+
+
+def test_unprepare_removes_the_spec_and_the_record_and_is_idempotent(plugin, tmp_path: Path) -> None:
+    p = plugin(claim("ada", "u-ada", result()), claim("bob", "u-bob", result("gpu-0", "7Gi")))
+    p.prepare(("ada", "u-ada"), ("bob", "u-bob"))
+    assert p.driver.prepared.held() == {"GPU-aaaa": 12 * GI}
+    answer = p.unprepare(("ada", "u-ada"), ("never", "u-never"))
+    assert {k: v.error for k, v in answer.claims.items()} == {"u-ada": "", "u-never": ""}
+    assert not (tmp_path / "cdi" / "gpushare-hub.io-claim_u-ada.json").exists()
+    assert p.driver.prepared.held() == {"GPU-aaaa": 7 * GI}
+    assert p.unprepare(("ada", "u-ada")).claims["u-ada"].error == ""
+    record = json.loads((tmp_path / "plugin" / "prepared-claims.json").read_text())
+    assert [c["uid"] for c in record["claims"]] == ["u-bob"]
+
+
+def test_a_damaged_record_is_set_aside_not_trusted(tmp_path: Path) -> None:
+    folder = tmp_path / "plugin"
+    folder.mkdir()
+    (folder / "prepared-claims.json").write_text('{"claims": [{"uid": 1}]}')
+    assert PreparedClaims(folder).claims == {}
+    assert (folder / "prepared-claims.damaged").exists()
