@@ -6,6 +6,7 @@ Examples::
     gpushare-replay --policy spread --json
     gpushare-replay --mode static --seeds 10 --json   # FGD's experiment on the trace node list
     gpushare-replay --plot replay.png
+    gpushare-replay --compare-dra                     # binpack beside Kubernetes' DRA allocator
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.drapacking import DRA_POLICIES, HostCapacity, make_dra_policy
 from ..core.fragmentation import Shape
+from ..core.ledger import Ledger
 from ..core.policy import POLICIES, Placer, Policy
 from ..core.targets import make_policy_for
-from . import whatif
+from . import compare, whatif
 from .cluster import (
     Units,
     choose_units,
@@ -112,18 +115,31 @@ def build_parser() -> argparse.ArgumentParser:
         "3,5,7: each sharing pod gets the smallest size that holds its exact slices, a pod above "
         "the largest a whole card (default: every pod its exact slices; '15' on a T4: whole cards)",
     )
-    p.add_argument("--policy", choices=sorted(POLICIES), default="binpack", help="placement policy")
+    p.add_argument(
+        "--policy",
+        choices=sorted({*POLICIES, *DRA_POLICIES}),
+        default="binpack",
+        help="placement policy (dra-*: Kubernetes' DRA allocator with the default scheduler, "
+        "see docs/reference/replay.md)",
+    )
     p.add_argument("--compress", type=float, default=20.0, help="dynamic: divide arrival times by K")
     p.add_argument("--inflate", type=float, default=1.3, help="static: fill up to this share of capacity")
     p.add_argument("--seed", type=int, default=0, help="static: shuffle seed (first seed with --seeds)")
     p.add_argument("--seeds", type=int, default=1, help="static: run this many seeds and report the mean")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a report")
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (needs matplotlib)")
+    compare.add_arguments(p)
     whatif.add_arguments(p)
     return p
 
 
-def _policy(name: str, pods: list[TracePod], units: Units) -> Policy:
+def _policy(
+    name: str, pods: list[TracePod], units: Units, ledger: Ledger, hosts: dict[str, HostCapacity]
+) -> Policy:
+    # The DRA policies score nodes on the CPU and memory the pods request (the nodes' own, else
+    # ``hosts``, else a nominal T4 node).
+    if name in DRA_POLICIES:
+        return make_dra_policy(name, ledger, hosts)
     # The target workload of fgd, strand and fgd-sim is the trace's own mix of task shapes
     # (as in the FGD paper).
     return make_policy_for(name, (Shape.of(units.demand(p, p.name)) for p in pods))
@@ -166,15 +182,17 @@ def _dynamic(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, 
             args.catalogue,
         )
         ledger = ledger_from_trace(nodes, units, host=False)
+        hosts = {n.name: HostCapacity(n.cpu_milli, n.memory_mib) for n in nodes}
     else:
         groups = parse_cards(args.cards or DEFAULT_CARDS)
         units = choose_units(
             args.unit or "slices", args.slices_per_card, {g.mib for g in groups}, args.catalogue
         )
         ledger = ledger_from_groups(groups, units)
+        hosts = {}
     check_specs(args.pods, pods, {c.model for n in ledger.nodes() for c in n.cards})
     chosen = select(pods, args.select or "sharing")
-    placer = Placer(ledger, _policy(args.policy, chosen, units))
+    placer = Placer(ledger, _policy(args.policy, chosen, units, ledger, hosts))
     r = run_dynamic(chosen, ledger, units, placer, args.compress, str(args.pods))
     out = {
         "mode": "dynamic",
@@ -217,7 +235,7 @@ def _static(args: argparse.Namespace, pods: list[TracePod]) -> tuple[dict[str, A
     runs = []
     for seed in range(args.seed, args.seed + args.seeds):
         ledger = ledger_from_trace(nodes, units, host=True)
-        placer = Placer(ledger, _policy(args.policy, chosen, units))
+        placer = Placer(ledger, _policy(args.policy, chosen, units, ledger, {}))
         runs.append(run_static(chosen, ledger, units, placer, seed, args.inflate))
     pct = [r.unallocated_gpu_pct_at_100 for r in runs]
     out = {
@@ -350,9 +368,13 @@ def main(argv: list[str] | None = None) -> int:
             return _history(args, build_parser().parse_args([]))
         if args.sweep:
             raise TraceError("--sweep replays the hub's history: give --history FILE or --hub-url")
+        if args.compare_dra:
+            compare.check_options(args, build_parser().parse_args([]))
         args.pods = args.pods or default_trace_dir() / "openb_pod_list_default.csv"
         pods = read_pods(args.pods)
-        if args.mode == "dynamic":
+        if args.compare_dra:
+            out = compare.run(args, lambda policy: _dynamic(_with(args, policy), pods)[0], DEFAULT_CARDS)
+        elif args.mode == "dynamic":
             out, data = _dynamic(args, pods)
         else:
             out, data = _static(args, pods)  # type: ignore[assignment]
@@ -363,11 +385,24 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as err:
         print(f"gpushare-replay: error: {err}", file=sys.stderr)
         return 2
-    print(json.dumps(out, indent=None if args.json else 2) if args.json else _report(out))
+    if args.compare_dra:
+        print(json.dumps(out) if args.json else compare.report(out))
+    else:
+        print(json.dumps(out, indent=None if args.json else 2) if args.json else _report(out))
     return 0
 
 
+def _with(args: argparse.Namespace, policy: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "policy": policy})
+
+
 def _history(args: argparse.Namespace, defaults: argparse.Namespace) -> int:
+    if args.compare_dra or args.policy in DRA_POLICIES:
+        raise TraceError(
+            "--compare-dra and the dra-* policies replay the trace (they model the default "
+            "scheduler's node choice on the pods' CPU and memory, which the history lacks); "
+            "leave them out with --history or --hub-url"
+        )
     out, single = whatif.run(args, defaults)
     if args.plot:
         whatif.plot(args.plot, out, single)
