@@ -16,6 +16,9 @@ because its card was full is tried again when units on that node are released.
 The ledger never over-commits a card through :meth:`commit` or an annotation;
 only a card that shrank under its pods can hold more than it has, and
 :meth:`overcommitted` reports it; such a card simply has no free units.
+
+ResourceClaims of our DRA driver count the same way (:meth:`Ledger.observe_claim`; the rule is
+:mod:`.claims`, the book of which claim holds what :mod:`.claimbook`), under their pod's key.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any
 
 from .annotations import AllocationRecord, CardShare, ContainerShare
 from .cards import Card, Node, node_from_k8s
+from .claimbook import ClaimBook
+from .claims import ClaimObject
 from .errors import GPUShareError
 from .objects import NodeObject, PodObject
 from .records import (
@@ -114,6 +119,7 @@ class Ledger:
         self._unreadable: dict[str, str] = {}  # node -> why its card inventory cannot be read
         self._ignored: dict[str, IgnoredRecord] = {}  # records that do not count, and why
         self._blocked: dict[str, Allocation] = {}  # of those, the ones refused only for a full card
+        self._claims = ClaimBook(self)  # which ResourceClaim holds which key
         # Bounded log of (sequence, node) changes, so that caches can catch up cheaply.
         self.seq = 0
         self.changes: deque[tuple[int, str]] = deque(maxlen=4096)
@@ -157,7 +163,7 @@ class Ledger:
             state.node = node
             self._touch(state)
             self._retry_blocked(node.name)
-        return ignored
+        return ignored + self._claims.node_known(node.name)
 
     def observe_node(self, obj: NodeObject) -> list[IgnoredRecord]:
         """A Node object was added or changed; returns pods' records that cannot count on it."""
@@ -204,6 +210,9 @@ class Ledger:
         """
         key = obj.key
         uid = obj.uid
+        if self._claims.holds(key):  # the pod's claim counts; its annotation waits aside
+            self._claims.set_aside(obj, deleted)
+            return None
         current = self._allocs.get(key) or self._pending.get(key)
         if deleted:
             if current is not None and (not uid or not current.uid or current.uid == uid):
@@ -236,6 +245,25 @@ class Ledger:
         if current is not None and refused is not None:
             self._retry_blocked(current.node)
         return refused
+
+    def observe_claim(self, claim: ClaimObject, deleted: bool = False) -> IgnoredRecord | None:
+        """Bring the ledger in line with a ResourceClaim (read by :func:`.claims.read_claim`) from
+        a list or watch event; returns why its allocation does not count, if it breaks the rule
+        of :mod:`.claims` (the caller reports it), else ``None``."""
+        return self._claims.observe(claim, deleted)
+
+    def held_by_claim(self, key: str) -> bool:
+        """Whether ``key``'s units are a ResourceClaim's, not a pod annotation's."""
+        return self._claims.holds(key)
+
+    def claim_allocation(self, claim: str) -> Allocation | None:
+        """What ResourceClaim ``claim`` (``namespace/name``) holds, counted or waiting; else None."""
+        key = self._claims.key_of(claim)
+        return self.allocation(key) if key else None
+
+    def claims(self) -> list[str]:
+        """The ResourceClaims (``namespace/name``) the ledger has seen and not seen deleted."""
+        return self._claims.claims()
 
     def commit(self, placement: Placement) -> Allocation:
         """Record a placement we just decided (assumed until the pod is seen with it)."""
@@ -333,8 +361,9 @@ class Ledger:
             self._blocked.pop(key, None)
 
     def ignored(self) -> list[IgnoredRecord]:
-        """Pods whose allocation records do not count, and why."""
-        return [self._ignored[k] for k in sorted(self._ignored)]
+        """Pods (and ResourceClaims) whose allocation records do not count, and why."""
+        out = [self._claims.named(rec) for rec in self._ignored.values()] + self._claims.ignored()
+        return sorted(out, key=lambda rec: rec.key)
 
     # ---- reading ------------------------------------------------------------------------
     @property

@@ -83,14 +83,20 @@ async def json_of(call: Awaitable[Any]) -> Any:
 
 
 class Resource:
-    """List and watch one kind (``nodes`` or ``pods``, all namespaces) as raw JSON."""
+    """List and watch one kind (``nodes``, ``pods`` or ``resourceclaims``, all namespaces) as raw JSON."""
 
     def __init__(self, api: client.ApiClient, kind: str, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
-        if kind not in ("nodes", "pods"):
-            raise ValueError(f"kind must be nodes or pods, not {kind!r}")
-        core = client.CoreV1Api(api)
+        if kind not in ("nodes", "pods", "resourceclaims"):
+            raise ValueError(f"kind must be nodes, pods or resourceclaims, not {kind!r}")
         self.kind = kind
         self.timeouts = timeouts
+        if kind == "resourceclaims":  # resource.k8s.io/v1 (clients from 34.1 model it)
+            resource = getattr(client, "ResourceV1Api", None)
+            if resource is None:
+                raise ValueError("this kubernetes_asyncio has no resource.k8s.io/v1 client (ResourceV1Api)")
+            self._func = resource(api).list_resource_claim_for_all_namespaces
+            return
+        core = client.CoreV1Api(api)
         self._func = core.list_node if kind == "nodes" else core.list_pod_for_all_namespaces
 
     async def list_page(self, limit: int = PAGE, cont: str = "") -> ListPage:

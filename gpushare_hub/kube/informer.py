@@ -29,6 +29,11 @@ counts never depends on the filter.
 healthy, infinity before the first list): the extender's ``/readyz`` turns 503
 past a configured time, and comes back once the watches recover.
 
+ResourceClaims (``resource.k8s.io/v1``, the DRA path) are listed and watched the same way when
+the API server serves them and the account may read them (:mod:`gpushare_hub.core.claims`
+counts our driver's); where it does not, one log line says so and the ledger counts pods'
+annotations alone. ``on_claim`` subscribers hear of each claim event.
+
 Modelled on KubeSpawner's ``reflector.py``.
 """
 
@@ -44,10 +49,11 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from ..core.claims import ClaimObject, read_claim
 from ..core.errors import GPUShareError, InvalidObject
 from ..core.ledger import Ledger
 from ..core.objects import NodeObject, PodObject, pod_key
-from ..core.records import IgnoredRecord
+from ..core.records import Allocation, IgnoredRecord
 from ..core.releases import Release, ReleaseHistory
 from ..core.resources import DEFAULT_NAMES, ResourceNames
 from ..core.shapes import read_node, read_pod
@@ -60,6 +66,8 @@ PodFilter = Callable[[PodObject], bool]
 IgnoredHandler = Callable[[IgnoredRecord], None]
 UnreadableHandler = Callable[[str, str], None]  # (node name, why its inventory cannot be read)
 KINDS = ("nodes", "pods")
+CLAIMS = "resourceclaims"  # watched beside KINDS where the API server serves them
+ALL_KINDS = (*KINDS, CLAIMS)
 
 
 def _backoff(attempt: int) -> float:
@@ -79,6 +87,7 @@ class LedgerInformer:
         keep_pod: PodFilter | None = None,
         page_size: int = PAGE,
         releases: ReleaseHistory | None = None,
+        claims: bool = True,
     ) -> None:
         """``api`` None: no API server (unit tests feed events with :meth:`apply`).
 
@@ -92,6 +101,8 @@ class LedgerInformer:
 
         ``releases``: where each allocation that ends (its pod deleted or finished) is recorded,
         on ``clock``'s time, for the waiting spawns' estimates; it may outlive this informer.
+
+        ``claims``: also list and watch ResourceClaims, where the API server serves them.
         """
         self.ledger = Ledger(names)
         self.names = names
@@ -102,14 +113,21 @@ class LedgerInformer:
         self.releases = releases
         self._clock = clock
         self._resources = {k: Resource(api, k, timeouts) for k in KINDS} if api is not None else {}
-        self._rv: dict[str, str] = dict.fromkeys(KINDS, "")
-        self._handlers: dict[str, list[Handler]] = {k: [] for k in KINDS}
+        if api is not None and claims:
+            try:
+                self._resources[CLAIMS] = Resource(api, CLAIMS, timeouts)
+            except ValueError as err:
+                log.warning("ResourceClaims are not counted: %s", err)
+        self.claims_watched = False  # set by start() once ResourceClaims could be listed
+        self._claims_told = False
+        self._rv: dict[str, str] = dict.fromkeys(ALL_KINDS, "")
+        self._handlers: dict[str, list[Handler]] = {k: [] for k in ALL_KINDS}
         # What the subscribers were last told exists (key -> identity), so that a relist can
         # report every object that vanished meanwhile, not only those holding a card.
-        self._reported: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in KINDS}
+        self._reported: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in ALL_KINDS}
         self._ignored_handlers: list[IgnoredHandler] = []
         self._unreadable_handlers: list[UnreadableHandler] = []
-        self._failing_since: dict[str, float | None] = dict.fromkeys(KINDS)
+        self._failing_since: dict[str, float | None] = dict.fromkeys(ALL_KINDS)
         self._tasks: list[asyncio.Task[None]] = []
         self.synced = False
         self.relists = 0
@@ -124,6 +142,11 @@ class LedgerInformer:
         """Call ``handler(event type, node)`` after the ledger applied each node event (a
         :class:`~gpushare_hub.core.objects.NodeObject`)."""
         self._handlers["nodes"].append(handler)
+
+    def on_claim(self, handler: Handler) -> None:
+        """Call ``handler(event type, claim)`` after the ledger applied each ResourceClaim event (a
+        :class:`~gpushare_hub.core.claims.ClaimObject`): what the ledger counts may have changed."""
+        self._handlers[CLAIMS].append(handler)
 
     def on_ignored(self, handler: IgnoredHandler) -> None:
         """Call ``handler(record)`` for each allocation record the ledger refused to count
@@ -175,8 +198,9 @@ class LedgerInformer:
         if the first list fails; the caller retries."""
         for kind in KINDS:
             await self.relist(kind)
+        await self._list_claims()
         self.synced = True
-        self._tasks = [asyncio.create_task(self._watch_loop(kind), name=f"watch-{kind}") for kind in KINDS]
+        self._watch_all()
         log.info(
             "ledger read from the API server: %d GPU nodes, %d pods holding slices",
             len(self.ledger.node_names),
@@ -189,7 +213,37 @@ class LedgerInformer:
         await self.stop()
         for kind in KINDS:
             await self.relist(kind)
-        self._tasks = [asyncio.create_task(self._watch_loop(kind), name=f"watch-{kind}") for kind in KINDS]
+        await self._list_claims()
+        self._watch_all()
+
+    def _watch_all(self) -> None:
+        kinds = (*KINDS, CLAIMS) if self.claims_watched else KINDS
+        self._tasks = [asyncio.create_task(self._watch_loop(kind), name=f"watch-{kind}") for kind in kinds]
+
+    async def _list_claims(self) -> None:
+        """List ResourceClaims if the API server serves resource.k8s.io/v1 to us; else say once
+        that the ledger counts annotations alone."""
+        if CLAIMS not in self._resources:
+            return
+        try:
+            await self.relist(CLAIMS)
+        except ApiError as err:
+            if err.status not in (403, 404):
+                raise
+            if not self._claims_told:
+                self._claims_told = True
+                log.warning(
+                    "ResourceClaims (resource.k8s.io/v1) are not counted: the API server answered %s %s "
+                    "(%s); the ledger counts pods' annotations alone. The DRA path needs Kubernetes 1.34 or "
+                    "newer and list and watch on resourceclaims in all namespaces.",
+                    err.status,
+                    err.reason,
+                    "not served" if err.status == 404 else "forbidden",
+                )
+            self.claims_watched = False
+            del self._resources[CLAIMS]
+            return
+        self.claims_watched = True
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -205,6 +259,9 @@ class LedgerInformer:
         then tell the subscribers. An object that cannot be read is left out, with the field
         named in the log (the API server validates what it stores, so this is a bug elsewhere)."""
         deleted = etype == "DELETED"
+        if kind == CLAIMS:
+            self._apply_claim(etype, obj)
+            return
         typed: NodeObject | PodObject
         try:
             typed = read_node(obj) if kind == "nodes" else read_pod(obj)
@@ -250,6 +307,37 @@ class LedgerInformer:
             log.warning("node %s: %s", obj.name, err)
             self._unreadable(obj.name, str(err))
 
+    def _apply_claim(self, etype: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        deleted = etype == "DELETED"
+        try:
+            claim = read_claim(obj)
+        except InvalidObject as err:
+            if not deleted:
+                log.warning("cannot read a ResourceClaim (%s); it is left out", err)
+                return
+            claim = ClaimObject(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""))
+        before = self.ledger.claim_allocation(claim.key) if self.releases is not None else None
+        try:
+            ignored = self.ledger.observe_claim(claim, deleted=deleted)
+        except GPUShareError as err:
+            log.warning("ignoring ResourceClaim %s: %s", claim.key, err)
+        else:
+            if ignored is not None:
+                self._tell_ignored([ignored])
+        if before is not None:
+            self._released(before, self.ledger.claim_allocation(claim.key) is None)
+        reported = self._reported[CLAIMS]
+        if deleted:
+            reported.pop(claim.key, None)
+        else:
+            reported[claim.key] = {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid}
+        for handler in self._handlers[CLAIMS]:
+            try:
+                handler(etype, claim)
+            except Exception:
+                log.exception("a resourceclaims event handler failed")
+
     def _apply_pod(self, obj: PodObject, deleted: bool) -> None:
         before = self.ledger.allocation(obj.key) if self.releases is not None else None
         try:
@@ -259,7 +347,12 @@ class LedgerInformer:
         else:
             if ignored is not None:
                 self._tell_ignored([ignored])
-        if before is not None and self.releases is not None and self.ledger.allocation(obj.key) is None:
+        if before is not None:
+            self._released(before, self.ledger.allocation(obj.key) is None)
+
+    def _released(self, before: Allocation, gone: bool) -> None:
+        """Record ``before``'s release in the history if it is ``gone`` from the ledger."""
+        if self.releases is not None and gone:
             node = self.ledger.node(before.node)
             card = node.card(before.cards[0].uuid) if node is not None and before.cards else None
             if card is not None:
@@ -288,10 +381,14 @@ class LedgerInformer:
             gone_nodes = {*self.ledger.node_names, *self.ledger.unreadable_nodes(), *self._reported[kind]}
             for name in sorted(gone_nodes - listed):
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
+        elif kind == CLAIMS:
+            for key in sorted({*self.ledger.claims(), *self._reported[kind]} - listed):
+                namespace, _, name = key.partition("/")
+                self.apply(kind, "DELETED", {"metadata": {"namespace": namespace, "name": name}})
         else:
             vanished = {k: v for k, v in self._reported[kind].items() if k not in listed}
             for alloc in self.ledger.allocations():
-                if alloc.key not in listed:
+                if alloc.key not in listed and not self.ledger.held_by_claim(alloc.key):
                     namespace, _, name = alloc.key.partition("/")
                     vanished.setdefault(alloc.key, {"namespace": namespace, "name": name, "uid": alloc.uid})
             for key, ident in sorted(vanished.items()):
