@@ -40,6 +40,10 @@ from . import build, netns
 from .pki import PKI, Credential
 from .processes import Component, HarnessError, free_port
 
+# The DRA path's consumable capacity (docs/dra.md): beta and on by default from 1.36, alpha before;
+# switched on at every pinned version so that the cluster tier shows the DRA path on the oldest too.
+DRA_GATES = "--feature-gates=DRAConsumableCapacity=true"
+
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 # kube-controller-manager's controllers the local cluster runs: workloads create pods, deleted
 # namespaces empty out, service accounts and their tokens exist, owned objects are collected,
@@ -248,6 +252,7 @@ class LocalCluster:
                 "--disable-admission-plugins=TaintNodesByCondition",
                 "--profiling=false",
                 "--v=1",
+                DRA_GATES,
                 *self._real_node_flags(),
             ],
         )
@@ -473,6 +478,7 @@ class LocalCluster:
                 f"--secure-port={port}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
+                DRA_GATES,
                 "--v=2",
             ],
         )

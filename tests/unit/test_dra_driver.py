@@ -300,3 +300,73 @@ def test_a_damaged_record_is_set_aside_not_trusted(tmp_path: Path) -> None:
     (folder / "prepared-claims.json").write_text('{"claims": [{"uid": 1}]}')
     assert PreparedClaims(folder).claims == {}
     assert (folder / "prepared-claims.damaged").exists()
+
+
+# ---- publishing ---------------------------------------------------------------------------------
+class SliceServer:
+    """An API server's ResourceSlice endpoint that stores what it is given, or drops what a
+    cluster without consumable capacity drops."""
+
+    def __init__(self, drops_sharing: bool = False) -> None:
+        self.obj: dict[str, Any] | None = None
+        self.writes = 0
+        self.version = 0
+        self.drops = drops_sharing
+
+    def _store(self, body: Any) -> Any:
+        self.writes += 1
+        self.version += 1
+        obj = json.loads(json.dumps(body))
+        obj["metadata"]["resourceVersion"] = str(self.version)
+        if self.drops:
+            for d in obj["spec"]["devices"]:
+                d.pop("allowMultipleAllocations")
+                d["capacity"]["memory"].pop("requestPolicy")
+        self.obj = obj
+        return obj
+
+    def get(self, path: str) -> Any:
+        if self.obj is None:
+            from gpushare_hub.kube.rest import ApiStatusError
+
+            raise ApiStatusError("test", 404, "Not Found")
+        return self.obj
+
+    def post(self, path: str, body: Any) -> Any:
+        return self._store(body)
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        if method == "DELETE":
+            self.obj = None
+            return {}
+        return self._store(body)
+
+
+def slice_publisher(server: SliceServer, used: dict[str, int]) -> Any:
+    from gpushare_hub.plugin.dra.publisher import SlicePublisher
+
+    def wanted(gen: int) -> dict[str, Any]:
+        return resource_slice(NODE, "", T4, unit_bytes=GI, sizes=SIZES, tier="mps", generation=gen, used=used)
+
+    return SlicePublisher(server, NODE, wanted)  # type: ignore[arg-type]
+
+
+def test_the_publisher_writes_only_changes_and_bumps_the_generation_each_time() -> None:
+    server, used = SliceServer(), {}
+    pub = slice_publisher(server, used)
+    assert pub.publish() and not pub.publish() and server.writes == 1
+    used["GPU-bbbb"] = 5  # a claim was prepared on card 1: it now fills first
+    assert pub.publish() and server.obj is not None
+    assert server.obj["spec"]["pool"]["generation"] == 2
+    assert [d["name"] for d in server.obj["spec"]["devices"]] == ["gpu-1", "gpu-0"]
+    server.request("DELETE", pub.path)  # a kubelet's start deletes its node's slices
+    assert pub.publish() and server.obj["spec"]["pool"]["generation"] == 3
+    assert not pub.capacity_off
+
+
+def test_a_cluster_without_consumable_capacity_is_named_once_and_not_rewritten(caplog) -> None:
+    server = SliceServer(drops_sharing=True)
+    pub = slice_publisher(server, {})
+    assert pub.publish() and not pub.publish() and server.writes == 1
+    assert pub.capacity_off
+    assert "consumable capacity is off" in caplog.text and "DRAConsumableCapacity" in caplog.text

@@ -31,7 +31,9 @@ class SlicePublisher:
         self.node = node
         self.wanted = wanted
         self.generation = 0
-        self._last: dict[str, Any] | None = None
+        self._last: dict[str, Any] | None = None  # what we last wrote
+        self._stored: dict[str, Any] | None = None  # what the API server made of it
+        self.capacity_off = False
         self._lock = threading.Lock()
 
     @property
@@ -39,7 +41,12 @@ class SlicePublisher:
         return f"{SLICES}/{slice_name(self.node)}"
 
     def publish(self) -> bool:
-        """Make the API server's slice ours; True when something was written."""
+        """Make the API server's slice ours; True when something was written.
+
+        Nothing is written while the slice on the API server is the one we last wrote (same
+        resourceVersion) and we want what we wanted then: the server may spell what it stored
+        otherwise than we did (quantities, defaults), so what it stored is never compared with
+        what we would write."""
         with self._lock:
             try:
                 current = self.api.get(self.path)
@@ -48,10 +55,8 @@ class SlicePublisher:
                     raise
                 current = None
             want = self.wanted(self.generation)
-            if current is not None and self._last is not None and same_content(current, want):
-                gen = ((current.get("spec") or {}).get("pool") or {}).get("generation")
-                if gen == self.generation:
-                    return False
+            if self._unchanged(current, want):
+                return False
             server_gen = 0
             if current is not None:
                 raw = ((current.get("spec") or {}).get("pool") or {}).get("generation")
@@ -59,14 +64,40 @@ class SlicePublisher:
             self.generation = max(self.generation, server_gen) + 1
             want = self.wanted(self.generation)
             if current is None:
-                self.api.post(SLICES, want)
-                log.info("published ResourceSlice %s (generation %d)", slice_name(self.node), self.generation)
+                stored = self.api.post(SLICES, want)
+                verb = "published"
             else:
-                want["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
-                self.api.request("PUT", self.path, body=want)
-                log.info("updated ResourceSlice %s (generation %d)", slice_name(self.node), self.generation)
-            self._last = want
+                want["metadata"]["resourceVersion"] = _version(current)
+                stored = self.api.request("PUT", self.path, body=want)
+                verb = "updated"
+            log.info("%s ResourceSlice %s (generation %d)", verb, slice_name(self.node), self.generation)
+            self._last, self._stored = want, stored if isinstance(stored, dict) else None
+            self.check_stored(want, stored)
             return True
+
+    def _unchanged(self, current: Any, want: dict[str, Any]) -> bool:
+        if current is None or self._last is None or self._stored is None:
+            return False
+        return _version(current) == _version(self._stored) and same_content(self._last, want)
+
+    def check_stored(self, want: dict[str, Any], stored: Any) -> None:
+        """Say once, loudly, when the API server dropped what sharing needs: a cluster without
+        consumable capacity (before 1.36, unless DRAConsumableCapacity is on) stores the devices
+        without ``allowMultipleAllocations``, and then each card goes whole to one claim."""
+        devices = ((stored or {}).get("spec") or {}).get("devices") or []
+        dropped = bool(want["spec"]["devices"]) and not any(
+            isinstance(d, dict) and d.get("allowMultipleAllocations") for d in devices
+        )
+        if dropped and not self.capacity_off:
+            log.error(
+                "the API server dropped allowMultipleAllocations and the memory request policy from "
+                "ResourceSlice %s: consumable capacity is off on this cluster (Kubernetes 1.36+ has it on; "
+                "1.34-1.35 need the feature gate DRAConsumableCapacity on the API server, the scheduler "
+                "and the kubelet). Until then a claim gets a whole card: use the device-plugin path "
+                "(docs/dra.md)",
+                slice_name(self.node),
+            )
+        self.capacity_off = dropped
 
     def try_publish(self) -> None:
         try:
@@ -87,6 +118,10 @@ class SlicePublisher:
                 log.warning("could not delete ResourceSlice %s: %s", slice_name(self.node), err)
         except Exception as err:
             log.warning("could not delete ResourceSlice %s: %s", slice_name(self.node), err)
+
+
+def _version(obj: Any) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
 
 
 class KubeClaims:
