@@ -1,6 +1,7 @@
 """``kubectl-inspect-gpushare``: kubectl finds it on PATH as the plugin ``kubectl inspect gpushare``.
 
-It reads Nodes and Pods once with :mod:`gpushare_hub.kube.rest` (the standard library's HTTP
+It reads Nodes, Pods and ResourceClaims (where the cluster serves them) once with
+:mod:`gpushare_hub.kube.rest` (the standard library's HTTP
 client: no Kubernetes client library is imported, so the command answers as fast as kubectl's
 other plugins) and prints the core's report.
 """
@@ -13,8 +14,8 @@ import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpushare_hub.core.claims import read_claim
 from gpushare_hub.core.errors import InvalidObject
-from gpushare_hub.core.report import build_report
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 from gpushare_hub.core.shapes import read_node, read_pod
 from gpushare_hub.kube.kubeconfig import (
@@ -26,6 +27,7 @@ from gpushare_hub.kube.kubeconfig import (
     read_kubeconfig,
 )
 
+from .claims import list_claims, report_with_claims
 from .render import details, summary
 
 PROG = "kubectl-inspect-gpushare"
@@ -56,7 +58,7 @@ def _access(kubeconfig: str | None, context: str | None) -> Access:
 
 def _load(
     kubeconfig: str | None, node: str | None, context: str | None = None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     from gpushare_hub.kube.execcred import CredentialError
     from gpushare_hub.kube.rest import ApiStatusError, RestClient, Unreachable
 
@@ -66,6 +68,7 @@ def _load(
         with RestClient(access) as api:
             nodes = api.list("/api/v1/nodes")
             query = {"fieldSelector": f"spec.nodeName={node}"} if node else None
+            claims, problem = list_claims(api)
             pods = api.list("/api/v1/pods", query)
     except ApiStatusError as err:
         if err.status in (401, 403):
@@ -84,7 +87,9 @@ def _load(
         raise SystemExit(f"{PROG}: {where}{err}") from None
     if node and not any((n.get("metadata") or {}).get("name") == node for n in nodes):
         raise SystemExit(f"{PROG}: node {node!r} not found")
-    return nodes, pods
+    if problem:
+        print(f"{PROG}: warning: {problem}", file=sys.stderr)
+    return nodes, pods, claims
 
 
 def _read(objs: list[dict[str, Any]], reader: Callable[[object], T]) -> list[T]:
@@ -117,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         names = ResourceNames(memory=args.resource, count=args.count_resource, unit=args.unit)
     except ValueError as err:
         p.error(str(err))
-    nodes, pods = _load(args.kubeconfig, args.node, args.context)
-    report = build_report(_read(nodes, read_node), _read(pods, read_pod), names, only_node=args.node)
+    nodes, pods, claims = _load(args.kubeconfig, args.node, args.context)
+    report = report_with_claims(
+        _read(nodes, read_node), _read(pods, read_pod), _read(claims, read_claim), names, only_node=args.node
+    )
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,9 +19,13 @@ from gpushare_hub.core.names import ALLOCATION_ANNOTATION
 from gpushare_hub.core.records import Ignored
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.core.shapes import read_node, read_pod
+from gpushare_hub.inspect import claims as inspect_claims
+from gpushare_hub.inspect import cli
 from gpushare_hub.kube import ApiError, LedgerInformer
+from gpushare_hub.kube.rest import ApiStatusError
 from tests.support.dra_objects import GIB, allocated, claim, result
 
+from . import fakeapi
 from .helpers import node_obj, pod_obj
 
 UUID0 = "GPU-sim-gpu-1-0"
@@ -289,3 +294,61 @@ async def test_without_resource_claims_the_ledger_keeps_working_on_annotations(s
         assert {t.get_name() for t in inf._tasks} == {"watch-nodes", "watch-pods"}
     finally:
         await inf.stop()
+
+
+# ---- kubectl inspect gpushare -------------------------------------------------------------------
+
+pki = fakeapi.pki  # fixtures: a loopback API server
+apiserver = fakeapi.apiserver
+
+
+def kubeconfig(path, server: str, ca: str) -> str:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+                "users": [{"name": "u", "user": {"token": "good-token"}}],
+            }
+        )
+    )
+    return str(path)
+
+
+def test_kubectl_inspect_counts_claims_beside_annotations(tmp_path, capsys, apiserver, pki):
+    rec = AllocationRecord(node="gpu-1", cards=(CardShare(UUID0, 0, 3),), containers=())
+    old = pod_obj("old", 3, node="gpu-1", phase="Running", annotations={ALLOCATION_ANNOTATION: rec.to_json()})
+    apiserver.lists["/api/v1/nodes"] = [node_obj("gpu-1")]
+    apiserver.lists["/api/v1/pods"] = [old]
+    apiserver.lists["/apis/resource.k8s.io/v1/resourceclaims"] = [
+        allocated(claim("c"), [result("gpu-1", 0, "5Gi")], [("nb", "u")]),
+        allocated(claim("bad"), [result("gpu-1", 1, "1.5")], [("nb2", "u2")]),
+    ]
+    kc = kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca))
+    assert cli.main(["--kubeconfig", kc, "--json"]) == 0
+    out = capsys.readouterr()
+    card = json.loads(out.out)["nodes"][0]["cards"][0]
+    assert card["used"] == 8
+    assert sorted((p["name"], p["units"]) for p in card["pods"]) == [("nb", 5), ("old", 3)]
+    assert "ResourceClaim jhub/bad" in out.err
+
+
+def test_kubectl_inspect_without_the_rbac_for_claims_says_so_and_counts_annotations(
+    tmp_path, capsys, apiserver, pki, monkeypatch
+):
+    apiserver.lists["/api/v1/nodes"] = [node_obj("gpu-1")]
+    apiserver.lists["/api/v1/pods"] = []
+    real = inspect_claims.list_claims
+
+    class Refusing:
+        def list(self, path: str) -> Any:
+            raise ApiStatusError("https://x", 403, "Forbidden")
+
+    monkeypatch.setattr(cli, "list_claims", lambda api: real(Refusing()))
+    kc = kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca))
+    assert cli.main(["--kubeconfig", kc, "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["total"] == 30
+    assert "resourceclaims" in out.err

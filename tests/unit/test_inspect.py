@@ -200,7 +200,11 @@ def test_the_cli_reads_nodes_and_pods_from_the_api_server_it_is_given(tmp_path, 
     kc = api_kubeconfig(tmp_path / "kc", apiserver.server, str(pki.ca), "good-token")
     assert cli.main(["--kubeconfig", kc, "--context", "fake", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == build_report(read_nodes(nodes), read_pods(pods)).to_json()
-    assert [path for path, *_ in apiserver.requests] == ["/prefix/api/v1/nodes", "/prefix/api/v1/pods"]
+    assert [path for path, *_ in apiserver.requests] == [
+        "/prefix/api/v1/nodes",
+        "/prefix/apis/resource.k8s.io/v1/resourceclaims",  # not served here: 404, left out
+        "/prefix/api/v1/pods",
+    ]
     assert cli.main(["--kubeconfig", kc, "--context", "fake", "gpu-b"]) == 0
     assert capsys.readouterr().out == summary(
         build_report(read_nodes(nodes), read_pods(pods), only_node="gpu-b")
