@@ -17,6 +17,7 @@ import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -373,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         args.pods = args.pods or default_trace_dir() / "openb_pod_list_default.csv"
         pods = read_pods(args.pods)
         if args.compare_dra:
-            out = compare.run(args, lambda policy: _dynamic(_with(args, policy), pods)[0], DEFAULT_CARDS)
+            out = compare.run(args, partial(_one_policy, args, pods), DEFAULT_CARDS)
         elif args.mode == "dynamic":
             out, data = _dynamic(args, pods)
         else:
@@ -392,17 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _with(args: argparse.Namespace, policy: str) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), "policy": policy})
+def _one_policy(args: argparse.Namespace, pods: list[TracePod], policy: str) -> dict[str, Any]:
+    return _dynamic(compare.with_policy(args, policy), pods)[0]
 
 
 def _history(args: argparse.Namespace, defaults: argparse.Namespace) -> int:
-    if args.compare_dra or args.policy in DRA_POLICIES:
-        raise TraceError(
-            "--compare-dra and the dra-* policies replay the trace (they model the default "
-            "scheduler's node choice on the pods' CPU and memory, which the history lacks); "
-            "leave them out with --history or --hub-url"
-        )
+    compare.check_history(args)
     out, single = whatif.run(args, defaults)
     if args.plot:
         whatif.plot(args.plot, out, single)

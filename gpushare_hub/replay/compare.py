@@ -44,6 +44,19 @@ def check_options(args: argparse.Namespace, defaults: argparse.Namespace) -> Non
         raise TraceError("--plot draws one policy's replay; leave it out with --compare-dra")
 
 
+def check_history(args: argparse.Namespace) -> None:
+    if args.compare_dra or args.policy in DRA_POLICIES:
+        raise TraceError(
+            "--compare-dra and the dra-* policies replay the trace (they model the default "
+            "scheduler's node choice on the pods' CPU and memory, which the history lacks); "
+            "leave them out with --history or --hub-url"
+        )
+
+
+def with_policy(args: argparse.Namespace, policy: str) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "policy": policy})
+
+
 def run(
     args: argparse.Namespace, replay_one: Callable[[str], dict[str, Any]], default_cards: str
 ) -> dict[str, Any]:
