@@ -28,6 +28,8 @@ from gpushare_hub.core.names import (
     SLICE_LABEL,
 )
 
+from .dra import apply_claim
+
 
 @dataclass(frozen=True)
 class SlicePod:
@@ -40,10 +42,14 @@ class SlicePod:
     tolerations: Sequence[Mapping[str, Any]] = ()
     node_selector: Mapping[str, str] = field(default_factory=dict)
     names: ResourceNames = DEFAULT_NAMES
+    # The DRA path: a claim from the slice's template, the default scheduler, no extended resource.
+    dra: bool = False
 
     def resources(self) -> dict[str, str]:
         s = self.slice
         out: dict[str, str] = {}
+        if self.dra:
+            return out
         if s.gib is not None:
             out[self.names.memory] = str(s.gib * s.cards)
         if s.gib is None or s.cards > 1:
@@ -92,7 +98,8 @@ def _strip(container: Any, drop: set[str]) -> None:
 
 
 def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
-    """Make ``pod`` ask for ``want.slice`` and go to the gpushare scheduler."""
+    """Make ``pod`` ask for ``want.slice`` and go to the gpushare scheduler (on the DRA path:
+    claim it from its template, on the default scheduler)."""
     ours = {want.names.memory, want.names.count}
     spec = pod.spec
     containers = list(spec.containers or [])
@@ -115,7 +122,10 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
     meta.annotations = annotations
     meta.labels = {**(meta.labels or {}), SLICE_LABEL: want.slice.slug}
 
-    spec.scheduler_name = want.scheduler_name
+    if want.dra:
+        apply_claim(pod, want.slice)
+    else:
+        spec.scheduler_name = want.scheduler_name
     if want.node_selector:
         spec.node_selector = {**(spec.node_selector or {}), **want.node_selector}
     if want.tolerations:

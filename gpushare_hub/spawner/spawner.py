@@ -35,6 +35,7 @@ from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
 
+from .dra import ALLOCATIONS, DEVICE_PLUGIN, DRA, check_dra_catalogue, user_words
 from .options import (
     RETURNED_KEY,
     Holding,
@@ -214,6 +215,20 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         """,
     )
 
+    allocation = Enum(
+        ALLOCATIONS,
+        DEVICE_PLUGIN,
+        config=True,
+        help="""
+        How a slice's pod gets its card. ``"device-plugin"``: it asks the GPU-memory extended
+        resource and goes to ``gpushare_scheduler_name`` (the dedicated scheduler and the gpushare
+        extender). ``"dra"``: it claims the slice from the gpushare-hub chart's ResourceClaimTemplate
+        ``gpushare-slice-<slug>`` (``dra.enabled``) and goes to the default scheduler, which needs
+        Kubernetes 1.36 or newer (docs/dra.md). On the DRA path every slice is a share of one
+        card: whole-card, several-card and isolation-requiring slices stop the hub at start.
+        """,
+    )
+
     gpu_tolerations = List(
         Dict(),
         config=True,
@@ -293,7 +308,9 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         profiles = self.profile_list
         if not callable(profiles):
-            read_catalogue(self.slices, self._sorted_dict_values(profiles), self.resource_names)
+            catalogue = read_catalogue(self.slices, self._sorted_dict_values(profiles), self.resource_names)
+            if self.allocation == DRA:
+                check_dra_catalogue(catalogue)
 
     @classmethod
     def check_config(cls, config: Any) -> Catalogue:
@@ -307,7 +324,15 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         profiles = section.get("profile_list", config.KubeSpawner.get("profile_list", []))
         if isinstance(profiles, Mapping):
             profiles = [profiles[k] for k in sorted(profiles)]
-        return read_catalogue(slices, [] if callable(profiles) else profiles)
+        catalogue = read_catalogue(slices, [] if callable(profiles) else profiles)
+        allocation = section.get("allocation", DEVICE_PLUGIN)
+        if allocation not in ALLOCATIONS:
+            raise CatalogueError(
+                f"GPUShareSpawner.allocation is {allocation!r}; it is one of {', '.join(ALLOCATIONS)}"
+            )
+        if allocation == DRA:
+            check_dra_catalogue(catalogue)
+        return catalogue
 
     @property
     def resource_names(self) -> ResourceNames:
@@ -616,6 +641,7 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
             tolerations=list(self.gpu_tolerations),
             node_selector=dict(self.gpu_node_selector),
             names=self.resource_names,
+            dra=self.allocation == DRA,
         )
 
     # ---- state --------------------------------------------------------------------------
@@ -698,6 +724,15 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
             return None
         return render_status(status)
 
+    def _dra_words(self, event: Mapping[str, Any]) -> str | None:
+        """On the DRA path, what a Kubernetes event about the pod's claim means for the user."""
+        chosen = self._gpushare_chosen
+        if self.allocation != DRA or chosen is None:
+            return None
+        raw = event.get("raw_event")
+        message = raw.get("message") if isinstance(raw, Mapping) else event.get("message")
+        return user_words(message, chosen) if isinstance(message, str) else None
+
     async def progress(self) -> AsyncIterator[dict[str, Any]]:
         """KubeSpawner's events, interleaved with why the GPU pod waits or where it went."""
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -723,6 +758,10 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
                         events_done = True
                     elif event:
                         yield event
+                        note = self._dra_words(event)
+                        if note and note != last:
+                            last = note
+                            yield {"message": note}
                 else:
                     await asyncio.sleep(1.0)
                 message = self.status_message()
