@@ -4,6 +4,7 @@ hub; the scheduler's words about claims reach the user as sentences."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from gpushare_hub.core.catalogue import CatalogueError, Slice
 from gpushare_hub.core.names import DRA_DEVICE_CLASS, DRA_POD_CLAIM, DRA_TEMPLATE_PREFIX
 from gpushare_hub.spawner.dra import user_words
 from tests.objects import read_pod
+
+ROOT = Path(__file__).parents[2]
 
 SLICES = [
     {"slug": "t4-3g", "display_name": "Tesla T4 · 3 GiB", "gib": 3, "models": ["Tesla-T4"]},
@@ -202,3 +205,24 @@ async def test_the_progress_page_adds_the_sentence_after_the_event(make, monkeyp
         await gen.aclose()
         said = [m for m in got if m.startswith("No card has 5 GiB free")]
         assert bool(said) is expect, got
+
+
+def test_the_dra_example_values_start_a_hub_whose_slices_are_the_charts_templates():
+    """examples/z2jh-dra-values.yaml over z2jh-values.yaml passes the hub's start check, and the
+    chart's default dra.slices are that catalogue's slugs, sizes and models."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "examples" / "z2jh-values.yaml").read_text())
+    over = yaml.safe_load((ROOT / "examples" / "z2jh-dra-values.yaml").read_text())
+    section = {**base["hub"]["config"]["GPUShareSpawner"]}
+    for key, value in over["hub"]["config"]["GPUShareSpawner"].items():
+        section[key] = {**section[key], **value} if isinstance(value, dict) else value
+    assert section["allocation"] == "dra"
+    c = Config()
+    for key, value in section.items():
+        setattr(c.GPUShareSpawner, key, value)
+    catalogue = GPUShareSpawner.check_config(c)
+    chart = yaml.safe_load((ROOT / "helm" / "gpushare-hub" / "values.yaml").read_text())
+    offered = {(s.slug, s.gib, s.models) for s in catalogue.slices}
+    assert offered == {(d["slug"], d["gib"], tuple(d.get("models", ()))) for d in chart["dra"]["slices"]}
+    assert section["gpu_node_selector"].items() >= chart["dra"]["nodeSelector"].items()
