@@ -195,11 +195,14 @@ def usage_report(
     node: Node,
     names: ResourceNames = DEFAULT_NAMES,
     unsampled: Iterable[str] = (),
+    claimed: Mapping[str, tuple[str, dict[str, int]]] | None = None,
 ) -> UsageReport:
     """Per pod and card: memory its processes hold and their SM utilisation (summed over its
     processes, at most 100). ``unsampled``: cards whose utilisation the backend cannot read;
-    their pods' ``sm_util`` is None. A pod with no process on a sampled card did no work (0)."""
-    slices = slices_on_node(pods, node, names)
+    their pods' ``sm_util`` is None. A pod with no process on a sampled card did no work (0).
+    ``claimed``: the slices of pods that hold theirs through DRA claims the node's plugin prepared
+    (pod UID -> (namespace/name, {card UUID: MiB})), beside those of the pods' annotations."""
+    slices = {**slices_on_node(pods, node, names), **(claimed or {})}
     unsampled = set(unsampled)
     card_used: dict[str, int] = {}
     used: dict[tuple[str, str], int] = {}

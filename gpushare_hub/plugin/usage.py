@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Protocol
 
@@ -58,7 +58,11 @@ class UsageReporter:
         mps: bool,
         idle_memory_mib: int = IDLE_MEMORY_MIB,
         clock: Callable[[], float] = time.time,
+        claimed: Callable[[], Mapping[str, tuple[str, dict[str, int]]]] | None = None,
     ) -> None:
+        """``claimed``: on a DRA node, the slices of the claims its plugin prepared (pod UID ->
+        (namespace/name, {card UUID: MiB})); the pods' annotations give the others."""
+        self.claimed = claimed
         self.state = state
         self.sink = sink
         self.mps = mps
@@ -113,6 +117,7 @@ class UsageReporter:
             Node(node, tuple(self.state.inventory())),
             self.state.settings.names,
             unsampled=backend.unsampled_cards(),
+            claimed=self.claimed() if self.claimed else None,
         )
         report = self._with_idle(report)
         self.latest = report

@@ -370,3 +370,12 @@ def test_a_cluster_without_consumable_capacity_is_named_once_and_not_rewritten(c
     assert pub.publish() and not pub.publish() and server.writes == 1
     assert pub.capacity_off
     assert "consumable capacity is off" in caplog.text and "DRAConsumableCapacity" in caplog.text
+
+
+def test_the_usage_loop_learns_each_pods_slice_from_the_prepared_claims(plugin) -> None:
+    p = plugin(claim("ada", "u-ada", result("gpu-1", "5Gi")), claim("bob", "u-bob", result("gpu-1", "3Gi")))
+    p.prepare(("ada", "u-ada"), ("bob", "u-bob"))
+    assert p.driver.prepared.slices() == {
+        "p-u-ada": ("jhub/jupyter-ada", {"GPU-bbbb": 5120}),
+        "p-u-bob": ("jhub/jupyter-bob", {"GPU-bbbb": 3072}),
+    }

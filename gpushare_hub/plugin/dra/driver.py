@@ -154,7 +154,7 @@ class Driver:
             )
             for d, (_, resp) in zip(facts.devices, responses, strict=True)
         )
-        claim = PreparedClaim(facts.uid, facts.namespace, facts.name, facts.pod, devices)
+        claim = PreparedClaim(facts.uid, facts.namespace, facts.name, facts.pod, devices, facts.pod_uid)
         self.prepared.put(claim)
         return claim
 

@@ -43,6 +43,7 @@ class PreparedClaim:
     name: str
     pod: str
     devices: tuple[PreparedDevice, ...]
+    pod_uid: str = ""
 
 
 def _claim(raw: Any) -> PreparedClaim:
@@ -58,7 +59,10 @@ def _claim(raw: Any) -> PreparedClaim:
         )
         for d in raw["devices"]
     )
-    return PreparedClaim(str(raw["uid"]), str(raw["namespace"]), str(raw["name"]), str(raw["pod"]), devices)
+    return PreparedClaim(
+        str(raw["uid"]), str(raw["namespace"]), str(raw["name"]), str(raw["pod"]), devices,
+        str(raw.get("pod_uid") or ""),
+    )  # fmt: skip
 
 
 class PreparedClaims:
@@ -130,6 +134,18 @@ class PreparedClaims:
                 continue
             for d in claim.devices:
                 out[d.card] = out.get(d.card, 0) + d.bytes
+        return out
+
+    def slices(self) -> dict[str, tuple[str, dict[str, int]]]:
+        """For the usage loop: pod UID -> (namespace/name, {card UUID: MiB}) of each prepared
+        claim reserved for a pod."""
+        out: dict[str, tuple[str, dict[str, int]]] = {}
+        for claim in list(self.claims.values()):
+            if not claim.pod_uid:
+                continue
+            _, cards = out.setdefault(claim.pod_uid, (f"{claim.namespace}/{claim.pod}", {}))
+            for d in claim.devices:
+                cards[d.card] = cards.get(d.card, 0) + (d.bytes >> 20)
         return out
 
     def remove_file_if_empty(self) -> bool:
