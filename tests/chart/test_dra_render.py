@@ -281,3 +281,17 @@ def test_sizes_are_given_once_each_in_numeric_order(helm: Helm):
         "selectors"
         not in templates[f"{DRA_TEMPLATE_PREFIX}a"]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     )
+
+
+def test_the_dra_plugins_command_line_takes_the_rendered_arguments(helm: Helm):
+    from gpushare_hub.plugin.dra.app import GPUShareDRAPlugin
+
+    docs = render(helm, *ON, "--set-json", 'devicePlugin.simulate="1x Tesla T4:15360"')
+    (container,) = pod_of(docs, "gpushare-dra-plugin")["containers"]
+    app = GPUShareDRAPlugin()
+    app.parse_command_line([a.replace("$(NODE_NAME)", "gpu-1") for a in container["args"]])
+    assert (app.node_name, app.memory_sizes, app.backend) == ("gpu-1", "3Gi,5Gi,7Gi", "simulated")
+    assert (app.dra_plugin_dir, app.registry_dir) == (
+        "/var/lib/kubelet/plugins/gpushare-hub.io",
+        "/var/lib/kubelet/plugins_registry",
+    )
