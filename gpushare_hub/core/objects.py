@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .names import DRA_POD_CLAIM, DRA_TEMPLATE_PREFIX
+
 Quantity = str | int | float  # a resource amount as the API sends it ("5", 5, "500m")
 
 
@@ -39,6 +41,16 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class PodClaim:
+    """One ``spec.resourceClaims[]`` entry: the pod's name for a ResourceClaim, and where the
+    claim comes from (an existing claim's name, or the template a claim is made from)."""
+
+    name: str = ""
+    claim_name: str = ""  # resourceClaimName
+    template_name: str = ""  # resourceClaimTemplateName
+
+
+@dataclass(frozen=True)
 class PodObject:
     """A Pod: its identity, annotations, where it runs or may run, what its containers ask."""
 
@@ -58,11 +70,23 @@ class PodObject:
     phase: str = ""
     start_time: str = ""
     conditions: tuple[Condition, ...] = ()
+    resource_claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (the DRA path)
 
     @property
     def key(self) -> str:
         """``namespace/name``, the name the core keeps the pod under."""
         return f"{self.namespace or 'default'}/{self.name or '?'}"
+
+    @property
+    def claims_dra_slice(self) -> bool:
+        """Whether the pod claims a slice on our DRA path: a pod claim named
+        :data:`~.names.DRA_POD_CLAIM`, or one made from a template of ours
+        (:data:`~.names.DRA_TEMPLATE_PREFIX`). It asks no GPU-memory resource; the default
+        scheduler allocates its claim, which the ledger counts under the pod's key."""
+        return any(
+            c.name == DRA_POD_CLAIM or c.template_name.startswith(DRA_TEMPLATE_PREFIX)
+            for c in self.resource_claims
+        )
 
 
 @dataclass(frozen=True)

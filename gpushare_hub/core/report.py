@@ -258,8 +258,11 @@ def pod_facts(
     names: ResourceNames = DEFAULT_NAMES,
     hub_namespaces: Collection[str] | None = None,
 ) -> PodFacts | None:
-    """The facts of an active pod that asks for a GPU (or whose request cannot be read); None
-    for any other pod. ``hub_namespaces``: as :func:`build_report`'s."""
+    """The facts of an active pod that asks for a GPU, or claims a slice on the DRA path (or
+    whose request cannot be read); None for any other pod. ``hub_namespaces``: as
+    :func:`build_report`'s. A DRA pod's units are its claim's, which the ledger counts under
+    the pod's key; until then its row says 0, and it is no :class:`PendingPod` (the default
+    scheduler places it, not our extender)."""
     if pod.phase in TERMINAL_PHASES:
         return None
     key = pod.key
@@ -267,7 +270,9 @@ def pod_facts(
         demand = demand_from_pod(pod, names)
     except GPUShareError as err:
         return PodFacts(key=key, warning=_unreadable(key, err))
-    if demand is None or not demand.wants_gpu:
+    if demand is not None and not demand.wants_gpu:
+        demand = None
+    if demand is None and not pod.claims_dra_slice:
         return None
     namespace = pod.namespace or "default"
     ann: Mapping[str, str] = pod.annotations
@@ -278,7 +283,7 @@ def pod_facts(
     row = PodRow(
         namespace=namespace,
         name=pod.name,
-        units=demand.per_card * demand.count if demand.per_card is not None else 0,
+        units=demand.per_card * demand.count if demand is not None and demand.per_card is not None else 0,
         hub_user=ann.get(HUB_USER_ANNOTATION, ""),
         hub_server=ann.get(HUB_SERVER_ANNOTATION, ""),
         reason="" if node else "not scheduled yet" if message is None else message,
@@ -287,16 +292,18 @@ def pod_facts(
         created=pod.creation_timestamp,
         scheduled=_scheduled(pod),
     )
-    return PodFacts(key=key, node=node, row=row, pending=None if node else _pending(pod, demand, message))
+    pending = None if node or demand is None else _pending(pod, demand, message)
+    return PodFacts(key=key, node=node, row=row, pending=pending)
 
 
 def may_hold_slice(pod: PodObject, names: ResourceNames = DEFAULT_NAMES) -> bool:
     """Whether a pod can hold or wait for a slice: a container or init container names either
-    GPU resource, or the pod carries an allocation record (ours or Aliyun's; the ledger
-    decides whether it counts). What the hub keeps of the cluster's pods; no quantity is
-    parsed, so it costs little on every pod event."""
+    GPU resource, the pod carries an allocation record (ours or Aliyun's; the ledger decides
+    whether it counts), or it claims a slice on the DRA path (:attr:`PodObject.claims_dra_slice`).
+    What the hub keeps of the cluster's pods; no quantity is parsed, so it costs little on
+    every pod event."""
     ann = pod.annotations
-    if ALLOCATION_ANNOTATION in ann or GPU_MEM_IDX in ann or GPU_MEM_POD in ann:
+    if ALLOCATION_ANNOTATION in ann or GPU_MEM_IDX in ann or GPU_MEM_POD in ann or pod.claims_dra_slice:
         return True
     for container in (*pod.init_containers, *pod.containers):
         for amounts in (container.limits, container.requests):

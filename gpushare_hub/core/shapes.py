@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidObject
-from .objects import Address, Condition, Container, NodeObject, PodObject
+from .objects import Address, Condition, Container, NodeObject, PodClaim, PodObject
 
 # Bounds a real object stays far inside (the API server stores at most 1.5 MiB per object).
 MAX_CONTAINERS = 256  # per list (containers, initContainers)
@@ -23,6 +23,7 @@ MAX_MAP_ENTRIES = 1024  # labels, annotations, nodeSelector, limits, requests
 MAX_NAME = 253  # a DNS subdomain; also a resource name, a label key's length
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's own limit on all of an object's annotations
 MAX_CONDITIONS = 64
+MAX_POD_CLAIMS = 128  # spec.resourceClaims: a pod names a handful
 MAX_DEPTH = 32  # a Pod nests about 10 deep
 MAX_UID = 2**31 - 1  # the API server's bound on runAsUser
 SHOWN = 40  # characters of an offending value echoed back
@@ -155,6 +156,18 @@ def _container(c: object, where: str) -> Container:
     )
 
 
+def _pod_claims(value: object, path: str) -> tuple[PodClaim, ...]:
+    """``spec.resourceClaims``: a bounded list of objects whose name and source are strings."""
+    keys = ("name", "resourceClaimName", "resourceClaimTemplateName")
+    claims = []
+    for i, c in enumerate(_list(value, path, MAX_POD_CLAIMS)):
+        claim = _required(c, f"{path}[{i}]")
+        for key in keys:
+            _string(claim.get(key), f"{path}[{i}].{key}")
+        claims.append(PodClaim(*(_str(claim.get(k)) for k in keys)))
+    return tuple(claims)
+
+
 def read_pod(obj: object, path: str = "Pod") -> PodObject:
     """The Pod fields the core reads, checked and typed; :class:`InvalidObject` names the first
     wrong one. Objects from the API server always pass; what a door receives may not."""
@@ -199,6 +212,7 @@ def read_pod(obj: object, path: str = "Pod") -> PodObject:
         phase=_str(status.get("phase")),
         start_time=_str(status.get("startTime")),
         conditions=tuple(conditions),
+        resource_claims=_pod_claims(spec.get("resourceClaims"), f"{path}.spec.resourceClaims"),
     )
 
 

@@ -598,7 +598,8 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
 
 def holds_a_slice(pod: PodObject, names: ResourceNames) -> bool:
     """A pod, not finished, that may hold or wait for a slice (the core's test: it names a GPU
-    resource or carries an allocation record)."""
+    resource, carries an allocation record, or claims a slice on the DRA path, whose claim's
+    CDI spec mounts the same hook)."""
     return pod.phase not in ("Succeeded", "Failed") and may_hold_slice(pod, names)
 
 

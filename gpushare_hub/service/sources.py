@@ -1,7 +1,7 @@
 """The service's data sources: what its handlers read, kept current by two watchers.
 
 - :class:`~gpushare_hub.kube.informer.LedgerInformer` (the extender's and the spawner's
-  watch code) keeps the core ledger, through
+  watch code) keeps the core ledger (annotations and our DRA driver's ResourceClaims), through
   :class:`~gpushare_hub.kube.ledger_source.SharedLedger` (trusted only while fresh). It hears
   only of the pods that can hold or wait for a slice
   (:func:`~gpushare_hub.core.report.may_hold_slice`; :func:`service_informer`), and
@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
+from gpushare_hub.core.claims import ClaimObject
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.core.report import (
     NodeFacts,
@@ -71,7 +72,7 @@ class Cluster:
         self._make = make_informer
         self._ledger = Ledger(names)  # the last subscribed informer's (empty before the first)
         self.shared = SharedLedger(self._subscribed, max_stale)
-        self._version = 0  # bumped on every event: the report is rebuilt only after a change
+        self._version = 0  # bumped on every event (claims' too): the report is rebuilt only after a change
         self._report: tuple[int, Report] | None = None
         self._recent: dict[Hashable, tuple[int, float, Any]] = {}
 
@@ -83,6 +84,7 @@ class Cluster:
         self._version += 1
         informer.on_node(self._on_node)
         informer.on_pod(self._on_pod)
+        informer.on_claim(self._on_claim)
         return informer  # type: ignore[no-any-return]
 
     def _on_node(self, etype: str, obj: NodeObject) -> None:
@@ -100,6 +102,11 @@ class Cluster:
             self.pods[facts.key] = facts
         else:
             self.pods.pop(obj.key, None)
+
+    def _on_claim(self, etype: str, obj: ClaimObject) -> None:
+        """A ResourceClaim event: what the ledger counts for a DRA pod may have changed, and the
+        facts kept of the pod stay as they are; the report and api/v1/me are made again."""
+        self._version += 1
 
     def pending(self) -> dict[str, PendingPod]:
         """The GPU pods on no node yet, by ``namespace/name`` (for the metrics)."""
