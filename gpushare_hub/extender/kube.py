@@ -14,6 +14,7 @@ from gpushare_hub.kube.api import DEFAULT_TIMEOUTS, ApiError, Timeouts, checked,
 from gpushare_hub.kube.events import warning_event
 
 log = logging.getLogger("gpushare.extender")
+CLAIM_API_VERSION = "resource.k8s.io/v1"  # the ResourceClaims the ledger counts
 
 __all__ = ["ApiError", "Kube", "make_api_client"]
 
@@ -71,6 +72,18 @@ class Kube:
         """A Warning event on the pod (``kubectl describe pod`` shows it); best effort."""
         namespace = pod.namespace or "default"
         involved = {"kind": "Pod", "name": pod.name, "namespace": namespace, "uid": pod.uid}
+        await self._event(involved, namespace, reason, message)
+
+    async def warn_claim(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        """A Warning event on a ResourceClaim (``kubectl describe resourceclaim`` shows it): a
+        claim no pod is reserved for yet has no pod to warn; best effort."""
+        involved = {
+            "apiVersion": CLAIM_API_VERSION,
+            "kind": "ResourceClaim",
+            "name": name,
+            "namespace": namespace,
+            "uid": uid,
+        }
         await self._event(involved, namespace, reason, message)
 
     async def warn_node(self, node: str, reason: str, message: str) -> None:

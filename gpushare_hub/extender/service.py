@@ -24,6 +24,7 @@ from gpushare_hub.core import (
     PodObject,
     ResourceNames,
 )
+from gpushare_hub.core.claims import ClaimIgnored, ClaimObject, claim_key
 from gpushare_hub.core.mps import NodeMPS, node_mps, uid_mismatches
 from gpushare_hub.core.names import (
     BYPASS_REASON,
@@ -125,6 +126,7 @@ class ExtenderService:
         self.informer.on_unreadable(self._report_unreadable)
         self.informer.on_ignored(self._report_ignored)
         self.informer.on_pod(self._forget_reported)
+        self.informer.on_claim(self._forget_reported)
         self.binder: Binder | None = None
         if kube is not None:
             self.binder = Binder(kube, lambda: self.decisions, names)
@@ -166,7 +168,8 @@ class ExtenderService:
             await self.kube.close()
 
     def _report_ignored(self, ignored: IgnoredRecord) -> None:
-        """A record the ledger refused: a metric, a log line and a Warning event on the pod, once."""
+        """A record the ledger refused: a metric, a log line and a Warning event on the pod, once
+        (on the ResourceClaim itself for a claim no pod is reserved for yet)."""
         if (ignored.uid, ignored.reason) in self._reported:
             return
         self._reported.add((ignored.uid, ignored.reason))
@@ -175,11 +178,22 @@ class ExtenderService:
         log.warning("%s", message)
         if self.kube is None:
             return
-        namespace, name = ignored.key.split("/", 1)
-        pod = PodObject(name=name, namespace=namespace, uid=ignored.uid)
-        task = asyncio.get_running_loop().create_task(self.kube.warn(pod, IGNORED_REASON, message))
+        task = asyncio.get_running_loop().create_task(self._warn_ignored(self.kube, ignored, message))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+    @staticmethod
+    async def _warn_ignored(kube: Kube, ignored: IgnoredRecord, message: str) -> None:
+        """The Warning event of an ignored record: on its pod; for a claim that holds its units
+        under its own key (no pod reserved yet, :func:`~gpushare_hub.core.claims.claim_key`), on
+        the ResourceClaim, since no pod of that name exists."""
+        if isinstance(ignored, ClaimIgnored):
+            namespace, _, name = ignored.claim.partition("/")
+            if ignored.key == claim_key(namespace, name):
+                await kube.warn_claim(namespace, name, ignored.uid, IGNORED_REASON, message)
+                return
+        namespace, _, name = ignored.key.partition("/")
+        await kube.warn(PodObject(name=name, namespace=namespace, uid=ignored.uid), IGNORED_REASON, message)
 
     def _report_unreadable(self, node: str, reason: str) -> None:
         """A Node whose card inventory cannot be read: a Warning event on it, once per reason
@@ -219,9 +233,10 @@ class ExtenderService:
             self._events.add(task)
             task.add_done_callback(self._events.discard)
 
-    def _forget_reported(self, etype: str, pod: PodObject) -> None:
-        if etype == "DELETED":
-            uid = pod.uid
+    def _forget_reported(self, etype: str, obj: PodObject | ClaimObject) -> None:
+        """A pod or ResourceClaim gone: what was reported of it may be reported again."""
+        if etype == "DELETED" and obj.uid:
+            uid = obj.uid
             self._reported = {r for r in self._reported if r[0] != uid}
 
     def _bind_refusal(self, args: BindingArgs) -> str:
