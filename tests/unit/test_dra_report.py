@@ -95,6 +95,23 @@ def test_a_pods_resource_claims_are_untrusted_and_refused_with_the_field_named(c
 # ---- which pods may hold a slice -----------------------------------------------------------------
 
 
+async def test_the_pod_the_spawner_makes_on_the_dra_path_is_one_that_may_hold_a_slice():
+    from kubernetes_asyncio.client import ApiClient, V1Container, V1ObjectMeta, V1Pod, V1PodSpec
+
+    from gpushare_hub.core.catalogue import read_catalogue
+    from gpushare_hub.spawner.dra import apply_claim
+
+    five = read_catalogue([{"slug": "t4-5g", "display_name": "T4 5 GiB", "gib": 5}]).get("t4-5g")
+    assert five is not None
+    made = V1Pod(
+        metadata=V1ObjectMeta(name="jupyter-alice"), spec=V1PodSpec(containers=[V1Container(name="nb")])
+    )
+    async with ApiClient() as api:
+        pod = read_pod(api.sanitize_for_serialization(apply_claim(made, five)))
+    assert pod.claims_dra_slice and may_hold_slice(pod)
+    assert pod.resource_claims[0].template_name == f"{DRA_TEMPLATE_PREFIX}t4-5g"
+
+
 def test_a_dra_pod_may_hold_a_slice_and_its_plugin_keeps_the_hook_for_it_until_it_ends():
     assert may_hold_slice(read_pod(dra_pod()))
     assert not may_hold_slice(read_pod(dra_pod(claims=[{"name": "fpga", "resourceClaimName": "f"}])))
