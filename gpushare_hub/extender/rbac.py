@@ -7,6 +7,8 @@ from typing import Any
 RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    # The ledger counts the DRA path's claims too (docs/dra.md).
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     # --leader-elect: the Lease that lets one replica bind.

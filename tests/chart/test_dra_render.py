@@ -166,6 +166,9 @@ def test_the_dra_plugins_rights_are_exactly_these(helm: Helm):
                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
             },
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+            # the usage loop and the self-test: the node's pods; Warning events
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "list"]},
         ],
         key=repr,
     )
