@@ -15,6 +15,8 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -333,9 +335,15 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
                 "without the PyTorch cap"
             ) from err
 
-    def start_usage(self, api: RestClient, state: PluginState, runner: Runner) -> None:
-        """The usage loop (a daemon thread) and its metrics endpoint."""
-        import threading
+    def start_usage(
+        self,
+        api: RestClient,
+        state: PluginState,
+        stop: threading.Event,
+        claimed: Callable[[], Mapping[str, tuple[str, dict[str, int]]]] | None = None,
+    ) -> None:
+        """The usage loop (a daemon thread, until ``stop``) and its metrics endpoint; ``claimed``:
+        the slices of the DRA claims prepared on the node (the DRA plugin's)."""
 
         from prometheus_client import start_http_server
         from prometheus_client.registry import CollectorRegistry
@@ -346,10 +354,14 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         if self.usage_interval <= 0:
             return
         reporter = UsageReporter(
-            state, KubeUsageSink(api, self.node_name), mps=self.mps, idle_memory_mib=self.idle_memory_mib
+            state,
+            KubeUsageSink(api, self.node_name),
+            mps=self.mps,
+            idle_memory_mib=self.idle_memory_mib,
+            claimed=claimed,
         )
         threading.Thread(
-            target=reporter.run, args=(runner.stop, self.usage_interval), name="usage", daemon=True
+            target=reporter.run, args=(stop, self.usage_interval), name="usage", daemon=True
         ).start()
         if self.metrics_port:
             registry = CollectorRegistry()
@@ -358,8 +370,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
 
     def start_selftest(self, api: RestClient, state: PluginState) -> None:
         """The isolation self-test, once, in a daemon thread (it may take a minute)."""
-        import threading
-
         from gpushare_hub.core.cards import Node
         from gpushare_hub.isolation.usage import slices_on_node
 
@@ -536,7 +546,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
                 log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
 
         runner = Runner(state, on_registered=publish, on_health=publish)
-        self.start_usage(api, state, runner)
+        self.start_usage(api, state, runner.stop)
         if self.selftest and state.cards:
             self.start_selftest(api, state)
 

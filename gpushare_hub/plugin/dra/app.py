@@ -138,6 +138,7 @@ class GPUShareDRAPlugin(GPUShareDevicePlugin):
         publish()
         sockets.start()
         threading.Thread(target=watch_health, args=(state, stop, publish), name="health", daemon=True).start()
+        self.start_usage(api, state, stop, claimed=prepared.slices)
         if self.selftest and state.cards:
             self.start_selftest(api, state)
         log.info(
