@@ -62,6 +62,8 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "clusterrole-aggregation-controller",
     "resourcequota-controller",
+    # A pod's ResourceClaim from its template (the DRA path, docs/dra.md).
+    "resourceclaim-controller",
 )
 # With real nodes: Services get EndpointSlices (kube-proxy and CoreDNS read them), and claims
 # bind to the PersistentVolumes an admin made (Zero to JupyterHub's hub database).
@@ -361,6 +363,7 @@ class LocalCluster:
                 f"--service-account-private-key-file={self._sa_key}",
                 f"--root-ca-file={self._pki.ca}",
                 "--leader-elect=false",
+                DRA_GATES,
                 "--v=1",
             ],
         )
