@@ -85,6 +85,8 @@ DRA_NAMES = {
     "request": names.DRA_REQUEST,
     "podClaim": names.DRA_POD_CLAIM,
     "templatePrefix": names.DRA_TEMPLATE_PREFIX,
+    "schedulerName": names.DRA_SCHEDULER_NAME,
+    "prioritizeVerb": names.DRA_PRIORITIZE_VERB,
 }
 
 

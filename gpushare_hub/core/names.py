@@ -89,6 +89,11 @@ DRA_TEMPLATE_PREFIX = "gpushare-slice-"  # a catalogue slice's ResourceClaimTemp
 # gpushare-hub.io/claim=<claim UID>-gpu-<index>, carrying the slice's env and mounts; the card's
 # own device nodes come from the plugin's card spec (CDI_KIND).
 DRA_CLAIM_CDI_KIND = f"{PREFIX}/claim"
+# The DRA packing (dra.scheduler: gpushare): our dedicated scheduler's second profile, for DRA pods,
+# and the extender's prioritize-only verb it calls (binpack's node score from the claim's template;
+# the scheduler keeps the allocation and the bind).
+DRA_SCHEDULER_NAME = "gpushare-dra-scheduler"
+DRA_PRIORITIZE_VERB = "dra-prioritize"
 
 # --- In notebook containers -----------------------------------------------------------------
 # Set by GPUShareSpawner: where the server reaches the hub service (its api/v1/me). The start-up

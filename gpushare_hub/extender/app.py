@@ -35,6 +35,7 @@ from traitlets import Bool, Enum, Float, Integer, List, Unicode, default
 from traitlets.config import Application
 
 from gpushare_hub.core import ResourceNames
+from gpushare_hub.core.names import DRA_PRIORITIZE_VERB, DRA_SCHEDULER_NAME
 from gpushare_hub.core.policy import POLICIES
 from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.web.bodylimit import SERVER_MAX_BODY, LimitedBody
@@ -146,6 +147,26 @@ class PrioritizeHandler(_Verb):
         self.send_json(priority_list(self.service.decisions.prioritize(args), args.node_names))
 
 
+class DraPrioritizeHandler(_Verb):
+    """The prioritize-only verb of the DRA profile (dra.scheduler: gpushare): binpack's scores for
+    a pod that claims a slice, read from its claim's template; none for any other pod."""
+
+    verb = DRA_PRIORITIZE_VERB
+
+    async def post(self) -> None:
+        try:
+            args = ExtenderArgs.parse(self.body)
+        except BadRequest as err:
+            self.send_json({"Error": f"{self.verb}: {err}"}, 400)
+            return
+        if self._not_ready():
+            return
+        demand = await self.service.templates.demand(args.pod)
+        self.send_json(
+            priority_list(self.service.decisions.prioritize_dra(demand, args.node_names), args.node_names)
+        )
+
+
 class BindHandler(_Verb):
     verb = "bind"
 
@@ -242,6 +263,7 @@ def make_app(
         [
             (rf"{p}/filter", FilterHandler, kw),
             (rf"{p}/prioritize", PrioritizeHandler, kw),
+            (rf"{p}/{DRA_PRIORITIZE_VERB}", DraPrioritizeHandler, kw),
             (rf"{p}/bind", BindHandler, kw),
             (r"/inspect", InspectHandler, kw),
             (r"/inspect/([^/]+)", InspectHandler, kw),
@@ -395,6 +417,12 @@ class GPUShareExtender(Application):
         help="""Name of the dedicated scheduler profile; pods
         placed by any other scheduler get a Warning event saying what to change.""",
     ).tag(config=True)
+    dra_scheduler_name = Unicode(
+        "",
+        help=f"""For --print-scheduler-config: add a profile of this name (the chart's is
+        {DRA_SCHEDULER_NAME}) for DRA pods, with a prioritize-only extender entry that packs
+        their slices across nodes as binpack does (the chart's dra.scheduler: gpushare).""",
+    ).tag(config=True)
     tls_cert = Unicode("", help="TLS certificate file; serve HTTPS when set (with tls_key).").tag(config=True)
     tls_key = Unicode("", help="TLS private key file.").tag(config=True)
     kubeconfig = Unicode("", help="Kubeconfig file; empty means in-cluster (service account).").tag(
@@ -467,6 +495,7 @@ class GPUShareExtender(Application):
         "count-resource-name": "GPUShareExtender.count_resource_name",
         "unit": "GPUShareExtender.unit",
         "scheduler-name": "GPUShareExtender.scheduler_name",
+        "dra-scheduler-name": "GPUShareExtender.dra_scheduler_name",
         "tls-cert": "GPUShareExtender.tls_cert",
         "tls-key": "GPUShareExtender.tls_key",
         "tls-client-ca": "GPUShareExtender.tls_client_ca",
@@ -546,6 +575,7 @@ class GPUShareExtender(Application):
                     https=bool(self.tls_cert),
                     policy=self.policy,
                     tls_config=tls or None,
+                    dra_scheduler_name=self.dra_scheduler_name,
                 )
             )
             return

@@ -26,6 +26,11 @@ from gpushare_hub.core.verdict import explain
 
 from .wire import ExtenderArgs
 
+# The DRA packing the measurements chose (docs/measurements/2026-11-28-dra-packing.md): the
+# driver's device order makes the allocator's first fit best fit on a node, and the node is
+# binpack's choice.
+DRA_POLICY = "binpack"
+
 
 @dataclass
 class FilterOutcome:
@@ -95,6 +100,14 @@ class Decisions:
         if demand is None:
             return {}
         return self.placer(demand.policy).scores(demand, args.node_names)
+
+    def prioritize_dra(self, demand: Demand | None, nodes: list[str]) -> dict[str, int]:
+        """Scores 0..10 of a DRA pod's slice (read from its claim's template): binpack's, the
+        node choice of dra-ordered-binpack (core/drapacking.py); nodes where no card holds the
+        slice score 0. The scheduler's DRA allocator picks the card; nothing here commits."""
+        if demand is None:
+            return {}
+        return self.placer(DRA_POLICY).scores(demand, nodes)
 
     def bind(self, pod: PodObject, node: str) -> Placement | Refusal | None:
         """Choose the card(s) on ``node`` and record them as assumed. ``None``: no GPU asked."""

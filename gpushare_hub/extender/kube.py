@@ -44,6 +44,24 @@ class Kube:
         )
         return read_pod(result)
 
+    async def get_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ResourceClaimTemplate as API JSON (resource.k8s.io/v1), None when there is none; the
+        prioritize-only verb reads it within kube-scheduler's httpTimeout (as bind does)."""
+        try:
+            result: dict[str, Any] = await json_of(
+                client.ResourceV1Api(self.api).read_namespaced_resource_claim_template(
+                    name,
+                    namespace,
+                    _preload_content=False,
+                    _request_timeout=self.timeouts.call(self.bind_timeout / 2),
+                )
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        return result
+
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         """Bind and write the annotations in one atomic update (the binding subresource merges them)."""
         body: Any = {

@@ -9,6 +9,8 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     # The ledger counts the DRA path's claims too (docs/dra.md).
     {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list", "watch"]},
+    # The prioritize-only verb of the DRA packing reads what a DRA pod's claim template asks.
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods/binding", "bindings"], "verbs": ["create"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     # --leader-elect: the Lease that lets one replica bind.

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from gpushare_hub.core.names import DRA_PRIORITIZE_VERB, DRA_SCHEDULER_NAME
+
 
 def extender_entry(
     url_prefix: str,
@@ -70,6 +72,50 @@ def extender_entry(
     return entry
 
 
+# The DRA entry's weight: kube-scheduler adds score x weight x 10, so one step of the extender's
+# 0..10 score (1,000) outweighs all that the default plugins that vary between nodes can add
+# (NodeResourcesFit, BalancedAllocation, ImageLocality at 1 and PodTopologySpread's system default
+# spreading at 2: 500 at most); the binpack order leads and those plugins break its ties.
+DRA_WEIGHT = 100
+
+
+def dra_extender_entry(
+    url_prefix: str,
+    https: bool = False,
+    timeout: str = "5s",
+    tls_config: Mapping[str, str] | None = None,
+    weight: int = DRA_WEIGHT,
+) -> dict[str, Any]:
+    """The ``extenders`` item of the DRA packing (``dra.scheduler: gpushare``): prioritize only.
+
+    No filter, no bind, no managedResources: kube-scheduler's DynamicResources plugin filters the
+    nodes, allocates the claim (first fit in our driver's fullest-first device order) and the
+    scheduler binds; the extender only ranks nodes as binpack does. Extenders belong to the whole
+    configuration, not to a profile, so this one is asked about the pods of every profile: it
+    scores DRA pods only and answers an empty list for others. ``ignorable``: with the extender
+    down, DRA pods are placed by the default scoring instead of waiting.
+    """
+    entry: dict[str, Any] = {
+        "urlPrefix": url_prefix,
+        "prioritizeVerb": DRA_PRIORITIZE_VERB,
+        "weight": weight,
+        "enableHTTPS": https,
+        "httpTimeout": timeout,
+        "nodeCacheCapable": True,
+        "ignorable": True,
+    }
+    if tls_config:
+        entry["enableHTTPS"] = True
+        entry["tlsConfig"] = dict(tls_config)
+    return entry
+
+
+def dra_profile(scheduler_name: str = DRA_SCHEDULER_NAME) -> dict[str, Any]:
+    """The DRA pods' profile: kube-scheduler's defaults (DynamicResources on, the default scoring
+    breaking the extender's ties, as the dra-ordered-binpack replay models it)."""
+    return {"schedulerName": scheduler_name}
+
+
 def profile(
     scheduler_name: str = "gpushare-scheduler", resource: str = "aliyun.com/gpu-mem", policy: str = "binpack"
 ) -> dict[str, Any]:
@@ -122,8 +168,10 @@ def scheduler_config(
     leader_elect: bool = True,
     policy: str = "binpack",
     tls_config: Mapping[str, str] | None = None,
+    dra_scheduler_name: str = "",
 ) -> dict[str, Any]:
-    return {
+    """``dra_scheduler_name``: add the DRA profile of that name and its prioritize-only entry."""
+    cfg: dict[str, Any] = {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": {
@@ -144,6 +192,10 @@ def scheduler_config(
             )
         ],
     }
+    if dra_scheduler_name:
+        cfg["profiles"].append(dra_profile(dra_scheduler_name))
+        cfg["extenders"].append(dra_extender_entry(url_prefix, https, tls_config=tls_config))
+    return cfg
 
 
 def scheduler_config_yaml(
@@ -153,6 +205,15 @@ def scheduler_config_yaml(
     https: bool = False,
     policy: str = "binpack",
     tls_config: Mapping[str, str] | None = None,
+    dra_scheduler_name: str = "",
 ) -> str:
-    cfg = scheduler_config(url_prefix, scheduler_name, resource, https, policy=policy, tls_config=tls_config)
+    cfg = scheduler_config(
+        url_prefix,
+        scheduler_name,
+        resource,
+        https,
+        policy=policy,
+        tls_config=tls_config,
+        dra_scheduler_name=dra_scheduler_name,
+    )
     return yaml.safe_dump(cfg, sort_keys=False)

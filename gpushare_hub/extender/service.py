@@ -37,6 +37,7 @@ from gpushare_hub.kube import LedgerInformer
 from .binding import Binder, BindResult
 from .bypass import BypassWarner
 from .decisions import Decisions
+from .dratemplates import ClaimTemplates
 from .kube import Kube
 from .leader import LeaseElector
 from .wire import BindingArgs
@@ -97,6 +98,10 @@ class Metrics:
         self.overcommitted.set_function(lambda: len(ledger().overcommitted()))
 
 
+async def _no_template(namespace: str, name: str) -> None:
+    return None
+
+
 class ExtenderService:
     def __init__(
         self,
@@ -117,6 +122,8 @@ class ExtenderService:
         self.decisions = Decisions(self.informer.ledger, policy, names)
         self.metrics = Metrics()
         self.metrics.watch_ledger(lambda: self.ledger)
+        # The DRA pods' templates (the prioritize-only verb); no API server: none are found.
+        self.templates = ClaimTemplates(kube.get_claim_template if kube is not None else _no_template, names)
         self.elector: LeaseElector | None = None  # with --leader-elect: bind only while leading
         self._events: set[asyncio.Task[None]] = set()  # Warning events being written
         self._reported: set[tuple[str, Ignored]] = set()  # (pod UID, reason) of ignored records reported

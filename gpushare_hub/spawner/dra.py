@@ -58,9 +58,11 @@ def _name(item: Any) -> Any:
     return item.get("name") if isinstance(item, dict) else getattr(item, "name", None)
 
 
-def apply_claim(pod: V1Pod, s: Slice) -> V1Pod:
+def apply_claim(pod: V1Pod, s: Slice, scheduler_name: str = DEFAULT_SCHEDULER) -> V1Pod:
     """Give ``pod`` the slice's claim: the pod claim from the slice's template, used by the
-    notebook container (KubeSpawner's first), whose resources stay as they are otherwise."""
+    notebook container (KubeSpawner's first), whose resources stay as they are otherwise; it goes
+    to ``scheduler_name`` (the default scheduler, or the chart's DRA profile with dra.scheduler:
+    gpushare, :data:`~gpushare_hub.core.names.DRA_SCHEDULER_NAME`)."""
     spec = pod.spec
     others = [c for c in (spec.resource_claims or []) if _name(c) != DRA_POD_CLAIM]
     spec.resource_claims = [
@@ -72,7 +74,7 @@ def apply_claim(pod: V1Pod, s: Slice) -> V1Pod:
         notebook.resources = V1ResourceRequirements()
     claims = [c for c in (notebook.resources.claims or []) if _name(c) != DRA_POD_CLAIM]
     notebook.resources.claims = [*claims, CoreV1ResourceClaim(name=DRA_POD_CLAIM)]
-    spec.scheduler_name = DEFAULT_SCHEDULER
+    spec.scheduler_name = scheduler_name or DEFAULT_SCHEDULER
     return pod
 
 

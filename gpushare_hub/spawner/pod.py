@@ -123,7 +123,7 @@ def apply_slice(pod: V1Pod, want: SlicePod) -> V1Pod:
     meta.labels = {**(meta.labels or {}), SLICE_LABEL: want.slice.slug}
 
     if want.dra:
-        apply_claim(pod, want.slice)
+        apply_claim(pod, want.slice, want.scheduler_name)
     else:
         spec.scheduler_name = want.scheduler_name
     if want.node_selector:

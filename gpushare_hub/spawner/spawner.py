@@ -35,7 +35,7 @@ from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
 
-from .dra import ALLOCATIONS, DEVICE_PLUGIN, DRA, check_dra_catalogue, user_words
+from .dra import ALLOCATIONS, DEFAULT_SCHEDULER, DEVICE_PLUGIN, DRA, check_dra_catalogue, user_words
 from .options import (
     RETURNED_KEY,
     Holding,
@@ -226,6 +226,18 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         ``gpushare-slice-<slug>`` (``dra.enabled``) and goes to the default scheduler, which needs
         Kubernetes 1.36 or newer (docs/dra.md). On the DRA path every slice is a share of one
         card: whole-card, several-card and isolation-requiring slices stop the hub at start.
+        """,
+    )
+
+    dra_scheduler_name = Unicode(
+        DEFAULT_SCHEDULER,
+        config=True,
+        help="""
+        ``spec.schedulerName`` of GPU-slice pods when ``allocation = "dra"``. The default,
+        ``default-scheduler``, places them by first fit and the default spreading. With the
+        gpushare-hub chart's ``dra.scheduler: gpushare``, set it to that chart's DRA profile,
+        ``gpushare-dra-scheduler``: our dedicated scheduler then packs them across nodes as
+        binpack does (docs/dra.md). Either must be a kube-scheduler 1.36 or newer.
         """,
     )
 
@@ -633,15 +645,16 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         return apply_slice(pod, self.slice_pod(chosen))
 
     def slice_pod(self, chosen: Slice) -> SlicePod:
+        dra = self.allocation == DRA
         return SlicePod(
             slice=chosen,
             user=str(self.user.name),
             server=str(self.name or ""),
-            scheduler_name=self.gpushare_scheduler_name,
+            scheduler_name=self.dra_scheduler_name if dra else self.gpushare_scheduler_name,
             tolerations=list(self.gpu_tolerations),
             node_selector=dict(self.gpu_node_selector),
             names=self.resource_names,
-            dra=self.allocation == DRA,
+            dra=dra,
         )
 
     # ---- state --------------------------------------------------------------------------

@@ -6,3 +6,5 @@
 {{- define "gpushare-hub.dra.request" -}}gpu{{- end }}
 {{- define "gpushare-hub.dra.podClaim" -}}gpushare-gpu{{- end }}
 {{- define "gpushare-hub.dra.templatePrefix" -}}gpushare-slice-{{- end }}
+{{- define "gpushare-hub.dra.schedulerName" -}}gpushare-dra-scheduler{{- end }}
+{{- define "gpushare-hub.dra.prioritizeVerb" -}}dra-prioritize{{- end }}
