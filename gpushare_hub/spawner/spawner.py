@@ -30,7 +30,7 @@ from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.budget import Budget, limit_for, refusal, spend_line
 from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, Slice, read_catalogue
 from gpushare_hub.core.durations import returned_words
-from gpushare_hub.core.names import RETURNED_ENV, SERVICE_URL_ENV
+from gpushare_hub.core.names import DRA_SCHEDULER_NAME, RETURNED_ENV, SERVICE_URL_ENV
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
@@ -232,11 +232,11 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
     dra_scheduler_name = Unicode(
         DEFAULT_SCHEDULER,
         config=True,
-        help="""
+        help=f"""
         ``spec.schedulerName`` of GPU-slice pods when ``allocation = "dra"``. The default,
         ``default-scheduler``, places them by first fit and the default spreading. With the
         gpushare-hub chart's ``dra.scheduler: gpushare``, set it to that chart's DRA profile,
-        ``gpushare-dra-scheduler``: our dedicated scheduler then packs them across nodes as
+        ``{DRA_SCHEDULER_NAME}``: our dedicated scheduler then packs them across nodes as
         binpack does (docs/dra.md). Either must be a kube-scheduler 1.36 or newer.
         """,
     )
