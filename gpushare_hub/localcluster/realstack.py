@@ -251,7 +251,8 @@ class RealStack:
             "--values", "examples/z2jh-small-cluster-values.yaml",
         ]  # fmt: skip
 
-    def install_z2jh(self, chart: Path) -> None:
+    def install_z2jh(self, chart: Path, extra_values: tuple[str, ...] = ()) -> None:
+        """``extra_values``: further values files after the documented ones (e.g. the DRA path's)."""
         if not (chart / "Chart.yaml").exists():
             raise HarnessError(
                 f"no Zero to JupyterHub chart at {chart}: unpack it there "
@@ -260,7 +261,8 @@ class RealStack:
         node = next(iter(self.nodes.nodes))
         self.prepare_hub_volume(node)
         argv = self.z2jh_install_argv(str(chart))
-        self.run(argv[0], *argv[1:], "--values", str(self.local_values()), "--wait", "--timeout=8m")
+        extra = [a for path in extra_values for a in ("--values", path)]
+        self.run(argv[0], *argv[1:], *extra, "--values", str(self.local_values()), "--wait", "--timeout=8m")
         ip = self.cluster.core_api().read_namespaced_service("proxy-public", HUB_NAMESPACE).spec.cluster_ip
         self.hub_url = "http://" + self.nodes.forward_to_host(f"{ip}:80")
         self.wait_hub()

@@ -518,32 +518,11 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
 
     def serve(self, api: RestClient, state: PluginState) -> None:
         """Publish the inventory, serve and stay registered with the kubelet until SIGTERM or SIGINT."""
-        from .kube import publish_isolation, publish_node
-
         log = logging.getLogger("gpushare.plugin")
         names = state.settings.names
-        iso = state.settings.isolation
 
         def publish() -> None:
-            if self.spec:  # made again where the driver changed under the plugin; else a no-op
-                try:
-                    self.spec.refresh(
-                        [(c.uuid, c.index) for c in state.cards], state.backend.driver_version()
-                    )
-                except GPUShareError as err:
-                    log.warning("could not make the CDI spec again: %s", err)
-            try:
-                publish_node(api, self.node_name, state.inventory(), names)
-                publish_isolation(
-                    api,
-                    self.node_name,
-                    mps=self.mps,
-                    multi_user=self.mps_multi_user,
-                    tier=iso.tier,
-                    mode=self.mode,
-                )
-            except Exception as err:
-                log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
+            self.publish_inventory(api, state)
 
         runner = Runner(state, on_registered=publish, on_health=publish)
         self.start_usage(api, state, runner.stop)
@@ -571,6 +550,30 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions):
         if state.served.remove_if_empty():
             log.info("%s removed: no served container waits for its mark", state.served.path)
         self.remove_hook_if_unused(state)
+
+    def publish_inventory(self, api: RestClient, state: PluginState) -> None:
+        """The CDI card spec made again where the driver changed under the plugin (else a no-op),
+        and the node's cards and isolation on its Node; failures are logged."""
+        from .kube import publish_isolation, publish_node
+
+        log = logging.getLogger("gpushare.plugin")
+        if self.spec:
+            try:
+                self.spec.refresh([(c.uuid, c.index) for c in state.cards], state.backend.driver_version())
+            except GPUShareError as err:
+                log.warning("could not make the CDI spec again: %s", err)
+        try:
+            publish_node(api, self.node_name, state.inventory(), state.settings.names)
+            publish_isolation(
+                api,
+                self.node_name,
+                mps=self.mps,
+                multi_user=self.mps_multi_user,
+                tier=state.settings.isolation.tier,
+                mode=self.mode,
+            )
+        except Exception as err:
+            log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
 
     def remove_hook_if_unused(self, state: PluginState) -> None:
         """On the way out, the start-up hook's files go when nothing on this node uses them: an

@@ -19,23 +19,19 @@ from typing import Any
 
 import pytest
 
-from gpushare_hub.core.cards import node_from_k8s
-from gpushare_hub.core.draslice import parse_sizes, resource_slice
 from gpushare_hub.core.names import (
     DRA_CAPACITY,
     DRA_DEVICE_CLASS,
-    DRA_DRIVER,
     DRA_POD_CLAIM,
     DRA_REQUEST,
     DRA_TEMPLATE_PREFIX,
 )
-from gpushare_hub.core.shapes import read_node
 from gpushare_hub.extender.schedconfig import dra_extender_entry, dra_profile
 from gpushare_hub.kube.kubeconfig import read_kubeconfig
-from gpushare_hub.kube.rest import ApiStatusError, RestClient
+from gpushare_hub.kube.rest import RestClient
 from gpushare_hub.localcluster.cluster import LocalCluster
-from gpushare_hub.plugin.dra.publisher import SlicePublisher
 from tests.conftest import wait_for
+from tests.support.dra_cluster import ensure_device_class, slice_publisher
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 
@@ -47,18 +43,7 @@ def rest(local_cluster: LocalCluster) -> Iterator[RestClient]:
 
 
 def publish(api: RestClient, node: str) -> None:
-    obj = api.get(f"/api/v1/nodes/{node}")
-    cards = node_from_k8s(read_node(obj))
-    assert cards is not None
-    sizes = parse_sizes("3Gi,5Gi,7Gi")
-
-    def wanted(generation: int) -> dict[str, Any]:
-        return resource_slice(
-            node, obj["metadata"]["uid"], cards.cards, unit_bytes=1 << 30, sizes=sizes, tier="cooperative",
-            generation=generation,
-        )  # fmt: skip
-
-    assert SlicePublisher(api, node, wanted).publish()
+    assert slice_publisher(api, node).publish()
 
 
 def request(size: str) -> dict[str, Any]:
@@ -68,16 +53,7 @@ def request(size: str) -> dict[str, Any]:
 
 
 def setup_class_and_templates(api: RestClient, namespace: str) -> None:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": DRA_DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]},
-    }
-    try:
-        api.post(f"{RESOURCE}/deviceclasses", body)
-    except ApiStatusError as err:
-        assert err.status == 409, err
+    ensure_device_class(api)
     for size in ("3Gi", "5Gi", "7Gi"):
         api.post(
             f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates",

@@ -18,15 +18,13 @@ from typing import Any
 
 import pytest
 
-from gpushare_hub.core.cards import node_from_k8s
-from gpushare_hub.core.draslice import parse_sizes, resource_slice
-from gpushare_hub.core.names import DRA_CAPACITY, DRA_DEVICE_CLASS, DRA_DRIVER, DRA_POD_CLAIM, DRA_REQUEST
-from gpushare_hub.core.shapes import read_node
+from gpushare_hub.core.draslice import parse_sizes
+from gpushare_hub.core.names import DRA_CAPACITY, DRA_DEVICE_CLASS, DRA_POD_CLAIM, DRA_REQUEST
 from gpushare_hub.kube.kubeconfig import read_kubeconfig
 from gpushare_hub.kube.rest import ApiStatusError, RestClient
 from gpushare_hub.localcluster.cluster import LocalCluster
-from gpushare_hub.plugin.dra.publisher import SlicePublisher
 from tests.conftest import wait_for
+from tests.support.dra_cluster import ensure_device_class, slice_publisher
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 SIZES = parse_sizes("3Gi,5Gi,7Gi")
@@ -36,33 +34,6 @@ SIZES = parse_sizes("3Gi,5Gi,7Gi")
 def rest(local_cluster: LocalCluster) -> Iterator[RestClient]:
     with RestClient(read_kubeconfig(str(local_cluster.kubeconfig))) as api:
         yield api
-
-
-def publisher(api: RestClient, node: str, used: dict[str, int] | None = None) -> SlicePublisher:
-    obj = api.get(f"/api/v1/nodes/{node}")
-    cards = node_from_k8s(read_node(obj))
-    assert cards is not None
-
-    def wanted(generation: int) -> dict[str, Any]:
-        return resource_slice(
-            node, obj["metadata"]["uid"], cards.cards, unit_bytes=1 << 30, sizes=SIZES, tier="cooperative",
-            generation=generation, used=used,
-        )  # fmt: skip
-
-    return SlicePublisher(api, node, wanted)
-
-
-def ensure_class(api: RestClient) -> None:
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": DRA_DEVICE_CLASS},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRA_DRIVER}"'}}]},
-    }
-    try:
-        api.post(f"{RESOURCE}/deviceclasses", body)
-    except ApiStatusError as err:
-        assert err.status == 409, err
 
 
 def claim_pod(api: RestClient, namespace: str, node: str, size: str) -> tuple[str, str]:
@@ -99,8 +70,8 @@ def test_the_default_scheduler_shares_our_cards_by_memory_in_our_order(
     local_cluster: LocalCluster, rest: RestClient, node_group: Any, namespace: str
 ) -> None:
     (node,), _ = node_group(1, cards=2)
-    ensure_class(rest)
-    pub = publisher(rest, node)
+    ensure_device_class(rest)
+    pub = slice_publisher(rest, node)
     assert pub.publish() and not pub.publish()  # nothing changed: nothing written, no new generation
     stored = rest.get(pub.path)
     assert stored["spec"]["pool"]["generation"] == 1
@@ -137,7 +108,7 @@ def test_a_deleted_slice_is_written_again_with_a_higher_generation(
     local_cluster: LocalCluster, rest: RestClient, node_group: Any
 ) -> None:
     (node,), _ = node_group(1, cards=2)
-    pub = publisher(rest, node, used={})
+    pub = slice_publisher(rest, node, used={})
     pub.publish()
     first = rest.get(pub.path)
     rest.request("DELETE", pub.path)  # as a kubelet does at its start

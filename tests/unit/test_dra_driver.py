@@ -268,7 +268,7 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         "u-ghost": "device 'gpu-7' is not a card of node gpu-1",
         "u-early": "is not allocated yet",
         "u-theirs": f"holds no device of driver {DRA_DRIVER}",
-        "u-words": "'lots' is not a quantity",
+        "u-words": "'lots' is not a Kubernetes quantity",
         "u-over": "prepared claims already hold 14 GiB of its 15 GiB",
         "u-old": "another claim of that name",
         "u-gone": "claim jhub/gone: no such ResourceClaim",

@@ -80,8 +80,6 @@ class GPUShareDRAPlugin(GPUShareDevicePlugin):
         super().start()
 
     def serve(self, api: RestClient, state: PluginState) -> None:
-        from ..kube import publish_isolation, publish_node
-
         names = state.settings.names
         unit_bytes = names.mib_per_unit << 20
         sizes = parse_sizes(self.memory_sizes)
@@ -105,18 +103,7 @@ class GPUShareDRAPlugin(GPUShareDevicePlugin):
         publisher = SlicePublisher(api, self.node_name, wanted)
 
         def publish() -> None:
-            try:
-                publish_node(api, self.node_name, state.inventory(), names)
-                publish_isolation(
-                    api,
-                    self.node_name,
-                    mps=self.mps,
-                    multi_user=self.mps_multi_user,
-                    tier=state.settings.isolation.tier,
-                    mode=self.mode,
-                )
-            except Exception as err:
-                log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
+            self.publish_inventory(api, state)
             publisher.try_publish()
 
         config = DriverConfig(self.node_name, unit_bytes, names.mib_per_unit, sizes, self.cdi_dir)

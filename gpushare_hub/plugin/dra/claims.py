@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare_hub.core.cards import Card
+from gpushare_hub.core.claims import memory_bytes
 from gpushare_hub.core.draslice import card_index, device_name, words
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.names import DRA_CAPACITY, DRA_DRIVER
-from gpushare_hub.core.resources import parse_quantity
 
 MAX_RESULTS = 32
 
@@ -65,14 +65,9 @@ def _list(value: Any) -> list[Any]:
 
 def _bytes(raw: Any, where: str) -> int:
     try:
-        value = parse_quantity(raw)
+        return memory_bytes(raw)
     except ValueError as err:
-        raise ClaimRefused(f"{where}: consumed memory {str(raw)[:40]!r} is not a quantity ({err})") from None
-    if value != value.to_integral() or value <= 0 or value > 1 << 50:
-        raise ClaimRefused(
-            f"{where}: consumed memory {str(raw)[:40]!r} is not a whole positive number of bytes"
-        )
-    return int(value)
+        raise ClaimRefused(f"{where}: consumed memory {err}") from None
 
 
 def read_claim(
