@@ -40,34 +40,20 @@ from tests.conftest import wait_for
 from tests.doccommands import ROOT, doc_block, substitute
 from tests.node.conftest import Hub
 from tests.objects import read_pod
+from tests.support.realnode import (
+    exec_in,
+    inspect_env,
+    kubectl,
+    notebook_pod,
+    pods,
+    ready,
+    restarts,
+    spawn,
+    wait_ready,
+)
 
 USERS = ("alice", "bob")
 SLICE = "t4-5g"
-
-
-def pods(stack: RealStack, namespace: str, selector: str = "") -> list[dict[str, Any]]:
-    path = f"/api/v1/namespaces/{namespace}/pods" + (f"?labelSelector={selector}" if selector else "")
-    items: list[dict[str, Any]] = stack.cluster.get_json(path)["items"]
-    return items
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
-def restarts(pod: dict[str, Any]) -> int:
-    return sum(
-        int(c.get("restartCount", 0)) for c in (pod.get("status") or {}).get("containerStatuses") or []
-    )
-
-
-def kubectl(stack: RealStack, *args: str) -> str:
-    return stack.run("kubectl", *args)
-
-
-def exec_in(stack: RealStack, namespace: str, pod: str, *argv: str) -> str:
-    return kubectl(stack, "exec", f"--namespace={namespace}", pod, "--", *argv)
 
 
 def card_of(pod: dict[str, Any]) -> str:
@@ -202,42 +188,11 @@ def test_zero_to_jupyterhub_runs_our_hub(stack: RealStack) -> None:
 
 
 # ---- 3. two users, one card ----------------------------------------------------------------
-def spawn(hub: Hub, user: str, profile: str = SLICE) -> None:
-    status, body = hub.call("POST", f"/hub/api/users/{user}")
-    assert status in (201, 409), body
-    status, body = hub.call("POST", f"/hub/api/users/{user}/server", {"profile": profile})
-    assert status in (201, 202), body
-
-
-def wait_ready(hub: Hub, user: str, stack: RealStack, timeout: float = 240) -> dict[str, Any]:
-    def server() -> Any:
-        status, body = hub.call("GET", f"/hub/api/users/{user}")
-        srv = (body or {}).get("servers", {}).get("") if status == 200 else None
-        return srv if srv and srv.get("ready") else None
-
-    srv = wait_for(server, timeout, every=1)
-    if not srv:  # what the hub said of the spawn, and what the notebook printed
-        try:
-            said = kubectl(stack, "logs", f"--namespace={HUB_NAMESPACE}", "deploy/hub", "--tail=30")
-        except HarnessError as err:
-            said = str(err)
-        try:
-            said += kubectl(stack, "logs", f"--namespace={HUB_NAMESPACE}", f"jupyter-{user}", "--tail=30")
-        except HarnessError as err:
-            said += str(err)
-        raise AssertionError(
-            f"{user}'s server not ready in {timeout}s: {hub.call('GET', f'/hub/api/users/{user}')}\n{said}"
-        )
-    return dict(srv)
-
-
-def notebook_pod(stack: RealStack, user: str) -> dict[str, Any]:
-    return dict(stack.cluster.get_json(f"/api/v1/namespaces/{HUB_NAMESPACE}/pods/jupyter-{user}"))
 
 
 def test_two_users_share_one_card_in_real_containers(stack: RealStack, hub: Hub) -> None:
     for user in USERS:
-        spawn(hub, user)
+        spawn(hub, user, SLICE)
     started = time.monotonic()
     for user in USERS:
         wait_ready(hub, user, stack)
@@ -418,17 +373,6 @@ def _pod(stack: RealStack, name: str) -> dict[str, Any]:
     return dict(stack.cluster.get_json(f"/api/v1/namespaces/default/pods/{name}"))
 
 
-def inspect_env(stack: RealStack) -> dict[str, str]:
-    import os
-    import sys
-
-    return dict(
-        os.environ,
-        KUBECONFIG=str(stack.cluster.kubeconfig),
-        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-    )
-
-
 def terminal_env(stack: RealStack, hub: Hub, user: str) -> dict[str, str]:
     """The environment a Jupyter terminal gets: started through the notebook server's REST API,
     read over its websocket, as JupyterLab does."""
@@ -523,7 +467,7 @@ def test_upgrade_and_kubelet_restart_keep_the_notebooks(stack: RealStack, hub: H
         offered_before,
     )
 
-    spawn(hub, "carol")
+    spawn(hub, "carol", SLICE)
     wait_ready(hub, "carol", stack)
     assert card_of(notebook_pod(stack, "carol")) == card_of(before["alice"]), (
         "binpack: the fullest card that fits"
