@@ -32,7 +32,10 @@ def test_names_are_distinct_and_valid_kubernetes_keys():
     for name, value in values.items():
         if name.endswith(("_ANNOTATION", "_LABEL")) or name.startswith(("GPU_MEM_", "TKESTACK_")):
             assert name == "GPU_MEM_PREFIX" or key.match(value), (name, value)
-    aliases = {("SLICE_ANNOTATION", "SLICE_LABEL")}  # the spawner writes the slug as both
+    aliases = {
+        ("SLICE_ANNOTATION", "SLICE_LABEL"),  # the spawner writes the slug as both
+        ("PREFIX", "DRA_DRIVER"),  # our DRA driver is named by our domain
+    }
     seen: dict[str, str] = {}
     for name, value in values.items():
         if value in seen and (seen[value], name) not in aliases and name != "PREFIX":
