@@ -68,6 +68,9 @@ class InstantKube:
     async def bind(self, namespace: str, name: str, uid: str, node: str, annotations: dict[str, str]) -> None:
         return None
 
+    async def get_claim_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None  # the bench's pods ask gpu-mem: no DRA claim template is ever read
+
     async def close(self) -> None:
         return None
 
