@@ -20,6 +20,7 @@ from gpushare_hub.core import Demand, Ledger, Placer, demand_from_pod
 from gpushare_hub.core.catalogue import CatalogueError
 from gpushare_hub.spawner import SpawnRefused
 from tests.objects import read_nodes, read_pod, read_pods
+from tests.support.spawners import mock_spawner, no_kubeconfig
 
 from .helpers import node_obj
 
@@ -52,23 +53,13 @@ def ledger_with(*held: int, nodes: int = 1) -> Ledger:
 
 @pytest.fixture
 def make(monkeypatch):
-    # KubeSpawner reads a kubeconfig when constructed; these tests talk to no cluster.
-    monkeypatch.setattr("kubespawner.spawner.load_config", lambda **kw: None)
+    no_kubeconfig(monkeypatch)
 
     def make(
         groups: tuple[str, ...] = (), ledger: Ledger | None = None, name: str = "", **traits: Any
     ) -> GPUShareSpawner:
-        c = Config()
-        c.GPUShareSpawner.slices = SLICES
-        c.GPUShareSpawner.watch_ledger = False  # no API server here: a ledger is given or none
-        for k, v in traits.items():
-            setattr(c.GPUShareSpawner, k, v)
-        if ledger is not None:
-            c.GPUShareSpawner.ledger_provider = lambda: ledger
-        sp = GPUShareSpawner(_mock=True, config=c, orm_spawner=orm.Spawner(name=name))
-        sp.user.groups = [Group(g) for g in groups]
-        sp.user.spawners = {"": sp}
-        return sp
+        slices = traits.pop("slices", SLICES)
+        return mock_spawner(slices, [Group(g) for g in groups], ledger, name, **traits)
 
     return make
 

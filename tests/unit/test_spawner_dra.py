@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyterhub import orm
 from kubernetes_asyncio.client import ApiClient
 from traitlets.config import Config
 
@@ -18,6 +17,7 @@ from gpushare_hub.core.catalogue import CatalogueError, Slice
 from gpushare_hub.core.names import DRA_DEVICE_CLASS, DRA_POD_CLAIM, DRA_TEMPLATE_PREFIX
 from gpushare_hub.spawner.dra import user_words
 from tests.objects import read_pod
+from tests.support.spawners import mock_spawner, no_kubeconfig
 
 ROOT = Path(__file__).parents[2]
 
@@ -31,18 +31,10 @@ MEMORY = "aliyun.com/gpu-mem"
 
 @pytest.fixture
 def make(monkeypatch):
-    monkeypatch.setattr("kubespawner.spawner.load_config", lambda **kw: None)
+    no_kubeconfig(monkeypatch)
 
     def make(slices: list[dict[str, Any]] = SLICES, **traits: Any) -> GPUShareSpawner:
-        c = Config()
-        c.GPUShareSpawner.slices = slices
-        c.GPUShareSpawner.watch_ledger = False
-        for k, v in traits.items():
-            setattr(c.GPUShareSpawner, k, v)
-        sp = GPUShareSpawner(_mock=True, config=c, orm_spawner=orm.Spawner(name=""))
-        sp.user.groups = []
-        sp.user.spawners = {"": sp}
-        return sp
+        return mock_spawner(slices, **traits)
 
     return make
 

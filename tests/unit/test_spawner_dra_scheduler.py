@@ -6,31 +6,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from jupyterhub import orm
 from kubernetes_asyncio.client import ApiClient
-from traitlets.config import Config
 
 from gpushare_hub import GPUShareSpawner
 from gpushare_hub.core.names import DRA_POD_CLAIM, DRA_SCHEDULER_NAME
 from tests.objects import read_pod
+from tests.support.spawners import mock_spawner, no_kubeconfig
 
 SLICES = [{"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]}]
 
 
 @pytest.fixture
 def make(monkeypatch):
-    monkeypatch.setattr("kubespawner.spawner.load_config", lambda **kw: None)
+    no_kubeconfig(monkeypatch)
 
     def make(**traits: Any) -> GPUShareSpawner:
-        c = Config()
-        c.GPUShareSpawner.slices = SLICES
-        c.GPUShareSpawner.watch_ledger = False
-        for k, v in traits.items():
-            setattr(c.GPUShareSpawner, k, v)
-        sp = GPUShareSpawner(_mock=True, config=c, orm_spawner=orm.Spawner(name=""))
-        sp.user.groups = []
-        sp.user.spawners = {"": sp}
-        return sp
+        return mock_spawner(SLICES, **traits)
 
     return make
 
