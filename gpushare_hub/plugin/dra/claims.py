@@ -67,7 +67,7 @@ def _bytes(raw: Any, where: str) -> int:
     try:
         return memory_bytes(raw)
     except ValueError as err:
-        raise ClaimRefused(f"{where}: consumed memory {err}") from None
+        raise ClaimRefused(f"{where}: the memory it consumes, {err}") from None
 
 
 def read_claim(
