@@ -36,6 +36,7 @@ from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 from gpushare_hub.kube.reading import readable_pod, readable_pods
 
 from .dra import ALLOCATIONS, DEFAULT_SCHEDULER, DEVICE_PLUGIN, DRA, check_dra_catalogue, user_words
+from .exits import NotebookExited, event_uid, later_events, notebook_exit
 from .options import (
     RETURNED_KEY,
     Holding,
@@ -303,7 +304,8 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
     never_fits_check_interval = Float(
         2.0,
         config=True,
-        help="Seconds between checks, while a GPU pod waits, of whether it can ever fit.",
+        help="Seconds between checks, while a server's pod starts, of whether it can ever fit and "
+        "whether its notebook command has already ended (either ends the spawn with the reason).",
     )
 
     # The slice of this server (kept in the hub's state; None: no GPU).
@@ -690,25 +692,50 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         return readable_pods(pods, self.log)
 
     def start(self) -> asyncio.Future[Any]:
-        """KubeSpawner's start, raced against a check that the pod can ever fit."""
-        self._start_future = asyncio.ensure_future(self._start_watched())
+        """KubeSpawner's start, raced against checks that the pod can ever fit and that its
+        notebook command has not already ended."""
+        # A pod already there is an earlier spawn's (KubeSpawner deletes it before creating its own).
+        self._start_future = asyncio.ensure_future(self._start_watched(self._raw_pod()))
         return self._start_future
 
-    async def _start_watched(self) -> Any:
+    async def _start_watched(self, before: Mapping[str, Any] | None = None) -> Any:
         inner = asyncio.ensure_future(self._start())
-        watcher = asyncio.ensure_future(self._watch_never_fits())
+        watchers = {
+            asyncio.ensure_future(self._watch_never_fits()),
+            asyncio.ensure_future(self._watch_exit(before)),
+        }
         try:
-            done, _ = await asyncio.wait({inner, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({inner, *watchers}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # cancelled from outside: take KubeSpawner's start down too
             inner.cancel()
             raise
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
         if inner not in done:
             inner.cancel()
             await asyncio.gather(inner, return_exceptions=True)
-            return watcher.result()  # raises the refusal
+            for watcher in done:
+                watcher.result()  # raises the refusal, or why the notebook ended
         return inner.result()
+
+    def _raw_pod(self) -> Mapping[str, Any] | None:
+        """This server's pod as the reflector holds it (API JSON), or None."""
+        reflector = self.pod_reflector
+        return reflector.pods.get(f"{self.namespace}/{self.pod_name}") if reflector is not None else None
+
+    async def _watch_exit(self, before: Mapping[str, Any] | None) -> None:
+        """Fail the spawn as soon as the new pod shows that its notebook command ended (a pod of an
+        earlier spawn, ``before``, which KubeSpawner deletes first, is not this spawn's)."""
+        old_uid = ((before or {}).get("metadata") or {}).get("uid")
+        while True:
+            await asyncio.sleep(self.never_fits_check_interval)
+            pod = self._raw_pod()
+            if pod is None or (pod.get("metadata") or {}).get("uid") == old_uid:
+                continue
+            sentence = notebook_exit(pod)
+            if sentence is not None:
+                raise NotebookExited(sentence)
 
     async def _watch_never_fits(self) -> None:
         """Fail the spawn as soon as the ledger says this pod can never be placed."""
@@ -760,6 +787,7 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
         task = asyncio.ensure_future(pump())
         last: str | None = None
         events_done = False
+        seen: set[str] = set()  # the pod's events already shown
         try:
             while True:
                 if not events_done:
@@ -770,6 +798,7 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
                     if event is None:
                         events_done = True
                     elif event:
+                        seen.add(event_uid(event.get("raw_event")))
                         yield event
                         note = self._dra_words(event)
                         if note and note != last:
@@ -783,6 +812,22 @@ class GPUShareSpawner(QuotaSettings, KubeSpawner):  # type: ignore[misc]
                     yield {"message": message}
                 future = self._start_future
                 if events_done and (future is None or future.done()):
-                    break
+                    if not self._waiting_for_server(future):
+                        break
+                    # The pod was seen Running and the hub now waits for the server to answer
+                    # (http_timeout): what happens to the pod meanwhile (its command exiting) is
+                    # still the user's to read, until the hub gives up or the server answers.
+                    for shown in later_events(self.events, seen):
+                        yield shown
         finally:
             task.cancel()
+
+    def _waiting_for_server(self, future: asyncio.Future[Any] | None) -> bool:
+        """KubeSpawner's start returned and the spawn still waits (for the server's first answer)."""
+        return (
+            future is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+            and bool(getattr(self, "_spawn_pending", False))
+        )
