@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 HOOK_DIR = Path(__file__).parent / "hook"
+ENTRY = "sitecustomize.py"  # what Python imports at start from a folder on PYTHONPATH
 
 
 def hook_files() -> list[Path]:
@@ -46,8 +47,11 @@ def install_hook(dest: Path) -> list[Path]:
 
 
 def remove_hook(dest: Path) -> None:
-    """Take out what :func:`install_hook` put into ``dest`` (and ``dest`` itself once empty)."""
-    for src in hook_files():
+    """Take out what :func:`install_hook` put into ``dest`` (and ``dest`` itself once empty).
+
+    ``sitecustomize.py``, the one file Python runs by itself, goes first: whoever looks at the folder
+    while it empties never finds a hook that runs without the ledger module it imports."""
+    for src in sorted(hook_files(), key=lambda p: p.name != ENTRY):
         (dest / src.name).unlink(missing_ok=True)
     for stale in dest.glob(".*.py.*"):  # a copy a killed install left
         stale.unlink(missing_ok=True)

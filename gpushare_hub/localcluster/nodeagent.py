@@ -538,7 +538,7 @@ class NodeAgent:
         meta = pod["metadata"]
         body = exit_status(ended)
         try:
-            # The event goes first: KubeSpawner ends a spawn as soon as it sees the pod
+            # The event goes first: GPUShareSpawner ends a spawn as soon as it sees the pod
             # Failed, and its progress stream (what the user reads) carries only the
             # events that arrived before that.
             failed = body["status"]["phase"] == "Failed"

@@ -301,10 +301,16 @@ def test_a_kubelet_restart_and_a_plugin_restart_lose_nothing(stack: RealStack, n
 
 def test_uninstall_leaves_no_slice_class_template_cdi_file_or_socket(stack: RealStack, node: str) -> None:
     kubectl(stack, "delete", "pods", f"--namespace={HUB_NAMESPACE}", "--all", "--wait=true")
+    # As docs/uninstall.md says: foreground, so that the command returns once the plugin's pod is
+    # gone, that is once the plugin has cleaned its node. With helm's default (background) it
+    # returned while the plugin was still leaving, and a check right after could find the hook's
+    # folder half emptied (sitecustomize.py still there, the ledger module gone) on a loaded machine.
     stack.run(
-        "helm", "uninstall", "gpushare-hub", "--namespace", GPUSHARE_NAMESPACE, "--wait", "--timeout=4m"
-    )
-    assert wait_for(lambda: our_slice(stack, node) is None, 90, every=1), our_slice(stack, node)
+        "helm", "uninstall", "gpushare-hub", "--namespace", GPUSHARE_NAMESPACE, "--wait",
+        "--cascade", "foreground", "--timeout=4m",
+    )  # fmt: skip
+    assert pods(stack, GPUSHARE_NAMESPACE, PLUGIN) == [], "helm uninstall returned before the plugin left"
+    assert our_slice(stack, node) is None, our_slice(stack, node)
     classes = stack.cluster.get_json(f"{RESOURCE}/deviceclasses")["items"]
     assert DRA_DEVICE_CLASS not in {c["metadata"]["name"] for c in classes}
     assert (

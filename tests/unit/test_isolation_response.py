@@ -203,3 +203,25 @@ def test_the_claimed_tier_follows_mps_unless_named_and_unknown_or_impossible_one
     ):
         options_for("gpu-1", data, "cm")
     assert options_for("gpu-1", {"gpu-1": '{"isolationTier": "driver"}'}, "cm") == {"isolationTier": "driver"}
+
+
+def test_the_hooks_entry_point_goes_first_so_a_half_emptied_folder_runs_nothing(tmp_path, monkeypatch):
+    """A look at the folder while the plugin empties it (an uninstall) never finds sitecustomize.py
+    without the ledger module it imports; the node tier once found just that after helm returned."""
+    from pathlib import Path
+
+    from gpushare_hub.isolation.hookfiles import hook_files, install_hook, remove_hook
+
+    install_hook(tmp_path / "pyhook")
+    gone: list[str] = []
+    unlink = Path.unlink
+
+    def recording(self: Path, missing_ok: bool = False) -> None:
+        gone.append(self.name)
+        unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", recording)
+    remove_hook(tmp_path / "pyhook")
+    assert gone[0] == "sitecustomize.py"
+    assert sorted(gone) == sorted(p.name for p in hook_files())
+    assert not (tmp_path / "pyhook").exists()
