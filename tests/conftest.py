@@ -31,8 +31,11 @@ pytest_plugins = [
 ]
 
 
-def wait_for(fn: Any, timeout: float = 30.0, every: float = 0.2) -> Any:
-    """Poll ``fn`` until it returns something truthy (returned) or ``timeout`` passes (its last value)."""
+def wait_for(fn: Any, timeout: float = 90.0, every: float = 0.2) -> Any:
+    """Poll ``fn`` until it returns something truthy (returned) or ``timeout`` passes (its last value).
+
+    The limit is for a loaded 2-core machine (a cold `make test` builds beside the tiers): it costs
+    nothing while the test passes, and a wait that holds only on a quiet machine is a bug."""
     deadline = time.monotonic() + timeout
     while True:
         value = fn()

@@ -36,7 +36,7 @@ def test_an_admin_replays_the_history_on_the_dashboard_and_sees_the_pick(
     assert cells == ["3,5,7"] * 11 + ["5,10"] * 11
     # This session's notebooks fit twelve cards many times over: each catalogue has its pick.
     picks = page.locator("#plan-table tr.pick")
-    assert wait_for(lambda: picks.count() == 2, timeout=5), page.content()
+    assert wait_for(lambda: picks.count() == 2, timeout=60), page.content()
     assert "at most 5% of spawns wait" in str(picks.first.get_attribute("title"))
     picture(page.locator("#planning"), "dashboard-planning.png")
 

@@ -100,7 +100,7 @@ def test_a_service_account_without_rights_is_denied_and_a_bound_one_allowed(loca
             "subjects": [{"kind": "ServiceAccount", "name": "extender", "namespace": namespace}],
         },
     )
-    assert wait_for(lambda: allowed("extender"), timeout=10)
+    assert wait_for(lambda: allowed("extender"), timeout=60)
     assert not allowed("nobody")
 
 
@@ -128,7 +128,7 @@ def test_teardown_leaves_no_process_behind():
         pids = [c.pid for c in cluster.components.values()]
         workdir = cluster.workdir
         assert all(os.path.exists(f"/proc/{p}") for p in pids)
-    assert wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), timeout=10)
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{p}") for p in pids), timeout=60)
     assert not workdir.exists()
 
 

@@ -47,7 +47,7 @@ def test_allocate_gives_the_container_the_card_the_extender_chose(
             api.read_namespaced_pod("nb", namespace).metadata.annotations.get("ALIYUN_COM_GPU_MEM_ASSIGNED")
             == "true"
         ),
-        timeout=10,
+        timeout=60,
     )
     assert assigned
 
@@ -109,9 +109,9 @@ def test_an_allocation_that_cannot_be_matched_fails_naming_the_cause(local_clust
 def test_unhealthy_card_is_withdrawn_and_returns(local_cluster, device_manager, plugin):
     uuid = json.loads(node_annotations(local_cluster)["gpushare-hub.io/cards"])[1]["uuid"]
     plugin.health_file.write_text(json.dumps({uuid: False}))
-    assert wait_for(lambda: device_manager.units()[1] == 15, timeout=15), device_manager.call("capacity")
+    assert wait_for(lambda: device_manager.units()[1] == 15, timeout=60), device_manager.call("capacity")
     plugin.health_file.write_text("{}")
-    assert wait_for(lambda: device_manager.units()[1] == 30, timeout=15), device_manager.call("capacity")
+    assert wait_for(lambda: device_manager.units()[1] == 30, timeout=60), device_manager.call("capacity")
 
 
 def test_kubelet_restart_makes_the_plugin_register_again_within_seconds(

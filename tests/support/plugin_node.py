@@ -24,7 +24,7 @@ def node_annotations(cluster) -> dict:
     return cluster.core_api().read_node(NODE).metadata.annotations
 
 
-def bound_pod(cluster, namespace, name, timeout=40) -> dict | None:
+def bound_pod(cluster, namespace, name, timeout=90) -> dict | None:
     def get():
         pod = cluster.get_json(f"/api/v1/namespaces/{namespace}/pods/{name}")
         ok = pod["spec"].get("nodeName") and ALLOCATION_ANNOTATION in (
