@@ -6,6 +6,7 @@ comes from here, so that it can be tested without a server and reused.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpushare_hub.core import (
@@ -22,6 +23,7 @@ from gpushare_hub.core import (
     make_policy,
 )
 from gpushare_hub.core.policy import POLICIES
+from gpushare_hub.core.queue import WaitingLine, takes_their_turn, units_of
 from gpushare_hub.core.verdict import explain
 
 from .wire import ExtenderArgs
@@ -51,6 +53,8 @@ class Decisions:
         self.names = names
         self.default_policy = policy
         self._placers: dict[str, Placer] = {}
+        self.line = WaitingLine()  # spawns served in the order they were made
+        self.node_labels: dict[str, Mapping[str, str]] = {}  # where a waiting spawn's selector may run
 
     def placer(self, policy: str | None = None) -> Placer:
         name = policy or self.default_policy
@@ -81,15 +85,51 @@ class Decisions:
         failed = {n: explain(v, demand, placer.names) for n, v in not_now.items()}
         unresolvable = {n: explain(v, demand, placer.names) for n, v in never.items()}
         held = sorted(n for n, v in not_now.items() if v.transient)
+        # First come, first served: a node's room goes to the spawns made earlier that wait for
+        # it (the words name no other user's pod).
+        created = args.pod.creation_timestamp
+        self.line.seen(demand.key, created, demand, args.node_names)  # with the nodes it was offered
+        if passed and self._their_turn(demand, created, passed):
+            for node in passed:
+                failed[node] = (
+                    f"the free room on node {node} goes first to spawns made earlier that wait for it "
+                    "(spawns are served in the order they were made)"
+                )
+            held += passed
+            passed = []
         error = ""
         if not passed and held:
-            # Only a short hold stands in the way. As an error, kube-scheduler retries the pod
-            # after its backoff (1-10 s); as a plain failure it would park the pod until some
-            # cluster event it deems relevant, which a peer pod's annotation is not.
-            error = f"retrying shortly: {failed[held[0]]}"
+            # Only a short hold, or an older spawn's turn, stands in the way. As an error,
+            # kube-scheduler retries the pod after its backoff (1-10 s); as a plain failure it
+            # would park the pod until some cluster event it deems relevant, which a peer pod's
+            # annotation (or its turn) is not.
+            error = f"retrying shortly: {failed[sorted(held)[0]]}"
         return FilterOutcome(
             passed=passed, failed=failed, unresolvable=unresolvable, error=error, demand=demand
         )
+
+    def _fits(self, demand: Demand, node: str) -> bool:
+        return isinstance(self.placer(demand.policy).placement_on(demand, node), Placement)
+
+    def _their_turn(self, demand: Demand, created: str, passed: list[str]) -> bool:
+        """Whether taking room on ``passed`` now would leave too little for older spawns that wait
+        there and fit there now."""
+        mine = units_of(demand)
+        if mine is None:
+            return False  # whole cards: served as kube-scheduler tries them
+        theirs = []
+        for w in self.line.older(demand.key, created):
+            need = units_of(w.demand)
+            labels = self.node_labels.get
+            if need and any(w.may_use(n, labels(n) or {}) and self._fits(w.demand, n) for n in passed):
+                theirs.append(need)
+        if not theirs:
+            return False
+        free = 0
+        for name in passed:
+            node = self.ledger.node(name)
+            free += sum(self.ledger.free(name, c.uuid) for c in node.cards) if node is not None else 0
+        return takes_their_turn(free, mine, theirs)
 
     def prioritize(self, args: ExtenderArgs) -> dict[str, int]:
         """Scores 0..10; an unreadable pod scores 0 everywhere (filter already said why)."""
@@ -127,6 +167,7 @@ class Decisions:
         decision = self.placer(demand.policy).placement_on(demand, node)
         if isinstance(decision, Placement):
             self.ledger.commit(decision)
+            self.line.drop(demand.key)
         return decision
 
     def card_units(self, placement: Placement) -> dict[str, int]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import urllib.request
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes.client.exceptions import ApiException
@@ -243,3 +245,50 @@ def test_two_replicas_under_leader_election_place_each_pod_once(
     pods = bound(local_cluster, namespace, 16)
     assert all(allocation(p) and allocation(p)["node"] == p["spec"]["nodeName"] for p in pods)
     check_no_overcommit_from_the_api_server(local_cluster, nodes)
+
+
+def test_waiting_pods_are_served_in_the_order_they_were_made(local_cluster, gpushare, node_group, namespace):
+    """An older 5 GiB pod has waited long (tried again on each release nearby, so kube-scheduler's
+    backoff for it is at its longest); three younger ones wait too, freshly tried. The card then
+    frees room for three: kube-scheduler retries the younger ones first (their backoff is
+    shorter), but the room goes to the oldest and the next two, and the youngest waits for the
+    next room (pods made in the same second are in the order of their names, as the spawn page
+    counts them)."""
+    _nodes, sel = node_group(1, cards=1)
+    api = local_cluster.core_api()
+
+    def placed() -> set[str]:
+        return {p["metadata"]["name"] for p in pods_in(local_cluster, namespace) if p["spec"].get("nodeName")}
+
+    def churn(rounds: int) -> None:
+        """A 1 GiB pod comes and goes: each release makes kube-scheduler try the waiting pods again."""
+        for _ in range(rounds):
+            name = f"filler-{uuid_suffix()}"
+            api.create_namespaced_pod(namespace, gpu_pod(name, 1, SCHED, sel))
+            assert wait_for(lambda n=name: n in placed())
+            api.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+            assert wait_for(
+                lambda n=name: n not in {p["metadata"]["name"] for p in pods_in(local_cluster, namespace)}
+            )
+            time.sleep(1.5)  # its retry (no assertion rests on the timing)
+
+    api.create_namespaced_pod(namespace, gpu_pod("holder", 11, SCHED, sel))
+    assert wait_for(lambda: placed() == {"holder"})
+    api.create_namespaced_pod(namespace, gpu_pod("w0", 5, SCHED, sel))  # 4 GiB free with a filler
+    churn(5)
+    for name in ("w1", "w2", "w3"):
+        api.create_namespaced_pod(namespace, gpu_pod(name, 5, SCHED, sel))
+    for name in ("w0", "w1", "w2", "w3"):  # each was tried and refused: all four are in line
+        assert wait_for(
+            lambda n=name: any("FailedScheduling" in m for m in events_for(local_cluster, namespace, n))
+        )
+    churn(1)
+    api.delete_namespaced_pod("holder", namespace, grace_period_seconds=0)
+    assert wait_for(lambda: len(placed()) == 3, timeout=120), placed()
+    assert placed() == {"w0", "w1", "w2"}, events_for(local_cluster, namespace, "w3")
+    api.delete_namespaced_pod("w1", namespace, grace_period_seconds=0)
+    assert wait_for(lambda: placed() == {"w0", "w2", "w3"}, timeout=120), placed()
+
+
+def uuid_suffix() -> str:
+    return uuid.uuid4().hex[:6]

@@ -177,14 +177,9 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
             "none free: the largest free block is 1 GiB; 2 waiting ahead; estimate: about"
         ), note
 
-        # The second spawn is cancelled: kube-scheduler retries pending pods in no fixed order (the
-        # places above count older spawns; they do not reserve), so with both waiting either
-        # could take the next card. With the first alone, the card freed next is its.
-        stop_server(hub, local_cluster, second)
-        started.remove(second)
-        assert slice_note(spawn_form(hub, "mo"), "t4-5g").startswith(
-            "none free: the largest free block is 1 GiB; 1 waiting ahead; estimate: about"
-        )
+        # Both wait. kube-scheduler retries the pods it parked in no fixed order, but the
+        # extender serves them in the order they were made: the card freed next is the first's,
+        # whichever of the two kube-scheduler tries first, and the second's page stays true.
 
         # Another user stops a 5 GiB server: the form says so, and the waiting pod gets the card.
         freed = cards["hal"]
@@ -203,10 +198,21 @@ def test_a_waiting_spawn_says_why_then_which_card_and_the_form_said_so_first(
         assert first_wait < first_card, msgs
         progress.join(timeout=60)
         assert progress.events[-1].get("ready") is True, progress.events[-3:]
+        # The second still waits, now first in line, and the form says one spawn waits.
+        assert pod_of(local_cluster, second) is not None and not pod_of(local_cluster, second)["spec"].get(
+            "nodeName"
+        ), "the younger spawn took a card"
+        assert hub.api("GET", f"/users/{second}")[1]["pending"] == "spawn"
+        now_first = [m for m in behind.messages() if m.startswith(waiting)]
+
+        def first_in_line() -> bool:
+            last = [m for m in behind.messages() if m.startswith(waiting)][-1]
+            return "ahead of you" not in last
+
+        assert any("1 spawn of this size or larger is ahead of you" in m for m in now_first), now_first
+        assert wait_for(first_in_line, timeout=60), behind.messages()
         after = slice_note(spawn_form(hub, "mo"), "t4-5g")
-        assert after.startswith("none free: the largest free block is 1 GiB") and "waiting" not in after, (
-            after
-        )
+        assert after.startswith("none free: the largest free block is 1 GiB; 1 waiting ahead"), after
     finally:
         for user in started:
             stop_server(hub, local_cluster, user)
