@@ -188,12 +188,43 @@ def test_a_pods_claim_wins_over_its_annotation_which_counts_again_when_the_claim
     assert held(ledger) == {"jhub/nb": ("gpu-1", (("GPU-sim-gpu-1-1", 7),))}
 
 
-def test_a_second_claim_for_one_pod_is_ignored():
+def test_every_claim_of_a_pod_counts_as_prepare_and_the_scheduler_count_them():
+    # Two 7 GiB claims reserved for one pod: the scheduler consumed 14 GiB, Prepare gave 14.
     ledger = ledger_with("gpu-1")
+    assert observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "7Gi")], [("nb", "u")])) is None
+    assert observe(ledger, allocated(claim("b"), [result("gpu-1", 0, "7Gi")], [("nb", "u")])) is None
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 14),))}
+    assert ledger.used("gpu-1", UUID0) == 14 and ledger.ignored() == []
+    # On two cards the pod holds both.
+    observe(ledger, allocated(claim("b"), [result("gpu-1", 1, "7Gi")], [("nb", "u")]))
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 7), ("GPU-sim-gpu-1-1", 7)))}
+    # Each claim lets go of its own units only.
+    observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "7Gi")], [("nb", "u")]), deleted=True)
+    assert held(ledger) == {"jhub/nb": ("gpu-1", (("GPU-sim-gpu-1-1", 7),))}
+    assert ledger.claim_allocation("jhub/a") is None and ledger.claim_allocation("jhub/b") is not None
+    observe(ledger, allocated(claim("b"), [result("gpu-1", 1, "7Gi")], [("nb", "u")]), deleted=True)
+    assert ledger.allocations() == [] and ledger.used("gpu-1", "GPU-sim-gpu-1-1") == 0
+
+
+def test_a_pods_claim_that_does_not_fit_beside_its_others_is_refused_alone_and_counts_later():
+    ledger = ledger_with("gpu-1")  # 15 GiB cards
+    observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "7Gi")], [("nb", "u")]))
+    observe(ledger, allocated(claim("o"), [result("gpu-1", 0, "5Gi")], [("other", "uo")]))
+    rec = observe(ledger, allocated(claim("b"), [result("gpu-1", 0, "7Gi")], [("nb", "u")]))
+    assert isinstance(rec, ClaimIgnored) and rec.reason is Ignored.CARD_FULL
+    assert "ResourceClaim jhub/b" in rec.message() and "claims 7" in rec.message()
+    assert held(ledger)["jhub/nb"] == ("gpu-1", ((UUID0, 7),))  # the pod keeps its first claim
+    assert ledger.used("gpu-1", UUID0) == 12
+    observe(ledger, allocated(claim("o"), [result("gpu-1", 0, "5Gi")], [("other", "uo")]), deleted=True)
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 14),))} and ledger.ignored() == []
+
+
+def test_a_pods_claims_on_two_nodes_count_on_the_first_node_only():
+    ledger = ledger_with("gpu-1", "gpu-2")
     observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "5Gi")], [("nb", "u")]))
-    rec = observe(ledger, allocated(claim("b"), [result("gpu-1", 1, "5Gi")], [("nb", "u")]))
-    assert rec is not None and "jhub/a" in rec.message()
-    assert ledger.used("gpu-1", "GPU-sim-gpu-1-1") == 0
+    rec = observe(ledger, allocated(claim("b"), [result("gpu-2", 0, "5Gi")], [("nb", "u")]))
+    assert isinstance(rec, ClaimIgnored) and rec.reason is Ignored.WRONG_NODE and "gpu-1" in rec.message()
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 5),))}
 
 
 @pytest.mark.parametrize(
