@@ -16,6 +16,8 @@ and the scheduler do. Rules beyond :mod:`.claims`:
   kube-scheduler writes them through the status subresource and the kubelet prepares exactly
   that, while a node serves one path only, so the annotation is set aside (kept, and counted
   again once the claims let go).
+* A claim reserved for several pods counts once, for the first, and is reported
+  (:func:`.claims.shared`) beside the ignored records: each of its pods gets the whole slice.
 * A claim that was reserved for a pod and is no longer (the pod went) releases its units even
   while still allocated; one allocated and never yet reserved holds them under its own key.
 * A claim on a node the ledger does not know waits, and is read again when the node comes.
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .claims import ClaimIgnored, ClaimObject, claim_node, claim_reading, ignored_claim
+from .claims import ClaimIgnored, ClaimObject, claim_node, claim_reading, ignored_claim, shared
 from .objects import PodObject
 from .records import Allocation, Ignored, IgnoredRecord, check_on_node, read_allocation
 
@@ -87,7 +89,13 @@ class ClaimBook:
         return ClaimIgnored(**{**rec.__dict__, "claim": ", ".join(sorted(cids))})
 
     def ignored(self) -> list[IgnoredRecord]:
-        return list(self._ignored.values())
+        """Claims that hold nothing and why, and claims counted once for several pods."""
+        several = [
+            shared(h.claim, h.got.node)
+            for cid, h in self._claims.items()
+            if h.key and h.got is not None and cid not in self._ignored
+        ]
+        return [*self._ignored.values(), *(rec for rec in several if rec is not None)]
 
     # ---- events -----------------------------------------------------------------------------------
     def observe(self, claim: ClaimObject, deleted: bool = False) -> IgnoredRecord | None:
@@ -116,14 +124,14 @@ class ClaimBook:
         before = hold.got
         same = before is not None and (before.node, before.cards) == (got.node, got.cards)
         if same and hold.key == got.key:
-            return None
+            return None if cid in self._ignored else shared(claim, got.node)
         self._let_go(cid)
         if got.key not in self._by_key:
             self._set_aside(got.key)
         hold.key, hold.got = got.key, got
         self._by_key.setdefault(got.key, set()).add(cid)
         self._recount(got.key)
-        return self._ignored.get(cid)
+        return self._ignored.get(cid) or shared(claim, got.node)
 
     def set_aside(self, obj: PodObject, deleted: bool) -> None:
         """A pod event for a key claims hold: keep its annotation allocation aside, uncounted."""

@@ -17,8 +17,9 @@ the ledger reads (raising :class:`~.errors.InvalidObject` naming the first wrong
 * together with what is already counted, no card holds more than it has (the ledger checks it).
 
 Whom the units are counted for: the first pod of ``status.reservedFor``, under the pod's own key
-(``namespace/name``), so that everything that joins allocations to pods (the dashboard's hub
-user, idle return, budgets) joins a claim's the same way. A claim allocated but not yet reserved
+(``namespace/name``; a claim reserved for several pods is reported, :func:`shared`), so that
+everything that joins allocations to pods (the dashboard's hub user, idle return, budgets) joins
+a claim's the same way. A claim allocated but not yet reserved
 holds its units under :func:`claim_key` (``namespace/resourceclaim:name``: never a pod's key).
 Pure: no I/O, no clock.
 """
@@ -42,6 +43,7 @@ MAX_RESULTS = 256  # the API server's bound on a claim's device results (32 per 
 MAX_RESERVED = 256  # ResourceClaimReservedForMaxSize
 MAX_BYTES = 2**50  # 1 PiB: no card comes near it; a larger amount is absurd, not a card's share
 CLAIM_KEY_TAG = "resourceclaim:"
+SHARED_NAMED = 5  # pods a shared claim's report names
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,13 @@ class ClaimIgnored(IgnoredRecord):
     claim: str = ""
 
     def message(self) -> str:
+        if self.reason is Ignored.SHARED:
+            return (
+                f"ResourceClaim {self.claim} {self.detail}: its units are counted once, for pod "
+                f"{self.key}, and the other pods use the same slice uncounted. A slice is for one pod: "
+                "give each pod a claim of its own (from a ResourceClaimTemplate, as the spawner does) "
+                "and delete this claim"
+            )
         return (
             f"ignoring the GPU allocation of ResourceClaim {self.claim}: {self.detail}; it holds no "
             "card. Only kube-scheduler writes a claim's allocation, from the node's ResourceSlice; "
@@ -232,6 +241,17 @@ def holder(claim: ClaimObject) -> tuple[str, str]:
 def ignored_claim(claim: ClaimObject, reason: Ignored, detail: str, node: str = "") -> ClaimIgnored:
     key, uid = holder(claim)
     return ClaimIgnored(key=key, uid=uid, reason=reason, detail=detail, node=node, claim=claim.key)
+
+
+def shared(claim: ClaimObject, node: str = "") -> ClaimIgnored | None:
+    """The report of a claim reserved for more than one pod (counted once, for the first), or
+    None. Each pod's containers get the whole slice, so the card may give more than it holds."""
+    pods = claim.pods
+    if len(pods) < 2:
+        return None
+    named = ", ".join(f"{claim.namespace or 'default'}/{p.name}" for p in pods[:SHARED_NAMED])
+    more = f" and {len(pods) - SHARED_NAMED} more" if len(pods) > SHARED_NAMED else ""
+    return ignored_claim(claim, Ignored.SHARED, f"is reserved for {len(pods)} pods ({named}{more})", node)
 
 
 Reading = Allocation | ClaimIgnored | None

@@ -227,6 +227,24 @@ def test_a_pods_claims_on_two_nodes_count_on_the_first_node_only():
     assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 5),))}
 
 
+def test_a_claim_reserved_for_several_pods_is_counted_once_and_reported():
+    ledger = ledger_with("gpu-1")
+    shared = allocated(claim("s"), [result("gpu-1", 0, "7Gi")], [("p1", "u1"), ("p2", "u2"), ("p3", "u3")])
+    rec = observe(ledger, shared)
+    assert held(ledger) == {"jhub/p1": ("gpu-1", ((UUID0, 7),))}  # the units the scheduler took, once
+    assert isinstance(rec, ClaimIgnored) and rec.reason is Ignored.SHARED
+    told = [r.message() for r in ledger.ignored()]
+    assert told == [rec.message()]
+    assert "ResourceClaim jhub/s" in told[0] and "3 pods" in told[0] and "jhub/p2" in told[0]
+    assert "holds no card" not in told[0]
+    # kubectl inspect gpushare and the extender's /inspect show it as they show a forged record.
+    report = inspect_claims.report_with_claims([read_node(node_obj("gpu-1"))], [], [read_claim(shared)])
+    assert rec.message() in report.warnings
+    # Reserved for one pod again: nothing to report.
+    observe(ledger, allocated(claim("s"), [result("gpu-1", 0, "7Gi")], [("p1", "u1")]))
+    assert ledger.ignored() == []
+
+
 @pytest.mark.parametrize(
     "broken",
     [
