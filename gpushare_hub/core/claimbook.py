@@ -104,7 +104,7 @@ class ClaimBook:
         if hold is not None and claim.uid and hold.claim.uid and claim.uid != hold.claim.uid:
             self._let_go(cid)  # another claim of that name: the old one is gone
             hold = None
-        if deleted:
+        if deleted or not claim.ours:  # another driver's claim is not kept
             self._let_go(cid)
             self._claims.pop(cid, None)
             return None

@@ -401,3 +401,41 @@ def test_kubectl_inspect_without_the_rbac_for_claims_says_so_and_counts_annotati
     out = capsys.readouterr()
     assert json.loads(out.out)["total"] == 30
     assert "resourceclaims" in out.err
+
+
+def test_unrelated_claims_are_neither_kept_nor_told():
+    # A user churning claims of other drivers costs no memory and wakes no subscriber.
+    inf = LedgerInformer(None)
+    told: list[str] = []
+    inf.on_claim(lambda t, o: told.append(o.key))
+    inf.apply("nodes", "ADDED", node_obj("gpu-1"))
+    for i in range(20_000):
+        if i % 2:
+            obj = claim(f"c{i}", ns="team-x", device_class="gpu.nvidia.com")
+        else:
+            obj = allocated(
+                claim(f"c{i}", ns="team-x", device_class="example.com-fpga"),
+                [result("gpu-1", 0, None, driver="fpga.example.com")],
+                [(f"p{i}", "u")],
+            )
+        inf.apply("resourceclaims", "ADDED", obj)
+        inf.apply("resourceclaims", "DELETED", obj)
+        inf.apply("resourceclaims", "ADDED", obj)
+    assert told == []
+    assert inf.ledger.claims() == [] and inf._reported["resourceclaims"] == {}
+    # Ours by class (not allocated yet) or by driver (allocated from another class) are kept.
+    inf.apply("resourceclaims", "ADDED", claim("mine"))
+    by_driver = allocated(claim("d", device_class="other-class"), [result("gpu-1", 0, "5Gi")], [("nb", "u")])
+    inf.apply("resourceclaims", "ADDED", by_driver)
+    assert told == ["jhub/mine", "jhub/d"] and inf.ledger.claims() == ["jhub/d", "jhub/mine"]
+    # A kept claim that stops being ours is forgotten, and its subscribers told.
+    inf.apply("resourceclaims", "MODIFIED", claim("d", device_class="other-class"))
+    assert inf.ledger.claims() == ["jhub/mine"] and told[-1] == "jhub/d"
+    assert inf.ledger.allocations() == []
+
+
+def test_the_book_keeps_only_claims_of_our_driver_or_class():
+    ledger = ledger_with("gpu-1")
+    observe(ledger, claim("other", device_class="gpu.nvidia.com"))
+    observe(ledger, claim("ours"))
+    assert ledger.claims() == ["jhub/ours"]

@@ -218,3 +218,23 @@ def test_a_claim_event_that_changes_nothing_counted_still_rebuilds_only_once():
     other = claim("not-ours", ns="team-x")
     informer.apply("resourceclaims", "ADDED", other)  # unallocated: holds nothing
     assert cluster.report() is not report and cluster.report() == report
+
+
+def test_claims_of_other_drivers_and_classes_change_nothing_the_service_caches():
+    cluster, informer = fed_cluster()
+    informer.apply("resourceclaims", "ADDED", reserved(gib=5))
+    report = cluster.report()
+    cached = cluster.recent("me", lambda: object())
+    unrelated = [
+        claim("other-class", ns="team-x", device_class="gpu.nvidia.com"),
+        allocated(
+            claim("other-driver", ns="team-x", device_class="gpu.nvidia.com"),
+            [result(NODE, 0, None, driver="gpu.nvidia.com")],
+            [("p", "u")],
+        ),
+    ]
+    for obj in unrelated:
+        for etype in ("ADDED", "MODIFIED", "DELETED"):
+            informer.apply("resourceclaims", etype, obj)
+    assert cluster.report() is report
+    assert cluster.recent("me", lambda: object()) is cached
