@@ -5,12 +5,19 @@ counted by the ledger exactly as an annotation's (its ``_add``/``release``, the 
 :mod:`.records`), so ``snapshot()``, availability, the dashboard, quotas, budgets, history and
 idle return see a claim's allocation like any other.
 
-Rules beyond :mod:`.claims`:
+The book is keyed by claim: each claim keeps its own reading (its node and shares), and the
+ledger counts, under its pod's key, the sum of every claim reserved for that pod, as Prepare
+and the scheduler do. Rules beyond :mod:`.claims`:
 
-* One allocation per pod. A pod that holds our claim *and* carries an annotation record counts
-  the claim: kube-scheduler writes it through the status subresource and the kubelet prepares
-  exactly that, while a node serves one path only, so the annotation is set aside (kept, and
-  counted again once the claim lets go). A second claim of ours for the same pod is ignored.
+* Every claim of a pod counts. A claim that does not fit beside the pod's others (its card is
+  full, or it names another node than they do) is refused alone, naming it; one refused for a
+  full card counts once units on its node come back.
+* A pod that holds our claim *and* carries an annotation record counts the claims:
+  kube-scheduler writes them through the status subresource and the kubelet prepares exactly
+  that, while a node serves one path only, so the annotation is set aside (kept, and counted
+  again once the claims let go).
+* A claim reserved for several pods counts once, for the first, and is reported
+  (:func:`.claims.shared`) beside the ignored records: each of its pods gets the whole slice.
 * A claim that was reserved for a pod and is no longer (the pod went) releases its units even
   while still allocated; one allocated and never yet reserved holds them under its own key.
 * A claim on a node the ledger does not know waits, and is read again when the node comes.
@@ -21,9 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .claims import ClaimIgnored, ClaimObject, claim_node, claim_reading, ignored_claim
+from .claims import ClaimIgnored, ClaimObject, claim_node, claim_reading, ignored_claim, shared
 from .objects import PodObject
-from .records import Allocation, Ignored, IgnoredRecord, read_allocation
+from .records import Allocation, Ignored, IgnoredRecord, check_on_node, read_allocation
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -32,8 +39,20 @@ if TYPE_CHECKING:
 @dataclass
 class _Hold:
     claim: ClaimObject
-    key: str = ""  # the ledger key its units are under ("" while it holds none)
+    key: str = ""  # the ledger key it counts under ("" while it holds none)
+    got: Allocation | None = None  # its own reading while it has a key (counted, or refused)
     was_reserved: bool = False
+
+
+def _merged(total: Allocation | None, more: Allocation) -> Allocation:
+    """``total`` and ``more`` (one pod's claims, one node) as one allocation: shares per card summed."""
+    if total is None:
+        return more
+    units = {s.uuid: s for s in total.cards}
+    for s in more.cards:
+        held = units.get(s.uuid)
+        units[s.uuid] = s if held is None else replace(held, units=held.units + s.units)
+    return replace(total, cards=tuple(units.values()))
 
 
 class ClaimBook:
@@ -42,32 +61,41 @@ class ClaimBook:
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self._claims: dict[str, _Hold] = {}  # claim namespace/name -> its hold
-        self._by_key: dict[str, str] = {}  # ledger key -> the claim holding it
+        self._by_key: dict[str, set[str]] = {}  # ledger key -> the claims it sums
         self._aside: dict[str, Allocation] = {}  # pod key -> its annotation allocation, not counted
         self._ignored: dict[str, ClaimIgnored] = {}  # claim -> why it holds nothing
+        self._retrying = False
 
     # ---- reading ------------------------------------------------------------------------------
     def holds(self, key: str) -> bool:
-        """Whether ``key``'s units are a claim's (the pod's annotation record is set aside)."""
+        """Whether ``key``'s units are claims' (the pod's annotation record is set aside)."""
         return key in self._by_key
 
     def claims(self) -> list[str]:
         return sorted(self._claims)
 
-    def key_of(self, cid: str) -> str:
-        """The ledger key claim ``cid`` holds units under ("" for none)."""
+    def allocation_of(self, cid: str) -> Allocation | None:
+        """What claim ``cid`` itself holds, counted or waiting for its node; else None."""
         hold = self._claims.get(cid)
-        return hold.key if hold is not None else ""
+        if hold is None or not hold.key or cid in self._ignored:
+            return None
+        return hold.got if self._ledger.allocation(hold.key) is not None else None
 
     def named(self, rec: IgnoredRecord) -> IgnoredRecord:
-        """``rec`` as its claim's message says it, when a claim holds its key."""
-        cid = self._by_key.get(rec.key)
-        if cid is None or isinstance(rec, ClaimIgnored):
+        """``rec`` as its claim's message says it, when claims hold its key."""
+        cids = self._by_key.get(rec.key)
+        if not cids or isinstance(rec, ClaimIgnored):
             return rec
-        return ClaimIgnored(**{**rec.__dict__, "claim": cid})
+        return ClaimIgnored(**{**rec.__dict__, "claim": ", ".join(sorted(cids))})
 
     def ignored(self) -> list[IgnoredRecord]:
-        return list(self._ignored.values())
+        """Claims that hold nothing and why, and claims counted once for several pods."""
+        several = [
+            shared(h.claim, h.got.node)
+            for cid, h in self._claims.items()
+            if h.key and h.got is not None and cid not in self._ignored
+        ]
+        return [*self._ignored.values(), *(rec for rec in several if rec is not None)]
 
     # ---- events -----------------------------------------------------------------------------------
     def observe(self, claim: ClaimObject, deleted: bool = False) -> IgnoredRecord | None:
@@ -76,7 +104,7 @@ class ClaimBook:
         if hold is not None and claim.uid and hold.claim.uid and claim.uid != hold.claim.uid:
             self._let_go(cid)  # another claim of that name: the old one is gone
             hold = None
-        if deleted:
+        if deleted or not claim.ours:  # another driver's claim is not kept
             self._let_go(cid)
             self._claims.pop(cid, None)
             return None
@@ -93,19 +121,20 @@ class ClaimBook:
             if got is not None:
                 self._ignored[cid] = got
             return got
-        held = self._ledger.allocation(got.key)
-        if hold.key == got.key and held is not None and (held.node, held.cards) == (got.node, got.cards):
-            return None
+        before = hold.got
+        same = before is not None and (before.node, before.cards) == (got.node, got.cards)
+        if same and hold.key == got.key:
+            return None if cid in self._ignored else shared(claim, got.node)
         self._let_go(cid)
-        other = self._by_key.get(got.key)
-        if other is not None:
-            rec = ignored_claim(claim, Ignored.WRONG_AMOUNT, f"its pod holds ResourceClaim {other} already")
-            self._ignored[cid] = rec
-            return rec
-        return self._take(cid, got)
+        if got.key not in self._by_key:
+            self._set_aside(got.key)
+        hold.key, hold.got = got.key, got
+        self._by_key.setdefault(got.key, set()).add(cid)
+        self._recount(got.key)
+        return self._ignored.get(cid) or shared(claim, got.node)
 
     def set_aside(self, obj: PodObject, deleted: bool) -> None:
-        """A pod event for a key a claim holds: keep its annotation allocation aside, uncounted."""
+        """A pod event for a key claims hold: keep its annotation allocation aside, uncounted."""
         key = obj.key
         got = None if deleted else read_allocation(obj, self._ledger.node, self._ledger.names)
         if isinstance(got, Allocation):
@@ -123,33 +152,85 @@ class ClaimBook:
                     out.append(rec)
         return out
 
+    def retry(self, node: str) -> None:
+        """Units on ``node`` came back: count the claims refused there for a full card, if they fit."""
+        if self._retrying:
+            return
+        self._retrying = True
+        try:
+            for key in sorted(
+                {
+                    self._claims[cid].key
+                    for cid, rec in self._ignored.items()
+                    if rec.reason is Ignored.CARD_FULL and rec.node == node and self._claims[cid].key
+                }
+            ):
+                self._recount(key)
+        finally:
+            self._retrying = False
+
     # ---- holding and letting go ------------------------------------------------------------------
-    def _take(self, cid: str, alloc: Allocation) -> IgnoredRecord | None:
+    def _set_aside(self, key: str) -> None:
+        """Claims take ``key``: the pod's annotation allocation (counted or blocked) waits aside."""
         ledger = self._ledger
-        key = alloc.key
         annotated = ledger.allocation(key) or ledger._blocked.get(key)
         ledger._blocked.pop(key, None)
         ledger._forget_ignored(key, "")
         if annotated is not None:
-            ledger.release(key)
+            ledger._drop(key)  # no retry yet: the claims count first
             self._aside[key] = replace(annotated, assumed=False)
-        self._claims[cid].key = key
-        self._by_key[key] = cid
-        refused = ledger._add(alloc)
-        if refused is None:
-            return None
-        named = self.named(refused)
-        ledger._ignored[key] = named
-        return named
+
+    def _recount(self, key: str) -> None:
+        """Count under ``key`` the sum of its claims that fit, in the claims' order; refuse the rest."""
+        ledger = self._ledger
+        old = ledger._drop(key)
+        ledger._blocked.pop(key, None)
+        ledger._ignored.pop(key, None)
+        total: Allocation | None = None
+        for cid in sorted(self._by_key.get(key, ())):
+            self._ignored.pop(cid, None)
+            fits = self._fits(total, self._claims[cid])
+            if isinstance(fits, ClaimIgnored):
+                self._ignored[cid] = fits
+            else:
+                total = fits
+        if total is not None:
+            ledger._add(total)  # checked above: it counts (or waits for its node)
+        if old is not None and (total is None or total.units < old.units):
+            ledger._retry_blocked(old.node)
+
+    def _fits(self, total: Allocation | None, hold: _Hold) -> Allocation | ClaimIgnored:
+        """``total`` with ``hold``'s claim added, or why the claim cannot count beside it."""
+        got = hold.got
+        assert got is not None
+        if total is not None and got.node != total.node:
+            detail = f"its pod's other ResourceClaims are on node {total.node}, this one on {got.node}"
+            return ignored_claim(hold.claim, Ignored.WRONG_NODE, detail, got.node)
+        state = self._ledger.state(got.node)
+        if state is None:
+            return _merged(total, got)  # its node went: it waits with the others
+        used = dict(state.used)
+        for s in total.cards if total is not None else ():
+            used[s.uuid] = used.get(s.uuid, 0) + s.units
+        checked = check_on_node(got, state.node, used)
+        if isinstance(checked, IgnoredRecord):
+            return ClaimIgnored(**{**checked.__dict__, "claim": hold.claim.key})
+        return _merged(total, checked)
 
     def _let_go(self, cid: str) -> None:
-        """The claim holds nothing any more: its units go back, its pod's annotation counts again."""
+        """The claim holds nothing any more: its units go back; once its pod's last claim lets
+        go, the pod's annotation counts again."""
         self._ignored.pop(cid, None)
         hold = self._claims.get(cid)
         if hold is None or not hold.key:
             return
-        key, hold.key = hold.key, ""
-        if self._by_key.get(key) != cid:
+        key, hold.key, hold.got = hold.key, "", None
+        cids = self._by_key.get(key)
+        if cids is None or cid not in cids:
+            return
+        cids.discard(cid)
+        if cids:
+            self._recount(key)
             return
         del self._by_key[key]
         ledger = self._ledger

@@ -17,8 +17,9 @@ the ledger reads (raising :class:`~.errors.InvalidObject` naming the first wrong
 * together with what is already counted, no card holds more than it has (the ledger checks it).
 
 Whom the units are counted for: the first pod of ``status.reservedFor``, under the pod's own key
-(``namespace/name``), so that everything that joins allocations to pods (the dashboard's hub
-user, idle return, budgets) joins a claim's the same way. A claim allocated but not yet reserved
+(``namespace/name``; a claim reserved for several pods is reported, :func:`shared`), so that
+everything that joins allocations to pods (the dashboard's hub user, idle return, budgets) joins
+a claim's the same way. A claim allocated but not yet reserved
 holds its units under :func:`claim_key` (``namespace/resourceclaim:name``: never a pod's key).
 Pure: no I/O, no clock.
 """
@@ -33,15 +34,18 @@ from .annotations import CardShare
 from .cards import Node
 from .digits import ascii_int
 from .errors import InvalidObject
-from .names import DRA_CAPACITY, DRA_DEVICE_PREFIX, DRA_DRIVER
+from .names import DRA_CAPACITY, DRA_DEVICE_CLASS, DRA_DEVICE_PREFIX, DRA_DRIVER
 from .records import Allocation, Ignored, IgnoredRecord
 from .resources import DEFAULT_NAMES, MAX_QUANTITY, ResourceNames, parse_quantity
 from .shapes import MAX_NAME, described
 
 MAX_RESULTS = 256  # the API server's bound on a claim's device results (32 per request, 8 requests)
 MAX_RESERVED = 256  # ResourceClaimReservedForMaxSize
+MAX_REQUESTS = 32  # DeviceRequestsMaxSize
+MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
 MAX_BYTES = 2**50  # 1 PiB: no card comes near it; a larger amount is absurd, not a card's share
 CLAIM_KEY_TAG = "resourceclaim:"
+SHARED_NAMED = 5  # pods a shared claim's report names
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ClaimObject:
     results: tuple[DeviceResult, ...] = ()
     others: int = 0  # results of other drivers
     reserved_for: tuple[Consumer, ...] = ()
+    device_classes: tuple[str, ...] = ()  # the DeviceClasses its requests name (spec.devices.requests)
 
     @property
     def key(self) -> str:
@@ -85,6 +90,12 @@ class ClaimObject:
     @property
     def pods(self) -> tuple[Consumer, ...]:
         return tuple(c for c in self.reserved_for if c.resource == "pods" and not c.api_group)
+
+    @property
+    def ours(self) -> bool:
+        """Whether it is a claim of ours: allocated a device of our driver, or asking our
+        DeviceClass. No component keeps, counts or tells of any other claim."""
+        return bool(self.results) or DRA_DEVICE_CLASS in self.device_classes
 
 
 def claim_key(namespace: str, name: str) -> str:
@@ -166,6 +177,7 @@ def read_claim(obj: object) -> ClaimObject:
                 )
             )
         uid = _str(meta.get("uid"), "metadata.uid")
+        classes = _device_classes(_map(_map(raw.get("spec"), "spec").get("devices"), "spec.devices"))
     except InvalidObject as err:
         raise InvalidObject(f"{where}: {err}") from None
     return ClaimObject(
@@ -176,7 +188,22 @@ def read_claim(obj: object) -> ClaimObject:
         results=tuple(ours),
         others=others,
         reserved_for=tuple(consumers),
+        device_classes=classes,
     )
+
+
+def _device_classes(devices: Mapping[str, Any]) -> tuple[str, ...]:
+    """The DeviceClasses the requests name, each request's and each of its ``firstAvailable``'s."""
+    out: list[str] = []
+    path = "spec.devices.requests"
+    for i, item in enumerate(_list(devices.get("requests"), path, MAX_REQUESTS)):
+        req = _map(item, f"{path}[{i}]")
+        exactly = _map(req.get("exactly"), f"{path}[{i}].exactly")
+        out.append(_str(exactly.get("deviceClassName"), f"{path}[{i}].exactly.deviceClassName"))
+        sub = f"{path}[{i}].firstAvailable"
+        for j, alt in enumerate(_list(req.get("firstAvailable"), sub, MAX_SUBREQUESTS)):
+            out.append(_str(_map(alt, f"{sub}[{j}]").get("deviceClassName"), f"{sub}[{j}].deviceClassName"))
+    return tuple(dict.fromkeys(c for c in out if c))
 
 
 # ---- the claim's hold on cards -------------------------------------------------------------------
@@ -213,6 +240,13 @@ class ClaimIgnored(IgnoredRecord):
     claim: str = ""
 
     def message(self) -> str:
+        if self.reason is Ignored.SHARED:
+            return (
+                f"ResourceClaim {self.claim} {self.detail}: its units are counted once, for pod "
+                f"{self.key}, and the other pods use the same slice uncounted. A slice is for one pod: "
+                "give each pod a claim of its own (from a ResourceClaimTemplate, as the spawner does) "
+                "and delete this claim"
+            )
         return (
             f"ignoring the GPU allocation of ResourceClaim {self.claim}: {self.detail}; it holds no "
             "card. Only kube-scheduler writes a claim's allocation, from the node's ResourceSlice; "
@@ -232,6 +266,17 @@ def holder(claim: ClaimObject) -> tuple[str, str]:
 def ignored_claim(claim: ClaimObject, reason: Ignored, detail: str, node: str = "") -> ClaimIgnored:
     key, uid = holder(claim)
     return ClaimIgnored(key=key, uid=uid, reason=reason, detail=detail, node=node, claim=claim.key)
+
+
+def shared(claim: ClaimObject, node: str = "") -> ClaimIgnored | None:
+    """The report of a claim reserved for more than one pod (counted once, for the first), or
+    None. Each pod's containers get the whole slice, so the card may give more than it holds."""
+    pods = claim.pods
+    if len(pods) < 2:
+        return None
+    named = ", ".join(f"{claim.namespace or 'default'}/{p.name}" for p in pods[:SHARED_NAMED])
+    more = f" and {len(pods) - SHARED_NAMED} more" if len(pods) > SHARED_NAMED else ""
+    return ignored_claim(claim, Ignored.SHARED, f"is reserved for {len(pods)} pods ({named}{more})", node)
 
 
 Reading = Allocation | ClaimIgnored | None

@@ -257,9 +257,9 @@ class Ledger:
         return self._claims.holds(key)
 
     def claim_allocation(self, claim: str) -> Allocation | None:
-        """What ResourceClaim ``claim`` (``namespace/name``) holds, counted or waiting; else None."""
-        key = self._claims.key_of(claim)
-        return self.allocation(key) if key else None
+        """What ResourceClaim ``claim`` (``namespace/name``) itself holds, counted or waiting; else
+        None (its pod's key may sum several claims: :meth:`allocation`)."""
+        return self._claims.allocation_of(claim)
 
     def claims(self) -> list[str]:
         """The ResourceClaims (``namespace/name``) the ledger has seen and not seen deleted."""
@@ -353,6 +353,7 @@ class Ledger:
                 del self._blocked[key]
                 self._ignored.pop(key, None)
                 self._add(alloc)
+        self._claims.retry(node)
 
     def _forget_ignored(self, key: str, uid: str) -> None:
         held = self._ignored.get(key)

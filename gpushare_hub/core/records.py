@@ -68,6 +68,7 @@ class Ignored(Enum):
     WRONG_AMOUNT = "wrong-amount"
     UNKNOWN_CARD = "unknown-card"
     CARD_FULL = "card-full"
+    SHARED = "shared"  # a ResourceClaim reserved for several pods: counted once, and reported
 
 
 _FIX = {
@@ -80,6 +81,7 @@ _FIX = {
     Ignored.UNKNOWN_CARD: "recreate the pod so that gpushare-scheduler places it on a card the node has",
     Ignored.CARD_FULL: "the card is held by other pods' records; recreate the pod so that "
     "gpushare-scheduler places it",
+    Ignored.SHARED: "a slice is for one pod: give each pod a ResourceClaim of its own",
 }
 
 

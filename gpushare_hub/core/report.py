@@ -31,6 +31,7 @@ from gpushare_hub.core.usage import NodeUsage, read_usage
 
 from .names import (
     ALLOCATION_ANNOTATION,
+    DRA_TEMPLATE_PREFIX,
     GPU_MEM_ASSUME_TIME,
     GPU_MEM_IDX,
     GPU_MEM_POD,
@@ -258,11 +259,11 @@ def pod_facts(
     names: ResourceNames = DEFAULT_NAMES,
     hub_namespaces: Collection[str] | None = None,
 ) -> PodFacts | None:
-    """The facts of an active pod that asks for a GPU, or claims a slice on the DRA path (or
-    whose request cannot be read); None for any other pod. ``hub_namespaces``: as
-    :func:`build_report`'s. A DRA pod's units are its claim's, which the ledger counts under
-    the pod's key; until then its row says 0, and it is no :class:`PendingPod` (the default
-    scheduler places it, not our extender)."""
+    """The facts of an active pod that asks for a GPU, or is the hub's spawn on the DRA path (a
+    claim from our template, in ``hub_namespaces``), or whose request cannot be read; None for
+    any other pod. ``hub_namespaces``: as :func:`build_report`'s. A DRA pod's units are its
+    claim's, which the ledger counts under the pod's key; until then its row says 0, and it is
+    no :class:`PendingPod` (the default scheduler places it, not our extender)."""
     if pod.phase in TERMINAL_PHASES:
         return None
     key = pod.key
@@ -272,9 +273,9 @@ def pod_facts(
         return PodFacts(key=key, warning=_unreadable(key, err))
     if demand is not None and not demand.wants_gpu:
         demand = None
-    if demand is None and not pod.claims_dra_slice:
-        return None
     namespace = pod.namespace or "default"
+    if demand is None and not _hub_dra_spawn(pod, namespace, hub_namespaces):
+        return None
     ann: Mapping[str, str] = pod.annotations
     if hub_namespaces is not None and namespace not in hub_namespaces:
         ann = {}
@@ -294,6 +295,15 @@ def pod_facts(
     )
     pending = None if node or demand is None else _pending(pod, demand, message)
     return PodFacts(key=key, node=node, row=row, pending=pending)
+
+
+def _hub_dra_spawn(pod: PodObject, namespace: str, hub_namespaces: Collection[str] | None) -> bool:
+    """Whether a pod that asks no GPU resource is a spawn on the DRA path: its claim comes from
+    one of our templates (:data:`~.names.DRA_TEMPLATE_PREFIX`), in the hub's namespaces (any,
+    for ``None``). Anyone may name a claim like ours; only the hub's pods wait for a slice."""
+    if hub_namespaces is not None and namespace not in hub_namespaces:
+        return False
+    return any(c.template_name.startswith(DRA_TEMPLATE_PREFIX) for c in pod.resource_claims)
 
 
 def may_hold_slice(pod: PodObject, names: ResourceNames = DEFAULT_NAMES) -> bool:

@@ -32,7 +32,10 @@ past a configured time, and comes back once the watches recover.
 ResourceClaims (``resource.k8s.io/v1``, the DRA path) are listed and watched the same way when
 the API server serves them and the account may read them (:mod:`gpushare_hub.core.claims`
 counts our driver's); where it does not, one log line says so and the ledger counts pods'
-annotations alone. ``on_claim`` subscribers hear of each claim event.
+annotations alone. Only claims of ours (:attr:`~gpushare_hub.core.claims.ClaimObject.ours`: our
+driver's devices, or our DeviceClass asked) are applied, remembered and told: ``on_claim``
+subscribers hear of each of their events, and of no other claim's (one that stops being ours is
+told as ``DELETED``).
 
 Modelled on KubeSpawner's ``reflector.py``.
 """
@@ -317,6 +320,11 @@ class LedgerInformer:
                 log.warning("cannot read a ResourceClaim (%s); it is left out", err)
                 return
             claim = ClaimObject(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""))
+        reported = self._reported[CLAIMS]
+        if claim.key not in reported and (deleted or not claim.ours):
+            return  # not ours and never told: nothing counted, kept or told
+        if not deleted and not claim.ours:
+            etype, deleted = "DELETED", True  # no longer ours: forgotten, as if deleted
         before = self.ledger.claim_allocation(claim.key) if self.releases is not None else None
         try:
             ignored = self.ledger.observe_claim(claim, deleted=deleted)
@@ -327,7 +335,6 @@ class LedgerInformer:
                 self._tell_ignored([ignored])
         if before is not None:
             self._released(before, self.ledger.claim_allocation(claim.key) is None)
-        reported = self._reported[CLAIMS]
         if deleted:
             reported.pop(claim.key, None)
         else:

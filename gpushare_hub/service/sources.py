@@ -72,7 +72,7 @@ class Cluster:
         self._make = make_informer
         self._ledger = Ledger(names)  # the last subscribed informer's (empty before the first)
         self.shared = SharedLedger(self._subscribed, max_stale)
-        self._version = 0  # bumped on every event (claims' too): the report is rebuilt only after a change
+        self._version = 0  # bumped on every event told (claims of ours only): the report is rebuilt
         self._report: tuple[int, Report] | None = None
         self._recent: dict[Hashable, tuple[int, float, Any]] = {}
 

@@ -80,12 +80,16 @@ def apply_claim(pod: V1Pod, s: Slice, scheduler_name: str = DEFAULT_SCHEDULER) -
 
 # The default scheduler's (DynamicResources plugin, kube-scheduler 1.36/1.37), the claim
 # controller's and the kubelet's words about a pod's claims, in the order tried, each with what
-# a user is told. ``s``: the server's slice.
+# a user is told. ``s``: the server's slice. An event's message is anyone's text (a pod's owner
+# writes Events too): only its first MAX_MESSAGE characters are read, and no pattern repeats
+# without a bound, so a match costs a bounded number of steps from each start (no backtracking
+# over the whole message).
+MAX_MESSAGE = 4096
 Words = Callable[[Slice], str]
 _ADMIN = "ask the hub's admin"
 WORDS: tuple[tuple[re.Pattern[str], Words], ...] = (
     (
-        re.compile(r"resource claim template .*not found", re.I),
+        re.compile(r'resource claim template "[^"]{0,253}": \S{0,80} "[^"]{0,253}" not found', re.I),
         lambda s: (
             f"This server cannot start: the cluster has no claim template {template_name(s)} for the "
             f"{s.display_name} slice in this namespace ({_ADMIN}: the gpushare-hub chart's dra.slices "
@@ -93,7 +97,7 @@ WORDS: tuple[tuple[re.Pattern[str], Words], ...] = (
         ),
     ),
     (
-        re.compile(r"device class \S+ does not exist", re.I),
+        re.compile(r"device class \S{1,253} does not exist", re.I),
         lambda s: (
             f"This server cannot start: the cluster has no {DRA_DEVICE_CLASS} device class "
             f"({_ADMIN}: the gpushare-hub chart's dra.enabled)."
@@ -107,7 +111,7 @@ WORDS: tuple[tuple[re.Pattern[str], Words], ...] = (
         ),
     ),
     (
-        re.compile(r"ResourceClaim not created yet|resourceclaim\S* \"[^\"]*\" not found", re.I),
+        re.compile(r'ResourceClaim not created yet|resourceclaim\S{0,80} "[^"]{0,253}" not found', re.I),
         lambda s: "The cluster is making your server's GPU claim; this takes a few seconds.",
     ),
     (
@@ -126,7 +130,7 @@ WORDS: tuple[tuple[re.Pattern[str], Words], ...] = (
         ),
     ),
     (
-        re.compile(r"ResourceClaim \S+ is not allocated|\bnot allocated\b", re.I),
+        re.compile(r"ResourceClaim \S{1,253} is not allocated|\bnot allocated\b", re.I),
         lambda s: "The scheduler has not given your server a slice yet; it waits for a card with room.",
     ),
 )
@@ -138,8 +142,10 @@ def _on(s: Slice) -> str:
 
 def user_words(message: str, s: Slice) -> str | None:
     """A sentence for a user about the Kubernetes ``message`` on the server's pod (an event's or
-    the scheduler's), or None when it says nothing about the slice's claim."""
+    the scheduler's), or None when it says nothing about the slice's claim. Only the first
+    :data:`MAX_MESSAGE` characters are read (the scheduler's words come first)."""
+    head = message[:MAX_MESSAGE]
     for pattern, words in WORDS:
-        if pattern.search(message):
+        if pattern.search(head):
             return words(s)
     return None

@@ -22,7 +22,7 @@ from gpushare_hub.plugin.matching import Waiting
 from gpushare_hub.plugin.response import MPS_ROOT, Isolation, container_response
 from tests.conftest import wait_for
 
-from .conftest import CHART, Helm
+from .conftest import CHART, KUBE_VERSION, Helm
 
 SCRIPT = CHART / "files" / "mps-control-daemon.sh"
 SINGLE, MULTI = "gpushare-mps-control-daemon", "gpushare-mps-control-daemon-multi-user"
@@ -47,7 +47,10 @@ def test_off_by_default(helm: Helm):
 
 
 def test_enabled_one_daemonset_per_mode_on_the_nodes_the_plugin_labels(helm: Helm):
-    docs = helm.template("--set", "mps.enabled=true", "--set", "devicePlugin.runtimeClassName=nvidia")
+    docs = helm.template(
+        "--set", "mps.enabled=true", "--set", "mps.shmSize=1g",
+        "--set", "devicePlugin.runtimeClassName=nvidia",
+    )  # fmt: skip
     ds = daemonsets(docs)
     assert set(ds) == {SINGLE, MULTI}
     single, multi = (ds[n]["spec"]["template"]["spec"] for n in (SINGLE, MULTI))
@@ -104,15 +107,35 @@ def test_its_own_image_root_and_tolerations_when_set(helm: Helm):
         assert env_of(ds)["MPS_ROOT"] == "/run/mps" and env_of(ds)["MPS_SHM_SIZE"] == "8g"
 
 
+def test_mps_on_needs_a_size_for_each_cards_shared_memory(helm: Helm):
+    """Every GPU container of an MPS card shares the card's shm folder, on the host: without a
+    size, one notebook could fill the host's memory through it. The chart refuses MPS without
+    mps.shmSize, naming the value; with it, each daemon mounts a tmpfs of that size there."""
+    for unset in ((), ("--set", "mps.shmSize=")):
+        proc = helm.run(
+            "template", "x", str(CHART), f"--kube-version={KUBE_VERSION}",
+            "--set", "mps.enabled=true", *unset, check=False,
+        )  # fmt: skip
+        assert proc.returncode != 0
+        assert "mps.shmSize" in proc.stderr and "mps.enabled" in proc.stderr, proc.stderr
+    docs = helm.template("--set", "mps.enabled=true", "--set", "mps.shmSize=2g")
+    assert {n: env_of(ds)["MPS_SHM_SIZE"] for n, ds in daemonsets(docs).items()} == {
+        SINGLE: "2g",
+        MULTI: "2g",
+    }
+    assert daemonsets(helm.template("--set", "mps.shmSize=")) == {}  # MPS off: no size needed
+
+
 @pytest.mark.parametrize(
     ("setting", "words"),
     [
         (["--set", "mps.enabled=yes"], ["/mps/enabled", "boolean"]),
         (["--set", "mps.shmSize=8Gi"], ["/mps/shmSize", "pattern"]),
+        (["--set-string", "mps.shmSize=0"], ["/mps/shmSize", "pattern"]),  # tmpfs size=0: no limit at all
         (["--set", "mps.multiUser=true"], ["/mps", "multiUser"]),
         (["--set", "mps.maxSliceMemory=7GiB"], ["/mps/maxSliceMemory", "pattern"]),
     ],
-    ids=["wrong-type", "tmpfs-size", "unknown-key", "limit-unit"],
+    ids=["wrong-type", "tmpfs-size", "tmpfs-unbounded", "unknown-key", "limit-unit"],
 )
 def test_the_schema_refuses_bad_mps_values(helm: Helm, setting, words):
     proc = helm.run("template", "x", str(CHART), *setting, check=False)
@@ -246,7 +269,9 @@ def test_the_largest_slice_is_each_daemons_ceiling_when_set(helm: Helm, tmp_path
     """mps.maxSliceMemory becomes each daemon's default pinned limit, set before any client runs
     (a client cannot raise its own limit above it: measured on an H100,
     docs/measurements/2026-11-22-isolation-h100.md)."""
-    docs = helm.template("--set", "mps.enabled=true", "--set", "mps.maxSliceMemory=7G")
+    docs = helm.template(
+        "--set", "mps.enabled=true", "--set", "mps.shmSize=1g", "--set", "mps.maxSliceMemory=7G"
+    )
     assert {env_of(ds)["MPS_DEFAULT_PINNED_MEM_LIMIT"] for ds in daemonsets(docs).values()} == {"7G"}
     run = ScriptRun(
         tmp_path, multi_user=False, max_slice=env_of(daemonsets(docs)[SINGLE])["MPS_DEFAULT_PINNED_MEM_LIMIT"]

@@ -188,12 +188,61 @@ def test_a_pods_claim_wins_over_its_annotation_which_counts_again_when_the_claim
     assert held(ledger) == {"jhub/nb": ("gpu-1", (("GPU-sim-gpu-1-1", 7),))}
 
 
-def test_a_second_claim_for_one_pod_is_ignored():
+def test_every_claim_of_a_pod_counts_as_prepare_and_the_scheduler_count_them():
+    # Two 7 GiB claims reserved for one pod: the scheduler consumed 14 GiB, Prepare gave 14.
     ledger = ledger_with("gpu-1")
+    assert observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "7Gi")], [("nb", "u")])) is None
+    assert observe(ledger, allocated(claim("b"), [result("gpu-1", 0, "7Gi")], [("nb", "u")])) is None
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 14),))}
+    assert ledger.used("gpu-1", UUID0) == 14 and ledger.ignored() == []
+    # On two cards the pod holds both.
+    observe(ledger, allocated(claim("b"), [result("gpu-1", 1, "7Gi")], [("nb", "u")]))
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 7), ("GPU-sim-gpu-1-1", 7)))}
+    # Each claim lets go of its own units only.
+    observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "7Gi")], [("nb", "u")]), deleted=True)
+    assert held(ledger) == {"jhub/nb": ("gpu-1", (("GPU-sim-gpu-1-1", 7),))}
+    assert ledger.claim_allocation("jhub/a") is None and ledger.claim_allocation("jhub/b") is not None
+    observe(ledger, allocated(claim("b"), [result("gpu-1", 1, "7Gi")], [("nb", "u")]), deleted=True)
+    assert ledger.allocations() == [] and ledger.used("gpu-1", "GPU-sim-gpu-1-1") == 0
+
+
+def test_a_pods_claim_that_does_not_fit_beside_its_others_is_refused_alone_and_counts_later():
+    ledger = ledger_with("gpu-1")  # 15 GiB cards
+    observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "7Gi")], [("nb", "u")]))
+    observe(ledger, allocated(claim("o"), [result("gpu-1", 0, "5Gi")], [("other", "uo")]))
+    rec = observe(ledger, allocated(claim("b"), [result("gpu-1", 0, "7Gi")], [("nb", "u")]))
+    assert isinstance(rec, ClaimIgnored) and rec.reason is Ignored.CARD_FULL
+    assert "ResourceClaim jhub/b" in rec.message() and "claims 7" in rec.message()
+    assert held(ledger)["jhub/nb"] == ("gpu-1", ((UUID0, 7),))  # the pod keeps its first claim
+    assert ledger.used("gpu-1", UUID0) == 12
+    observe(ledger, allocated(claim("o"), [result("gpu-1", 0, "5Gi")], [("other", "uo")]), deleted=True)
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 14),))} and ledger.ignored() == []
+
+
+def test_a_pods_claims_on_two_nodes_count_on_the_first_node_only():
+    ledger = ledger_with("gpu-1", "gpu-2")
     observe(ledger, allocated(claim("a"), [result("gpu-1", 0, "5Gi")], [("nb", "u")]))
-    rec = observe(ledger, allocated(claim("b"), [result("gpu-1", 1, "5Gi")], [("nb", "u")]))
-    assert rec is not None and "jhub/a" in rec.message()
-    assert ledger.used("gpu-1", "GPU-sim-gpu-1-1") == 0
+    rec = observe(ledger, allocated(claim("b"), [result("gpu-2", 0, "5Gi")], [("nb", "u")]))
+    assert isinstance(rec, ClaimIgnored) and rec.reason is Ignored.WRONG_NODE and "gpu-1" in rec.message()
+    assert held(ledger) == {"jhub/nb": ("gpu-1", ((UUID0, 5),))}
+
+
+def test_a_claim_reserved_for_several_pods_is_counted_once_and_reported():
+    ledger = ledger_with("gpu-1")
+    shared = allocated(claim("s"), [result("gpu-1", 0, "7Gi")], [("p1", "u1"), ("p2", "u2"), ("p3", "u3")])
+    rec = observe(ledger, shared)
+    assert held(ledger) == {"jhub/p1": ("gpu-1", ((UUID0, 7),))}  # the units the scheduler took, once
+    assert isinstance(rec, ClaimIgnored) and rec.reason is Ignored.SHARED
+    told = [r.message() for r in ledger.ignored()]
+    assert told == [rec.message()]
+    assert "ResourceClaim jhub/s" in told[0] and "3 pods" in told[0] and "jhub/p2" in told[0]
+    assert "holds no card" not in told[0]
+    # kubectl inspect gpushare and the extender's /inspect show it as they show a forged record.
+    report = inspect_claims.report_with_claims([read_node(node_obj("gpu-1"))], [], [read_claim(shared)])
+    assert rec.message() in report.warnings
+    # Reserved for one pod again: nothing to report.
+    observe(ledger, allocated(claim("s"), [result("gpu-1", 0, "7Gi")], [("p1", "u1")]))
+    assert ledger.ignored() == []
 
 
 @pytest.mark.parametrize(
@@ -352,3 +401,41 @@ def test_kubectl_inspect_without_the_rbac_for_claims_says_so_and_counts_annotati
     out = capsys.readouterr()
     assert json.loads(out.out)["total"] == 30
     assert "resourceclaims" in out.err
+
+
+def test_unrelated_claims_are_neither_kept_nor_told():
+    # A user churning claims of other drivers costs no memory and wakes no subscriber.
+    inf = LedgerInformer(None)
+    told: list[str] = []
+    inf.on_claim(lambda t, o: told.append(o.key))
+    inf.apply("nodes", "ADDED", node_obj("gpu-1"))
+    for i in range(20_000):
+        if i % 2:
+            obj = claim(f"c{i}", ns="team-x", device_class="gpu.nvidia.com")
+        else:
+            obj = allocated(
+                claim(f"c{i}", ns="team-x", device_class="example.com-fpga"),
+                [result("gpu-1", 0, None, driver="fpga.example.com")],
+                [(f"p{i}", "u")],
+            )
+        inf.apply("resourceclaims", "ADDED", obj)
+        inf.apply("resourceclaims", "DELETED", obj)
+        inf.apply("resourceclaims", "ADDED", obj)
+    assert told == []
+    assert inf.ledger.claims() == [] and inf._reported["resourceclaims"] == {}
+    # Ours by class (not allocated yet) or by driver (allocated from another class) are kept.
+    inf.apply("resourceclaims", "ADDED", claim("mine"))
+    by_driver = allocated(claim("d", device_class="other-class"), [result("gpu-1", 0, "5Gi")], [("nb", "u")])
+    inf.apply("resourceclaims", "ADDED", by_driver)
+    assert told == ["jhub/mine", "jhub/d"] and inf.ledger.claims() == ["jhub/d", "jhub/mine"]
+    # A kept claim that stops being ours is forgotten, and its subscribers told.
+    inf.apply("resourceclaims", "MODIFIED", claim("d", device_class="other-class"))
+    assert inf.ledger.claims() == ["jhub/mine"] and told[-1] == "jhub/d"
+    assert inf.ledger.allocations() == []
+
+
+def test_the_book_keeps_only_claims_of_our_driver_or_class():
+    ledger = ledger_with("gpu-1")
+    observe(ledger, claim("other", device_class="gpu.nvidia.com"))
+    observe(ledger, claim("ours"))
+    assert ledger.claims() == ["jhub/ours"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from tests.conftest import wait_for
@@ -241,3 +242,39 @@ def test_cupy_and_jax_start_with_what_the_slice_has_left(tmp_path):
         assert beside.stdout.split("\n")[:2] == [f"cupy {2 * GIB}", f"jax {2048 / 15360:.4f}"], beside.stdout
     finally:
         stop(holder)
+
+
+def hook_ledger() -> Any:
+    """The hook's _gpushare_hub_ledger.py, loaded as the hook loads it (no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_gpushare_hub_ledger", Path(HOOK_DIR) / "_gpushare_hub_ledger.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_symlink_planted_in_the_ledger_folder_is_not_followed(tmp_path, monkeypatch):
+    """Another user of the container plants links where the entry's temporary file goes: the
+    entry is written exclusively, and the link's target is untouched."""
+    hook = hook_ledger()
+    folder, target = tmp_path / "ledger", tmp_path / "precious"
+    folder.mkdir()
+    target.write_text("precious")
+    pid = os.getpid()
+    (folder / f".{pid}.tmp").symlink_to(target)  # the name the entry's temporary file had
+    ledger = hook.Ledger(5 * GIB, env={hook.LEDGER_VAR: str(folder)})
+    ledger.publish(3 * GIB)
+    assert target.read_text() == "precious"
+    entry = folder / f"{pid}.json"
+    assert not entry.is_symlink() and json.loads(entry.read_text())["held"] == 3 * GIB
+    assert entry.stat().st_mode & 0o022 == 0  # nobody else may write it
+    # A link at the very name it draws: the exclusive create refuses it, nothing is followed.
+    monkeypatch.setattr(hook, "_tmp_name", lambda pid: f".{pid}.planted.tmp")
+    (folder / f".{pid}.planted.tmp").symlink_to(target)
+    ledger.publish(4 * GIB)
+    assert target.read_text() == "precious"
+    assert json.loads(entry.read_text())["held"] == 3 * GIB  # the old entry stays

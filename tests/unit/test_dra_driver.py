@@ -27,6 +27,22 @@ GI = 1 << 30
 NODE = "gpu-1"
 T4 = [Card(0, "GPU-aaaa", "Tesla T4", 15, 15360), Card(1, "GPU-bbbb", "Tesla T4", 15, 15360)]
 SIZES = parse_sizes("3Gi,5Gi,7Gi")
+# Claim UIDs, as the API server makes them (canonical UUIDs)
+U_ADA = "00000001-0000-4000-8000-000000000001"
+U_AWAY = "00000002-0000-4000-8000-000000000002"
+U_BOB = "00000003-0000-4000-8000-000000000003"
+U_EARLY = "00000004-0000-4000-8000-000000000004"
+U_GHOST = "00000005-0000-4000-8000-000000000005"
+U_GONE = "00000006-0000-4000-8000-000000000006"
+U_GOOD = "00000007-0000-4000-8000-000000000007"
+U_HUGE = "00000008-0000-4000-8000-000000000008"
+U_NEVER = "00000009-0000-4000-8000-000000000009"
+U_NEW = "0000000a-0000-4000-8000-00000000000a"
+U_ODD = "0000000b-0000-4000-8000-00000000000b"
+U_OLD = "0000000c-0000-4000-8000-00000000000c"
+U_OVER = "0000000d-0000-4000-8000-00000000000d"
+U_THEIRS = "0000000e-0000-4000-8000-00000000000e"
+U_WORDS = "0000000f-0000-4000-8000-00000000000f"
 
 
 def claim(name: str, uid: str, *results: dict[str, Any], allocated: bool = True) -> dict[str, Any]:
@@ -198,14 +214,14 @@ def test_registration_names_the_driver_its_socket_and_the_v1_service(plugin) -> 
 
 # ---- prepare / unprepare ------------------------------------------------------------------------
 def test_prepare_gives_the_claim_its_card_and_its_slice_as_cdi_devices(plugin, tmp_path: Path) -> None:
-    p = plugin(claim("ada", "u-ada", result("gpu-1", "5Gi")))
-    got = p.prepare(("ada", "u-ada")).claims["u-ada"]
+    p = plugin(claim("ada", U_ADA, result("gpu-1", "5Gi")))
+    got = p.prepare(("ada", U_ADA)).claims[U_ADA]
     assert got.error == ""
     [dev] = got.devices
     assert (list(dev.request_names), dev.pool_name, dev.device_name) == (["gpu"], NODE, "gpu-1")
-    assert list(dev.cdi_device_ids) == [f"{DRA_CLAIM_CDI_KIND}=u-ada-gpu-1", f"{CDI_KIND}=GPU-bbbb"]
-    spec = p.spec("u-ada")
-    assert spec["kind"] == DRA_CLAIM_CDI_KIND and spec["devices"][0]["name"] == "u-ada-gpu-1"
+    assert list(dev.cdi_device_ids) == [f"{DRA_CLAIM_CDI_KIND}={U_ADA}-gpu-1", f"{CDI_KIND}=GPU-bbbb"]
+    spec = p.spec(U_ADA)
+    assert spec["kind"] == DRA_CLAIM_CDI_KIND and spec["devices"][0]["name"] == f"{U_ADA}-gpu-1"
     env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
     assert env["GPUSHARE_MEMORY_LIMIT_MIB"] == "5120" and env["GPUSHARE_CARD_UUIDS"] == "GPU-bbbb"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"  # CDI mode: the card comes from the card spec
@@ -214,84 +230,101 @@ def test_prepare_gives_the_claim_its_card_and_its_slice_as_cdi_devices(plugin, t
 
 
 def test_legacy_mode_names_the_card_in_the_environment(plugin) -> None:
-    p = plugin(claim("ada", "u-ada", result("gpu-0", "3Gi")), cdi=False)
-    [dev] = p.prepare(("ada", "u-ada")).claims["u-ada"].devices
-    assert list(dev.cdi_device_ids) == [f"{DRA_CLAIM_CDI_KIND}=u-ada-gpu-0"]
-    env = dict(e.split("=", 1) for e in p.spec("u-ada")["devices"][0]["containerEdits"]["env"])
+    p = plugin(claim("ada", U_ADA, result("gpu-0", "3Gi")), cdi=False)
+    [dev] = p.prepare(("ada", U_ADA)).claims[U_ADA].devices
+    assert list(dev.cdi_device_ids) == [f"{DRA_CLAIM_CDI_KIND}={U_ADA}-gpu-0"]
+    env = dict(e.split("=", 1) for e in p.spec(U_ADA)["devices"][0]["containerEdits"]["env"])
     assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-aaaa" and env["GPUSHARE_MEMORY_LIMIT_MIB"] == "3072"
 
 
 def test_prepare_is_idempotent_and_a_restarted_plugin_answers_from_its_record(plugin, tmp_path: Path) -> None:
-    p = plugin(claim("ada", "u-ada", result("gpu-0", "5Gi")))
-    first = p.prepare(("ada", "u-ada"))
-    again = p.prepare(("ada", "u-ada"))
+    p = plugin(claim("ada", U_ADA, result("gpu-0", "5Gi")))
+    first = p.prepare(("ada", U_ADA))
+    again = p.prepare(("ada", U_ADA))
     assert again == first and p.source.asked == ["ada"]  # the retry did not read the claim again
     p.close()
     restarted = plugin()  # no claim on its "API server": it must answer from disk
-    assert restarted.prepare(("ada", "u-ada")) == first
+    assert restarted.prepare(("ada", U_ADA)) == first
     assert restarted.driver.prepared.held() == {"GPU-aaaa": 5 * GI}
 
 
 def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: Path) -> None:
     p = plugin(
-        claim("good", "u-good", result("gpu-0", "7Gi")),
-        claim("odd", "u-odd", result("gpu-0", "4Gi")),
-        claim("huge", "u-huge", result("gpu-0", "16Gi")),
-        claim("away", "u-away", result("gpu-0", "5Gi", pool="gpu-2")),
-        claim("ghost", "u-ghost", result("gpu-7", "5Gi")),
-        claim("early", "u-early", allocated=False),
-        claim("theirs", "u-theirs", result(driver="gpu.nvidia.com")),
-        claim("words", "u-words", result("gpu-0", "lots")),
-        claim("over", "u-over", result("gpu-0", "7Gi"), result("gpu-0", "3Gi")),
-        claim("replaced", "u-new", result()),
+        claim("good", U_GOOD, result("gpu-0", "7Gi")),
+        claim("odd", U_ODD, result("gpu-0", "4Gi")),
+        claim("huge", U_HUGE, result("gpu-0", "16Gi")),
+        claim("away", U_AWAY, result("gpu-0", "5Gi", pool="gpu-2")),
+        claim("ghost", U_GHOST, result("gpu-7", "5Gi")),
+        claim("early", U_EARLY, allocated=False),
+        claim("theirs", U_THEIRS, result(driver="gpu.nvidia.com")),
+        claim("words", U_WORDS, result("gpu-0", "lots")),
+        claim("over", U_OVER, result("gpu-0", "7Gi"), result("gpu-0", "3Gi")),
+        claim("replaced", U_NEW, result()),
     )
     asked = [
-        ("good", "u-good"),
-        ("odd", "u-odd"),
-        ("huge", "u-huge"),
-        ("away", "u-away"),
-        ("ghost", "u-ghost"),
-        ("early", "u-early"),
-        ("theirs", "u-theirs"),
-        ("words", "u-words"),
-        ("over", "u-over"),
-        ("replaced", "u-old"),
-        ("gone", "u-gone"),
+        ("good", U_GOOD),
+        ("odd", U_ODD),
+        ("huge", U_HUGE),
+        ("away", U_AWAY),
+        ("ghost", U_GHOST),
+        ("early", U_EARLY),
+        ("theirs", U_THEIRS),
+        ("words", U_WORDS),
+        ("over", U_OVER),
+        ("replaced", U_OLD),
+        ("gone", U_GONE),
     ]
     answer = p.prepare(*asked).claims
     assert set(answer) == {uid for _, uid in asked}
-    assert answer["u-good"].error == "" and len(answer["u-good"].devices) == 1
+    assert answer[U_GOOD].error == "" and len(answer[U_GOOD].devices) == 1
     expect = {
-        "u-odd": "claim jhub/odd asks 4 GiB, a size this hub does not offer (it offers 3 GiB, 5 GiB, 7 GiB)",
-        "u-huge": "claim jhub/huge asks 16 GiB of gpu-0, more than the card's 15 GiB",
-        "u-away": "not of this node gpu-1",
-        "u-ghost": "device 'gpu-7' is not a card of node gpu-1",
-        "u-early": "is not allocated yet",
-        "u-theirs": f"holds no device of driver {DRA_DRIVER}",
-        "u-words": "'lots' is not a Kubernetes quantity",
-        "u-over": "prepared claims already hold 14 GiB of its 15 GiB",
-        "u-old": "another claim of that name",
-        "u-gone": "claim jhub/gone: no such ResourceClaim",
+        U_ODD: "claim jhub/odd asks 4 GiB, a size this hub does not offer (it offers 3 GiB, 5 GiB, 7 GiB)",
+        U_HUGE: "claim jhub/huge asks 16 GiB of gpu-0, more than the card's 15 GiB",
+        U_AWAY: "not of this node gpu-1",
+        U_GHOST: "device 'gpu-7' is not a card of node gpu-1",
+        U_EARLY: "is not allocated yet",
+        U_THEIRS: f"holds no device of driver {DRA_DRIVER}",
+        U_WORDS: "'lots' is not a Kubernetes quantity",
+        U_OVER: "prepared claims already hold 14 GiB of its 15 GiB",
+        U_OLD: "another claim of that name",
+        U_GONE: "claim jhub/gone: no such ResourceClaim",
     }
     for uid, words in expect.items():
         assert words in answer[uid].error, (uid, answer[uid].error)
         assert not answer[uid].devices
     written = sorted(f.name for f in (tmp_path / "cdi").iterdir())
-    assert written == ["gpushare-hub.io-claim_u-good.json"]
-    assert set(p.driver.prepared.claims) == {"u-good"}
+    assert written == [f"gpushare-hub.io-claim_{U_GOOD}.json"]
+    assert set(p.driver.prepared.claims) == {U_GOOD}
+
+
+@pytest.mark.parametrize(
+    "uid",
+    ["../../../etc/cron.d/x", "u-ada", f"{U_ADA}/x", U_NEW.upper(), f"{U_ADA}\n", U_ADA[:-1], "", "a" * 36],
+)
+def test_a_claim_uid_that_is_no_canonical_uuid_is_refused_before_any_path(
+    plugin, tmp_path: Path, uid
+) -> None:
+    p = plugin(claim("ada", uid, result("gpu-0", "5Gi")))
+    got = p.prepare(("ada", uid)).claims[uid]
+    assert "claim jhub/ada" in got.error and "UUID" in got.error and not got.devices
+    assert p.source.asked == []  # refused before the claim is even read
+    assert not (tmp_path / "cdi").exists() or list((tmp_path / "cdi").iterdir()) == []
+    assert not list(tmp_path.glob("**/*cron*")) and p.driver.prepared.claims == {}
+    gone = p.unprepare(("ada", uid)).claims[uid]
+    assert "claim jhub/ada" in gone.error and "UUID" in gone.error
 
 
 def test_unprepare_removes_the_spec_and_the_record_and_is_idempotent(plugin, tmp_path: Path) -> None:
-    p = plugin(claim("ada", "u-ada", result()), claim("bob", "u-bob", result("gpu-0", "7Gi")))
-    p.prepare(("ada", "u-ada"), ("bob", "u-bob"))
+    p = plugin(claim("ada", U_ADA, result()), claim("bob", U_BOB, result("gpu-0", "7Gi")))
+    p.prepare(("ada", U_ADA), ("bob", U_BOB))
     assert p.driver.prepared.held() == {"GPU-aaaa": 12 * GI}
-    answer = p.unprepare(("ada", "u-ada"), ("never", "u-never"))
-    assert {k: v.error for k, v in answer.claims.items()} == {"u-ada": "", "u-never": ""}
-    assert not (tmp_path / "cdi" / "gpushare-hub.io-claim_u-ada.json").exists()
+    answer = p.unprepare(("ada", U_ADA), ("never", U_NEVER))
+    assert {k: v.error for k, v in answer.claims.items()} == {U_ADA: "", U_NEVER: ""}
+    assert not (tmp_path / "cdi" / f"gpushare-hub.io-claim_{U_ADA}.json").exists()
     assert p.driver.prepared.held() == {"GPU-aaaa": 7 * GI}
-    assert p.unprepare(("ada", "u-ada")).claims["u-ada"].error == ""
+    assert p.unprepare(("ada", U_ADA)).claims[U_ADA].error == ""
     record = json.loads((tmp_path / "plugin" / "prepared-claims.json").read_text())
-    assert [c["uid"] for c in record["claims"]] == ["u-bob"]
+    assert [c["uid"] for c in record["claims"]] == [U_BOB]
 
 
 def test_a_damaged_record_is_set_aside_not_trusted(tmp_path: Path) -> None:
@@ -373,9 +406,9 @@ def test_a_cluster_without_consumable_capacity_is_named_once_and_not_rewritten(c
 
 
 def test_the_usage_loop_learns_each_pods_slice_from_the_prepared_claims(plugin) -> None:
-    p = plugin(claim("ada", "u-ada", result("gpu-1", "5Gi")), claim("bob", "u-bob", result("gpu-1", "3Gi")))
-    p.prepare(("ada", "u-ada"), ("bob", "u-bob"))
+    p = plugin(claim("ada", U_ADA, result("gpu-1", "5Gi")), claim("bob", U_BOB, result("gpu-1", "3Gi")))
+    p.prepare(("ada", U_ADA), ("bob", U_BOB))
     assert p.driver.prepared.slices() == {
-        "p-u-ada": ("jhub/jupyter-ada", {"GPU-bbbb": 5120}),
-        "p-u-bob": ("jhub/jupyter-bob", {"GPU-bbbb": 3072}),
+        f"p-{U_ADA}": ("jhub/jupyter-ada", {"GPU-bbbb": 5120}),
+        f"p-{U_BOB}": ("jhub/jupyter-bob", {"GPU-bbbb": 3072}),
     }

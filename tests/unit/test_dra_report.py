@@ -130,13 +130,38 @@ def test_a_dra_pods_facts_name_its_hub_user_and_it_waits_for_the_default_schedul
     assert (facts.row.hub_user, facts.row.slice, facts.row.units) == ("alice", "t4-5g", 0)
     assert facts.row.reason == "cannot allocate all claims"
     assert facts.pending is None  # no Demand of ours: our queue and estimates leave it out
-    # The hub's names are believed only where the hub spawns, as for annotation pods.
-    assert pod_facts(read_pod(dra_pod(ns="team-x")), hub_namespaces={"jhub"}).row.hub_user == ""
+    # A DRA pod outside the hub's namespaces is no spawn of the hub's (its claim still counts).
+    assert pod_facts(read_pod(dra_pod(ns="team-x")), hub_namespaces={"jhub"}) is None
     assert pod_facts(read_pod(dra_pod(phase="Failed"))) is None
     assert pod_facts(read_pod(dra_pod(claims=[{"name": "fpga", "resourceClaimName": "f"}]))) is None
     # A pod of the device-plugin path is read as before, Demand and all.
     plain = pod_facts(read_pod(pod_obj("jupyter-bob", 7)))
     assert plain.row.units == 7 and plain.pending is not None and plain.pending.demand.per_card == 7
+
+
+def test_only_the_hubs_dra_spawns_wait_on_the_dashboard():
+    # A pod anywhere, with a claim named like ours and no GPU request, waits for no slice of ours.
+    hub = {"jhub"}
+    for pod in (
+        dra_pod(ns="team-x"),  # our template's name, another namespace
+        dra_pod(claims=[{"name": DRA_POD_CLAIM, "resourceClaimName": "anything"}]),  # not a template
+        dra_pod(claims=[{"name": DRA_POD_CLAIM, "resourceClaimTemplateName": "fpga"}]),  # another template
+    ):
+        assert pod_facts(read_pod(pod), hub_namespaces=hub) is None, pod["spec"]["resourceClaims"]
+    cluster = Cluster(lambda: service_informer(None, DEFAULT_NAMES), DEFAULT_NAMES, 30.0, hub)
+    informer = cluster._subscribed()
+    informer.apply("nodes", "ADDED", node_obj(NODE))
+    informer.apply("pods", "ADDED", dra_pod("jupyter-x", ns="team-x"))
+    informer.apply(
+        "pods", "ADDED", dra_pod("fake", claims=[{"name": DRA_POD_CLAIM, "resourceClaimName": "c"}])
+    )
+    assert cluster.report().pending == ()
+    # The hub's own spawn, from our template in its namespace, waits.
+    informer.apply("pods", "ADDED", dra_pod())
+    assert [p.name for p in cluster.report().pending] == ["jupyter-alice"]
+    # kubectl inspect gpushare (no hub namespaces: believes every namespace) still asks our template.
+    assert pod_facts(read_pod(dra_pod(ns="team-x"))) is not None
+    assert pod_facts(read_pod(dra_pod(claims=[{"name": DRA_POD_CLAIM, "resourceClaimName": "c"}]))) is None
 
 
 # ---- the report ----------------------------------------------------------------------------------
@@ -218,3 +243,23 @@ def test_a_claim_event_that_changes_nothing_counted_still_rebuilds_only_once():
     other = claim("not-ours", ns="team-x")
     informer.apply("resourceclaims", "ADDED", other)  # unallocated: holds nothing
     assert cluster.report() is not report and cluster.report() == report
+
+
+def test_claims_of_other_drivers_and_classes_change_nothing_the_service_caches():
+    cluster, informer = fed_cluster()
+    informer.apply("resourceclaims", "ADDED", reserved(gib=5))
+    report = cluster.report()
+    cached = cluster.recent("me", lambda: object())
+    unrelated = [
+        claim("other-class", ns="team-x", device_class="gpu.nvidia.com"),
+        allocated(
+            claim("other-driver", ns="team-x", device_class="gpu.nvidia.com"),
+            [result(NODE, 0, None, driver="gpu.nvidia.com")],
+            [("p", "u")],
+        ),
+    ]
+    for obj in unrelated:
+        for etype in ("ADDED", "MODIFIED", "DELETED"):
+            informer.apply("resourceclaims", etype, obj)
+    assert cluster.report() is report
+    assert cluster.recent("me", lambda: object()) is cached

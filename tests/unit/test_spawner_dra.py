@@ -4,6 +4,7 @@ hub; the scheduler's words about claims reach the user as sentences."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,34 @@ def test_the_dra_example_values_start_a_hub_whose_slices_are_the_charts_template
     offered = {(s.slug, s.gib, s.models) for s in catalogue.slices}
     assert offered == {(d["slug"], d["gib"], tuple(d.get("models", ()))) for d in chart["dra"]["slices"]}
     assert section["gpu_node_selector"].items() >= chart["dra"]["nodeSelector"].items()
+
+
+def test_a_long_event_message_is_matched_on_a_bounded_prefix_by_linear_patterns(monkeypatch):
+    from gpushare_hub.spawner import dra
+
+    seen: list[int] = []
+
+    class Spy:
+        def __init__(self, pattern: re.Pattern[str]) -> None:
+            self.pattern = pattern
+
+        def search(self, text: str) -> re.Match[str] | None:
+            seen.append(len(text))
+            return self.pattern.search(text)
+
+    monkeypatch.setattr(dra, "WORDS", tuple((Spy(p), w) for p, w in dra.WORDS))
+    # 1 MB of what made `resource claim template .*not found` backtrack from every start.
+    hostile = "resource claim template " * 45_000
+    assert len(hostile) > 1_000_000
+    assert user_words(hostile, FIVE) is None
+    assert seen and max(seen) <= dra.MAX_MESSAGE
+    real = (
+        'PodResourceClaim gpushare-gpu: resource claim template "gpushare-slice-t4-5g": '
+        'resourceclaimtemplate.resource.k8s.io "gpushare-slice-t4-5g" not found'
+    )
+    said = user_words(real + " " + "x" * 1_000_000, FIVE)
+    assert said is not None and "no claim template gpushare-slice-t4-5g" in said
+    # No pattern repeats without a bound: each start costs a bounded number of steps.
+    for pattern, _ in dra.WORDS:
+        source = pattern.pattern.pattern
+        assert not re.search(r"(?<!\\)[*+]|\{\d*,\}", source), source

@@ -43,11 +43,17 @@ MAX_ENTRIES = 256
 MAX_BYTES = 4096
 MAX_WHAT = 80
 DEBUG_VAR = "GPUSHARE_HOOK_DEBUG"
+ENTRY_MODE = 0o644  # the other users' processes read it; only its owner writes it
 
 
 def _debug(message: str) -> None:
     if os.environ.get(DEBUG_VAR):
         sys.stderr.write(f"gpushare-hub ledger: {message}\n")
+
+
+def _tmp_name(pid: int) -> str:
+    """The name of a new temporary entry: no other user of the folder can foresee it."""
+    return f".{pid}.{os.urandom(8).hex()}.tmp"
 
 
 def folder(env: Mapping[str, str] | None = None) -> str:
@@ -178,10 +184,17 @@ class Ledger:
                 os.makedirs(self.path, exist_ok=True)
                 os.chmod(self.path, 0o1777)  # every user of the container, as /tmp
             doc = {"pid": self.pid, "start": self.start, "held": self.held, "what": self.what}
-            tmp = os.path.join(self.path, f".{self.pid}.tmp")
-            with open(tmp, "w") as f:
-                f.write(json.dumps(doc))
-            os.replace(tmp, os.path.join(self.path, f"{self.pid}.json"))
+            tmp = os.path.join(self.path, _tmp_name(self.pid))
+            # The folder is every user's (1777): a name made here alone, never a planted link.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), ENTRY_MODE)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(doc))
+                os.replace(tmp, os.path.join(self.path, f"{self.pid}.json"))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         except Exception as err:
             _debug(f"could not write to {self.path}: {err!r}")
 

@@ -20,12 +20,17 @@ from gpushare_hub.core.names import DRA_CLAIM_CDI_KIND
 
 from ..cdispec import SIMULATED_CDI_VERSION, SpecFile
 from ..response import ContainerResponse
+from .claims import CLAIM_UID
 
 VENDOR, _, CLASS = DRA_CLAIM_CDI_KIND.partition("/")
 SPEC_PREFIX = f"{VENDOR}-{CLASS}_"
 
 
 def spec_file(cdi_dir: str | Path, claim_uid: str) -> SpecFile:
+    """The claim's spec file; ``claim_uid`` must be a canonical UUID (the driver checked it,
+    :func:`~.claims.check_uid`; this is the last guard before a path is made of it)."""
+    if not CLAIM_UID.fullmatch(claim_uid):
+        raise ValueError(f"claim UID {claim_uid[:40]!r} is not a canonical UUID")
     return SpecFile(Path(cdi_dir), f"{SPEC_PREFIX}{claim_uid}.json")
 
 

@@ -12,6 +12,7 @@ claims already prepared on it. A refused claim prepares nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +24,24 @@ from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.names import DRA_CAPACITY, DRA_DRIVER
 
 MAX_RESULTS = 32
+# A claim UID as the API server makes it (metadata.uid: a canonical, lower-case UUID). It goes
+# into file names (the claim's CDI spec) and CDI device names, so nothing else is taken.
+CLAIM_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 class ClaimRefused(GPUShareError):
     """The claim cannot be prepared on this node; the message names it and says why."""
+
+
+def check_uid(namespace: str, name: str, uid: str) -> str:
+    """``uid`` if it is a canonical UUID, else :class:`ClaimRefused` naming the claim: checked
+    before any path or name is made of it."""
+    if not CLAIM_UID.fullmatch(uid):
+        raise ClaimRefused(
+            f"claim {namespace}/{name}: its UID {uid[:40]!r} is not a canonical UUID "
+            "(8-4-4-4-12 lower-case hex, as the API server makes them): nothing done"
+        )
+    return uid
 
 
 @dataclass(frozen=True)

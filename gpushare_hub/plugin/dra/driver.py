@@ -4,8 +4,9 @@ Prepare answers every claim it was given: its CDI device IDs, or an error naming
 problem (:mod:`.claims`), with nothing written for a refused claim. A claim already prepared is
 answered from the record (:mod:`.prepared`) without asking the API server again, so a kubelet that
 retries, or a plugin that restarted, gets the same answer. Unprepare of a claim never prepared
-succeeds. Calls are serialised: the kubelet does too, and the per-card check of what prepared
-claims hold needs it.
+succeeds. A claim UID that is not a canonical UUID is refused, naming the claim, before any file
+name is made of it (:func:`~.claims.check_uid`). Calls are serialised: the kubelet does too, and
+the per-card check of what prepared claims hold needs it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from gpushare_hub.core.errors import GPUShareError
 from ..matching import Waiting
 from ..response import ContainerResponse, Isolation, container_response
 from .cdiclaims import cdi_id, claim_spec, spec_file
-from .claims import ClaimFacts, ClaimRefused, read_claim
+from .claims import ClaimFacts, ClaimRefused, check_uid, read_claim
 from .prepared import PreparedClaim, PreparedClaims, PreparedDevice
 
 log = logging.getLogger("gpushare.dra")
@@ -97,6 +98,7 @@ class Driver:
         return out
 
     def _prepare_one(self, ref: ClaimRef) -> tuple[Answer, bool]:
+        check_uid(ref.namespace, ref.name, ref.uid)  # before any path is made of it
         done = self.prepared.get(ref.uid)
         if done is not None and spec_file(self.config.cdi_dir, ref.uid).path.exists():
             return Answer(done.devices), False
@@ -165,12 +167,16 @@ class Driver:
         with self._lock:
             for ref in refs:
                 try:
+                    check_uid(ref.namespace, ref.name, ref.uid)  # before any path is made of it
                     spec_file(self.config.cdi_dir, ref.uid).remove()
                     gone = self.prepared.remove(ref.uid)
                     changed |= gone is not None
                     if gone is not None:
                         log.info("unprepared claim %s/%s", ref.namespace, ref.name)
                     out[ref.uid] = ""
+                except ClaimRefused as err:
+                    log.warning("unprepare refused: %s", err)
+                    out[ref.uid] = str(err)
                 except OSError as err:
                     out[ref.uid] = f"claim {ref.namespace}/{ref.name}: cannot remove its CDI spec ({err})"
         if changed:
