@@ -148,7 +148,8 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         claim("early", "u-early", allocated=False),
         claim("theirs", "u-theirs", result(driver="gpu.nvidia.com")),
         claim("words", "u-words", result("gpu-0", "lots")),
-        claim("over", "u-over", result("gpu-0", "7Gi"), result("gpu-0", "3Gi")),
+        claim("also", "u-also", result("gpu-0", "7Gi")),
+        claim("over", "u-over", result("gpu-0", "3Gi")),
         claim("replaced", "u-new", result()),
     )
     asked = [
@@ -160,13 +161,15 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         ("early", "u-early"),
         ("theirs", "u-theirs"),
         ("words", "u-words"),
+        ("also", "u-also"),
         ("over", "u-over"),
         ("replaced", "u-old"),
         ("gone", "u-gone"),
     ]
     answer = p.prepare(*asked).claims
     assert set(answer) == {uid for _, uid in asked}
-    assert answer["u-good"].error == "" and len(answer["u-good"].devices) == 1
+    for uid in ("u-good", "u-also"):
+        assert answer[uid].error == "" and len(answer[uid].devices) == 1
     expect = {
         "u-odd": "claim jhub/odd asks 4 GiB, a size this hub does not offer (it offers 3 GiB, 5 GiB, 7 GiB)",
         "u-huge": "claim jhub/huge asks 16 GiB of gpu-0, more than the card's 15 GiB",
@@ -183,8 +186,30 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         assert words in answer[uid].error, (uid, answer[uid].error)
         assert not answer[uid].devices
     written = sorted(f.name for f in (tmp_path / "cdi").iterdir())
-    assert written == ["gpushare-hub.io-claim_u-good.json"]
-    assert set(p.driver.prepared.claims) == {"u-good"}
+    assert written == ["gpushare-hub.io-claim_u-also.json", "gpushare-hub.io-claim_u-good.json"]
+    assert set(p.driver.prepared.claims) == {"u-good", "u-also"}
+
+
+def test_a_claim_holding_two_of_our_devices_is_refused_naming_it_and_prepares_nothing(
+    plugin, tmp_path
+) -> None:
+    """A claim is one slice of one card: two results of our driver (two cards, or one card twice)
+    are refused, whatever allocated them, and the other claims of the call are still prepared."""
+    p = plugin(
+        claim("pair", "u-pair", result("gpu-0", "3Gi"), result("gpu-1", "3Gi")),
+        claim("twice", "u-twice", result("gpu-0", "3Gi"), result("gpu-0", "3Gi")),
+        claim("mixed", "u-mixed", result("gpu-1", "5Gi"), result("nic-0", driver="nic.example.com")),
+    )
+    answer = p.prepare(("pair", "u-pair"), ("twice", "u-twice"), ("mixed", "u-mixed")).claims
+    assert "claim jhub/pair holds 2 devices of driver" in answer["u-pair"].error, answer["u-pair"].error
+    assert f"{NODE}/gpu-0, {NODE}/gpu-1" in answer["u-pair"].error
+    assert "claim jhub/twice holds 2 devices" in answer["u-twice"].error, answer["u-twice"].error
+    for uid in ("u-pair", "u-twice"):
+        assert not answer[uid].devices
+    # One device of ours beside another driver's is one slice.
+    assert answer["u-mixed"].error == "" and [d.device_name for d in answer["u-mixed"].devices] == ["gpu-1"]
+    assert sorted(f.name for f in (tmp_path / "cdi").iterdir()) == ["gpushare-hub.io-claim_u-mixed.json"]
+    assert p.driver.prepared.held() == {"GPU-bbbb": 5 * GI}
 
 
 def test_unprepare_removes_the_spec_and_the_record_and_is_idempotent(plugin, tmp_path: Path) -> None:
