@@ -6,9 +6,10 @@ is its output with the chart's default identities, kept true by a test).
 
 Who may write what (the trust model in docs/security.md and docs/development/architecture.md):
 
-* ``gpushare-hub.io/allocation`` and ``ALIYUN_COM_GPU_MEM_*`` on pods (and in Bindings):
-  only the extender's identity. The one exception: the device plugin of a node may
-  set ``ALIYUN_COM_GPU_MEM_ASSIGNED`` / ``_ASSUME_TIME`` on pods bound to that node.
+* ``gpushare-hub.io/allocation`` and ``ALIYUN_COM_GPU_MEM_*`` on pods (and in Bindings, through
+  ``pods/binding`` and the legacy ``bindings`` resource alike): only the extender's identity. The
+  one exception: the device plugin of a node may set ``ALIYUN_COM_GPU_MEM_ASSIGNED`` /
+  ``_ASSUME_TIME`` on pods bound to that node.
 * ``gpushare-hub.io/cards``, ``/allocator``, ``/mps-servers``, ``/usage``, ``/isolation``,
   ``/isolation-check`` and ``/device-mode`` on Nodes: only the device plugin of that Node.
 * ``gpushare-hub.io/policy`` on pods: like the allocation, unless the admin lets users
@@ -21,6 +22,8 @@ Who may write what (the trust model in docs/security.md and docs/development/arc
   a service-account token bound to the plugin's pod carries
   (``authentication.kubernetes.io/node-name`` in the user's extra), so a plugin that
   runs without such a token may change nothing.
+* A pod chooses no card at the container runtime: its variables (``NVIDIA_VISIBLE_DEVICES``, ...)
+  and the NVIDIA RuntimeClasses only in ``exempt_namespaces`` (:mod:`.admission_runtime`).
 * Members of ``admin_groups`` (``system:masters`` and kubeadm's ``kubeadm:cluster-admins`` by
   default) may repair anything.
 
@@ -30,8 +33,6 @@ here cannot over-commit a card; this layer stops the forgery where it enters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -51,7 +52,11 @@ from gpushare_hub.core.names import (
     USAGE_ANNOTATION,
 )
 
-NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+from .admission_base import Identities, binding, caller_variables, cel_list, cel_str, policy, rule
+from .admission_runtime import runtime_policy
+
+__all__ = ["Identities", "admission_manifests", "admission_yaml"]
+
 PLUGIN_POD_KEYS = (GPU_MEM_ASSIGNED, GPU_MEM_ASSUME_TIME)
 # The plugin's reports on its Node: its cards, its allocator mark, what runs on the cards, the
 # isolation tier it enforces and its self-test of that tier (slices that require a tier trust it).
@@ -64,30 +69,6 @@ NODE_KEYS = (
     ISOLATION_CHECK_ANNOTATION,
     DEVICE_MODE_ANNOTATION,
 )
-
-
-@dataclass(frozen=True)
-class Identities:
-    """Who is who, as the API server names the callers (``request.userInfo.username``)."""
-
-    extender: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-extender",)
-    plugin: Sequence[str] = ("system:serviceaccount:gpushare-hub:gpushare-device-plugin",)
-    # kubeadm's admin.conf is in kubeadm:cluster-admins since Kubernetes 1.29, not system:masters.
-    admin_groups: Sequence[str] = ("system:masters", "kubeadm:cluster-admins")
-    allow_user_policy: bool = False
-    # Identities that may set gpushare-hub.io/policy when users may not (e.g. the hub's, for
-    # an admin's per-profile policy).
-    policy_setters: Sequence[str] = ()
-    name: str = "gpushare-hub"
-    extra_labels: dict[str, str] = field(default_factory=dict)
-
-
-def _cel_list(values: Sequence[str]) -> str:
-    return "[" + ", ".join(_cel_str(v) for v in values) + "]"
-
-
-def _cel_str(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _changed(protected: str) -> str:
@@ -106,75 +87,32 @@ def _common_variables(ids: Identities) -> list[dict[str, str]]:
             "name": "oldAnn",
             "expression": "oldObject == null ? {} : oldObject.metadata.?annotations.orValue({})",
         },
-        {
-            "name": "isAdmin",
-            "expression": (
-                f"request.userInfo.?groups.orValue([]).exists(g, g in {_cel_list(ids.admin_groups)})"
-            ),
-        },
-        {"name": "isExtender", "expression": f"request.userInfo.username in {_cel_list(ids.extender)}"},
-        {"name": "isPlugin", "expression": f"request.userInfo.username in {_cel_list(ids.plugin)}"},
-        {
-            # The node a plugin's bound service-account token names ('' if none).
-            "name": "tokenNode",
-            "expression": (
-                f"request.userInfo.?extra[?{_cel_str(NODE_NAME_EXTRA)}].orValue([]).size() == 1 ? "
-                f"request.userInfo.extra[{_cel_str(NODE_NAME_EXTRA)}][0] : ''"
-            ),
-        },
+        *caller_variables(ids),
     ]
 
 
-def _policy(
-    ids: Identities,
-    suffix: str,
-    resources: list[str],
-    variables: list[dict[str, str]],
-    validations: list[dict[str, str]],
-) -> dict[str, Any]:
-    """A ValidatingAdmissionPolicy on CREATE and UPDATE of core ``resources``; failing closed."""
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": f"{ids.name}-{suffix}", "labels": dict(ids.extra_labels)},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": resources,
-                    }
-                ]
-            },
-            "variables": variables,
-            "validations": validations,
-        },
-    }
-
-
 def _pod_policy(ids: Identities) -> dict[str, Any]:
-    protected = f"k == {_cel_str(ALLOCATION_ANNOTATION)} || k.startsWith({_cel_str(GPU_MEM_PREFIX)})"
+    protected = f"k == {cel_str(ALLOCATION_ANNOTATION)} || k.startsWith({cel_str(GPU_MEM_PREFIX)})"
     what = f"{ALLOCATION_ANNOTATION} and {GPU_MEM_PREFIX}*"
     if not ids.allow_user_policy:
-        protected += f" || k == {_cel_str(POLICY_ANNOTATION)}"
+        protected += f" || k == {cel_str(POLICY_ANNOTATION)}"
         what += f" and {POLICY_ANNOTATION}"
     extenders = ", ".join(ids.extender)
     plugins = ", ".join(ids.plugin)
-    plugin_keys = _cel_list(PLUGIN_POD_KEYS)
+    plugin_keys = cel_list(PLUGIN_POD_KEYS)
     setters = (
-        f" || (request.userInfo.username in {_cel_list(ids.policy_setters)} && "
-        f"variables.changed.all(k, k == {_cel_str(POLICY_ANNOTATION)}))"
+        f" || (request.userInfo.username in {cel_list(ids.policy_setters)} && "
+        f"variables.changed.all(k, k == {cel_str(POLICY_ANNOTATION)}))"
         if ids.policy_setters and not ids.allow_user_policy
         else ""
     )
-    is_pod = "request.?subResource.orValue('') != 'binding'"
-    return _policy(
+    # A Binding (pods/binding, or the legacy namespaced `bindings` resource) copies its annotations
+    # onto the pod: only the extender's identity binds with ours.
+    is_pod = "request.resource.resource == 'pods' && request.?subResource.orValue('') != 'binding'"
+    return policy(
         ids,
         "pods",
-        ["pods", "pods/status", "pods/binding"],
+        [rule(["pods", "pods/status", "pods/binding", "bindings"])],
         variables=[
             *_common_variables(ids),
             {"name": "changed", "expression": _changed(protected)},
@@ -221,12 +159,12 @@ def _pod_policy(ids: Identities) -> dict[str, Any]:
 
 
 def _node_policy(ids: Identities) -> dict[str, Any]:
-    protected = " || ".join(f"k == {_cel_str(k)}" for k in NODE_KEYS)
+    protected = " || ".join(f"k == {cel_str(k)}" for k in NODE_KEYS)
     plugins = ", ".join(ids.plugin)
-    return _policy(
+    return policy(
         ids,
         "nodes",
-        ["nodes", "nodes/status"],
+        [rule(["nodes", "nodes/status"])],
         variables=[*_common_variables(ids), {"name": "changed", "expression": _changed(protected)}],
         validations=[
             {
@@ -254,22 +192,13 @@ def _node_policy(ids: Identities) -> dict[str, Any]:
     )
 
 
-def _binding(policy: dict[str, Any]) -> dict[str, Any]:
-    name = policy["metadata"]["name"]
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": dict(policy["metadata"]["labels"])},
-        "spec": {"policyName": name, "validationActions": ["Deny"]},
-    }
-
-
 def admission_manifests(ids: Identities | None = None) -> list[dict[str, Any]]:
-    """The policies for pods and for nodes, each with its binding (cluster-wide)."""
+    """The policies for pods, for nodes and for what pods ask of the NVIDIA runtime, each with its
+    binding (cluster-wide)."""
     ids = ids or Identities()
     out: list[dict[str, Any]] = []
-    for policy in (_pod_policy(ids), _node_policy(ids)):
-        out += [policy, _binding(policy)]
+    for made in (_pod_policy(ids), _node_policy(ids), runtime_policy(ids)):
+        out += [made, binding(made)]
     return out
 
 

@@ -468,6 +468,19 @@ class GPUShareExtender(Application):
         gpushare-hub.io/policy while users may not (e.g. the hub's service account, when
         GPUShareSpawner writes a policy an admin chose for a profile).""",
     ).tag(config=True)
+    admission_exempt_namespaces = List(
+        Unicode(),
+        default_value=list(Identities().exempt_namespaces),
+        help="""For --print-admission-policy: namespaces whose pods may set the NVIDIA runtime's
+        variables (NVIDIA_VISIBLE_DEVICES, NVIDIA_GPU_MEMORY_*, CUDA_MPS_*) and use its
+        RuntimeClasses: gpushare's own, kube-system, the GPU Operator's.""",
+    ).tag(config=True)
+    admission_runtime_classes = List(
+        Unicode(),
+        default_value=list(Identities().runtime_classes),
+        help="""For --print-admission-policy: RuntimeClasses that hand a container the cards its
+        environment names (the GPU Operator's); only pods in the exempt namespaces may use them.""",
+    ).tag(config=True)
     allow_user_policy = Bool(
         False,
         help="""For --print-admission-policy: let users choose a placement policy with the pod
@@ -509,6 +522,8 @@ class GPUShareExtender(Application):
         "admission-plugin-user": "GPUShareExtender.admission_plugin_users",
         "admission-admin-group": "GPUShareExtender.admission_admin_groups",
         "admission-policy-user": "GPUShareExtender.admission_policy_users",
+        "admission-exempt-namespace": "GPUShareExtender.admission_exempt_namespaces",
+        "admission-runtime-class": "GPUShareExtender.admission_runtime_classes",
         "lease-name": "GPUShareExtender.lease_name",
         "lease-namespace": "GPUShareExtender.lease_namespace",
         "lease-duration": "GPUShareExtender.lease_duration",
@@ -553,6 +568,8 @@ class GPUShareExtender(Application):
                 admin_groups=tuple(self.admission_admin_groups),
                 allow_user_policy=self.allow_user_policy,
                 policy_setters=tuple(self.admission_policy_users),
+                exempt_namespaces=tuple(self.admission_exempt_namespaces),
+                runtime_classes=tuple(self.admission_runtime_classes),
             )
             print(admission_yaml(ids), end="")
             return

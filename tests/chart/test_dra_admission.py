@@ -9,88 +9,39 @@ the gate on themselves).
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from gpushare_hub.core.names import DRA_CAPACITY, DRA_DEVICE_CLASS, DRA_DRIVER, DRA_REQUEST
-from gpushare_hub.localcluster import build
+from gpushare_hub.core.names import DRA_DRIVER
+from gpushare_hub.kube.kubeconfig import Access
+from gpushare_hub.kube.rest import ApiStatusError, RestClient
 from gpushare_hub.localcluster.cluster import LocalCluster
-from tests.conftest import running_cluster
+from tests.conftest import wait_for
+from tests.support.admission import node_bound_token
+from tests.support.dra_admission import (
+    NS,
+    claim,
+    create,
+    dra_policies_cluster,
+    kubectl,
+    refused_eventually,
+    template_of,
+)
 
 from .conftest import CHART, Helm
 
-NS = "jupyterhub"
+SYSTEM_NS = "gpushare-hub"
+DRA_PLUGIN = f"system:serviceaccount:{SYSTEM_NS}:gpushare-dra-plugin"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 @pytest.fixture(scope="module")
 def cluster(helm: Helm) -> Iterator[tuple[LocalCluster, Path]]:
-    with running_cluster(scheduler=False) as c:
-        version = c.version()
-        older = (int(version["major"]), int(version["minor"].rstrip("+"))) < (1, 36)
-        render_as = "v1.36.0" if older else version["gitVersion"]
-        c.create_namespace(NS)
-        out = helm.run(
-            "template",
-            "gpushare-hub",
-            str(CHART),
-            "--namespace=gpushare-hub",
-            f"--kube-version={render_as}",
-            "--set",
-            "dra.enabled=true",
-            "--show-only=templates/dra-admission.yaml",
-        ).stdout
-        path = Path(c.kubeconfig).parent / "dra-admission.yaml"
-        path.write_text(out)
-        kubectl(c, "apply", "-f", str(path))
-        yield c, path
-
-
-def kubectl(
-    c: LocalCluster, *args: str, kubeconfig: Path | None = None, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    argv = [str(build.bin_dir() / "kubectl"), f"--kubeconfig={kubeconfig or c.kubeconfig}", *args]
-    return subprocess.run(argv, capture_output=True, text=True, input=stdin, timeout=60)
-
-
-def claim(name: str, memory: str | None, count: int = 1) -> dict[str, Any]:
-    exactly: dict[str, Any] = {
-        "deviceClassName": DRA_DEVICE_CLASS,
-        "allocationMode": "ExactCount",
-        "count": count,
-    }
-    if memory is not None:
-        exactly["capacity"] = {"requests": {DRA_CAPACITY: memory}}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"devices": {"requests": [{"name": DRA_REQUEST, "exactly": exactly}]}},
-    }
-
-
-def create(
-    c: LocalCluster, obj: dict[str, Any], kubeconfig: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return kubectl(c, "create", "-f", "-", kubeconfig=kubeconfig, stdin=yaml.safe_dump(obj))
-
-
-def refused_eventually(c: LocalCluster, obj: dict[str, Any]) -> str:
-    """The policies take effect a moment after they are created: try until refused (30 s)."""
-    deadline = time.monotonic() + 30
-    while True:
-        proc = create(c, obj)
-        if proc.returncode != 0:
-            return proc.stderr
-        kubectl(c, "delete", "-f", "-", stdin=yaml.safe_dump(obj))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{obj['metadata']['name']} was accepted for 30 s")
-        time.sleep(0.5)
+    with dra_policies_cluster(helm, CHART) as made:
+        yield made
 
 
 def test_a_size_the_catalogue_does_not_offer_is_refused_naming_claim_size_and_sizes(cluster):
@@ -120,28 +71,25 @@ def test_no_size_or_more_than_one_device_is_refused(cluster, memory, count, word
 
 def test_a_template_asking_a_wrong_size_is_refused_too(cluster):
     c, _ = cluster
-    body = claim("t-4g", "4Gi")
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": body["metadata"],
-        "spec": {"spec": body["spec"]},
-    }
-    err = refused_eventually(c, template)
+    err = refused_eventually(c, template_of(claim("t-4g", "4Gi")))
     assert f"ResourceClaimTemplate {NS}/t-4g" in err and "4Gi" in err, err
 
 
-def slice_of(node: str) -> dict[str, Any]:
+def slice_of(node: str, pool: str = "", **spec: Any) -> dict[str, Any]:
+    """Our driver's slice for ``node`` (``pool``: its pool's name, the node's by default); ``spec``
+    replaces fields (nodeName=None leaves it out)."""
+    body = {
+        "driver": DRA_DRIVER,
+        "nodeName": node,
+        "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+        "devices": [],
+        **spec,
+    }
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": f"gpushare-hub-{node}"},
-        "spec": {
-            "driver": DRA_DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [],
-        },
+        "metadata": {"name": f"gpushare-hub-{node}-{pool or node}"},
+        "spec": {k: v for k, v in body.items() if v is not None},
     }
 
 
@@ -153,16 +101,60 @@ def test_only_the_dra_plugin_writes_our_slices(cluster):
     for user in ("alice", "system:serviceaccount:gpushare-hub:gpushare-dra-plugin"):
         c.grant(user, rules)
     alice = c.credential("alice", "alice")
-    deadline = time.monotonic() + 30
-    while (
-        proc := create(c, slice_of("gpu-1"), kubeconfig=alice)
-    ).returncode == 0 and time.monotonic() < deadline:
-        kubectl(c, "delete", "resourceslice", "gpushare-hub-gpu-1")
-        time.sleep(0.5)
-    assert "written only by the gpushare DRA plugin of their node" in proc.stderr and "alice" in proc.stderr
+    err = refused_eventually(c, slice_of("gpu-1"), kubeconfig=alice)
+    assert "written only by the gpushare DRA plugin of their node" in err and "alice" in err, err
     # The plugin's identity without a node-bound token (a client certificate has none) is refused.
     plugin = c.credential("dra", "system:serviceaccount:gpushare-hub:gpushare-dra-plugin")
     proc = create(c, slice_of("gpu-1"), kubeconfig=plugin)
     assert proc.returncode != 0 and "has no node name in its token" in proc.stderr, proc.stderr
     # An admin may repair it.
     assert create(c, slice_of("gpu-1")).returncode == 0
+
+
+def test_the_plugin_names_its_own_node_as_its_slices_pool_and_no_slice_of_ours_spans_nodes(cluster):
+    """The ledger reads a slice's pool as its node: a plugin that publishes for its own node but
+    under another node's pool would put its cards on that node's books. A plugin with a token bound
+    to its pod on gpu-7 is refused pool gpu-8; nobody, an admin included, writes a slice of our
+    driver that is for all nodes or a node selector. (Per-device node selection is refused by the
+    same rule; the API server drops it without DRAPartitionableDevices, so it is not shown here.)"""
+    c, _ = cluster
+    c.add_gpu_nodes(1, cards=1, start=7, wait=False)  # a token is bound only to a pod on a real Node
+    c.core_api().create_namespace({"metadata": {"name": SYSTEM_NS}})
+    c.core_api().create_namespaced_service_account(SYSTEM_NS, {"metadata": {"name": "gpushare-dra-plugin"}})
+    c.grant(
+        DRA_PLUGIN, [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["create"]}]
+    )
+    token = node_bound_token(c.core_api(), SYSTEM_NS, "gpushare-dra-plugin", "gpu-7")
+    ca = str(Path(c.workdir) / "pki" / "ca.crt")
+    bad = slice_of("gpu-7", pool="gpu-8")
+
+    with RestClient(Access(server=c.server, ca_file=ca, token=token)) as plugin:
+
+        def attempt() -> ApiStatusError | None:
+            try:
+                plugin.post(SLICES, bad)
+            except ApiStatusError as err:
+                return err
+            kubectl(c, "delete", "resourceslice", bad["metadata"]["name"])
+            return None
+
+        refused = wait_for(attempt, timeout=60, every=0.5)
+        assert refused is not None and refused.status == 403, "the plugin published under another pool"
+        words = "runs on node gpu-7, the slice gpushare-hub-gpu-7-gpu-8 is for node gpu-7 in pool gpu-8"
+        assert words in str(refused), refused
+        plugin.post(SLICES, slice_of("gpu-7"))  # its own node, its own pool
+    spans = [
+        (
+            slice_of("all", nodeName=None, allNodes=True),
+            "no spec.nodeName, spec.pool.name all is not its node, spec.allNodes",
+        ),
+        (
+            slice_of("sel", nodeName=None, nodeSelector={"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "gpu", "operator": "Exists"}]}]}),
+            "spec.nodeSelector",
+        ),
+        (slice_of("gpu-7", pool="gpu-9"), "spec.pool.name gpu-9 is not its node"),
+    ]  # fmt: skip
+    for body, words in spans:
+        err = refused_eventually(c, body)  # as the admin
+        assert words in err and "is for one node, named in spec.nodeName and spec.pool.name alike" in err, err

@@ -188,7 +188,7 @@ def test_the_dra_plugins_rights_are_exactly_these(helm: Helm):
 
 def test_with_dra_the_node_policy_lets_the_dra_plugin_publish_its_cards(helm: Helm):
     docs = render(helm, *ON)
-    ours = {"gpushare-hub-pods", "gpushare-hub-nodes"}
+    ours = {"gpushare-hub-pods", "gpushare-hub-nodes", "gpushare-hub-pod-runtime"}
     rendered = [
         d for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy") and d["metadata"]["name"] in ours
     ]

@@ -200,9 +200,25 @@ def test_admission_policy_follows_the_namespace_admins_and_policy_setters(helm: 
             plugin=("system:serviceaccount:gpu-system:gpushare-device-plugin",),
             admin_groups=("system:masters", "gpu-admins"),
             policy_setters=("system:serviceaccount:jhub:hub",),
+            exempt_namespaces=("gpu-system", "kube-system", "gpu-operator"),
         )
     )
     assert sorted(rendered, key=repr) == sorted(want, key=repr)
+
+
+def test_the_pod_runtime_policy_exempts_the_release_and_names_our_runtime_classes(helm: Helm):
+    """The release's namespace comes first and once; devicePlugin's and mps' RuntimeClasses join
+    admission.runtimeClasses (the plugin's pods are exempt by namespace, users' are refused them)."""
+    docs = helm.template(
+        "--set", "admission.exemptNamespaces={kube-system,gpu-system}",
+        "--set", "devicePlugin.runtimeClassName=nvidia",
+        "--set", "mps.runtimeClassName=nvidia-mps",
+        namespace="gpu-system",
+    )  # fmt: skip
+    policy = one(docs, "ValidatingAdmissionPolicy", "gpushare-hub-pod-runtime")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["exemptNamespaces"] == "['gpu-system', 'kube-system']"
+    assert variables["runtimeClasses"] == "['nvidia', 'nvidia-cdi', 'nvidia-legacy', 'nvidia-mps']"
 
 
 def test_admission_policy_can_be_left_out(helm: Helm):

@@ -7,9 +7,7 @@ node-bound token) write annotations as the admin or a plain client certificate.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,134 +18,11 @@ from gpushare_hub.core import AllocationRecord, CardShare
 from gpushare_hub.core.cards import declared_cards
 from gpushare_hub.core.names import ALLOCATION_ANNOTATION, CARDS_ANNOTATION, GPU_MEM_ASSIGNED, GPU_MEM_IDX
 from gpushare_hub.core.resources import DEFAULT_NAMES
-from gpushare_hub.extender.admission import Identities, admission_manifests
-from gpushare_hub.extender.rbac import cluster_role, cluster_role_binding
 from gpushare_hub.kube.kubeconfig import Access
 from gpushare_hub.kube.rest import RestClient
-from gpushare_hub.localcluster.cluster import LocalCluster
-from gpushare_hub.plugin.kube import RBAC_RULES as PLUGIN_RULES
 from gpushare_hub.plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
 from tests.conftest import gpu_pod, running_cluster, wait_for
-
-SCHED = "gpushare-scheduler"
-SYSTEM_NS = "gpushare-hub"
-PLUGIN_SA = "gpushare-device-plugin"
-PLUGIN_USER = f"system:serviceaccount:{SYSTEM_NS}:{PLUGIN_SA}"
-USER_RULES = [
-    {
-        "apiGroups": [""],
-        "resources": ["pods"],
-        "verbs": ["get", "list", "create", "patch", "update", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
-]
-
-
-class Guarded:
-    """A control plane with the policies installed, the extender, and a user and a plugin identity."""
-
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.cluster = cluster
-        self.admin = cluster.core_api()
-        self.ext, _ = cluster.start_gpushare_scheduler()
-        self.nodes = cluster.add_gpu_nodes(2, cards=2)
-        self.admin.create_namespace({"metadata": {"name": SYSTEM_NS}})
-        self.admin.create_namespace({"metadata": {"name": "alice"}})
-        self.admin.create_namespaced_service_account(SYSTEM_NS, {"metadata": {"name": PLUGIN_SA}})
-        rbac = client.RbacAuthorizationV1Api(cluster.api_client())
-        rbac.create_cluster_role(cluster_role("gpushare-device-plugin", PLUGIN_RULES))
-        rbac.create_cluster_role_binding(
-            cluster_role_binding(
-                {"kind": "ServiceAccount", "name": PLUGIN_SA, "namespace": SYSTEM_NS},
-                "gpushare-device-plugin",
-            )
-        )
-        cluster.grant("alice", USER_RULES)  # a notebook user who may write pods, and (say) patch nodes
-        self.alice = cluster.core_api(cluster.credential("alice", "alice"))
-        ids = Identities(extender=("gpushare-extender",), plugin=(PLUGIN_USER,), policy_setters=("the-hub",))
-        cluster.grant("the-hub", USER_RULES)
-        self.hub = cluster.core_api(cluster.credential("the-hub", "the-hub"))
-        admission = client.AdmissionregistrationV1Api(cluster.api_client())
-        for doc in admission_manifests(ids):
-            if doc["kind"] == "ValidatingAdmissionPolicy":
-                admission.create_validating_admission_policy(doc)
-            else:
-                admission.create_validating_admission_policy_binding(doc)
-        # The API server enforces a new policy once its informer has it: wait for the first refusal,
-        # of a pod's annotation and of a Node's (the policies on Pods and on Nodes arrive apart; a
-        # forged inventory let through would also break the extender's placements on that node).
-        probe = plain("probe", {GPU_MEM_IDX: "0"})
-        assert wait_for(lambda: self._refused_now(probe), timeout=60), "the Pods' policy is not enforced"
-        assert wait_for(self._node_patch_refused_now, timeout=60), "the Nodes' policy is not enforced"
-
-    def _refused_now(self, body: dict[str, Any]) -> bool:
-        try:
-            self.alice.create_namespaced_pod("alice", body)
-        except ApiException as err:
-            return err.status == 403
-        self.alice.delete_namespaced_pod(body["metadata"]["name"], "alice", grace_period_seconds=0)
-        return False
-
-    def _node_patch_refused_now(self) -> bool:
-        """alice sets a Node annotation only the plugin may write: refused once the policy is
-        enforced; before, the admin takes it off again."""
-        key = "gpushare-hub.io/mps-servers"
-        try:
-            self.alice.patch_node(self.nodes[0], {"metadata": {"annotations": {key: "{}"}}})
-        except ApiException as err:
-            return err.status == 403
-        self.admin.patch_node(self.nodes[0], {"metadata": {"annotations": {key: None}}})
-        return False
-
-    def plugin_api(self, node: str) -> tuple[client.CoreV1Api, dict[str, Any]]:
-        """The plugin's API as its DaemonSet pod on ``node`` would have it: a token bound to that pod."""
-        name = f"dp-{node}"
-        pod = {
-            "metadata": {"name": name, "namespace": SYSTEM_NS},
-            "spec": {
-                "nodeName": node,
-                "serviceAccountName": PLUGIN_SA,
-                "containers": [{"name": "plugin", "image": "gpushare-hub/device-plugin"}],
-            },
-        }
-        created = self.admin.create_namespaced_pod(SYSTEM_NS, pod)
-        token = self.admin.create_namespaced_service_account_token(
-            PLUGIN_SA,
-            SYSTEM_NS,
-            {
-                "spec": {
-                    "boundObjectRef": {
-                        "kind": "Pod",
-                        "apiVersion": "v1",
-                        "name": name,
-                        "uid": created.metadata.uid,
-                    },
-                    "expirationSeconds": 3600,
-                }
-            },
-        ).status.token
-        cfg = client.Configuration()
-        cfg.host = self.cluster.server
-        cfg.ssl_ca_cert = str(Path(self.cluster.workdir) / "pki" / "ca.crt")
-        cfg.api_key = {"authorization": f"Bearer {token}"}
-        api_client = client.ApiClient(cfg)
-        review = client.AuthenticationV1Api(api_client).create_self_subject_review(
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
-        )
-        return client.CoreV1Api(api_client), review.status.user_info.to_dict()
-
-
-def plain(name: str, annotations: dict[str, str], units: int = 1, **spec: Any) -> dict[str, Any]:
-    body = gpu_pod(name, units, "nobody-schedules-this", **spec)
-    body["metadata"]["annotations"] = annotations
-    return body
-
-
-def denial(err: ApiException) -> str:
-    try:
-        return str(json.loads(err.body)["message"])
-    except (TypeError, ValueError, KeyError):
-        return str(err.body)
+from tests.support.admission import PLUGIN_USER, SCHED, SYSTEM_NS, Guarded, denial, plain
 
 
 @pytest.fixture(scope="module")
@@ -265,3 +140,106 @@ def test_the_plugins_token_reaches_only_its_own_node_and_the_pods_bound_to_it(gu
     with pytest.raises(ApiException) as err:
         plugin.patch_node("gpu-2", {"metadata": {"labels": {"stolen": "yes"}}})
     assert err.value.status == 403 and "runs on node gpu-1, not gpu-2" in denial(err.value)
+
+
+def _refused(create: Any) -> str:
+    """Call ``create``; the refusal's message (403), or '' where the API server accepted it."""
+    try:
+        create()
+    except ApiException as err:
+        assert err.status == 403, (err.status, err.body)
+        return denial(err)
+    return ""
+
+
+def _with_env(name: str, env: list[dict[str, str]], where: str = "containers", **spec: Any) -> dict[str, Any]:
+    body = plain(name, {}, **spec)
+    container = {"name": "c", "image": "quay.io/jupyter/base-notebook", "env": env}
+    if where == "containers":
+        body["spec"]["containers"][0]["env"] = env
+    else:
+        body["spec"][where] = [container]
+    return body
+
+
+def test_a_pod_may_not_choose_its_card_at_the_container_runtime_outside_the_exempt_namespaces(guarded):
+    """NVIDIA_VISIBLE_DEVICES (and NVIDIA_GPU_MEMORY_*, CUDA_MPS_*) on any container, or the NVIDIA
+    RuntimeClass, would give the pod cards no ledger counts: refused for a user, naming the container
+    and the variable; our own namespace's pods (the plugin's, the MPS daemons') and admins pass."""
+    alice = guarded.alice
+    visible = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    try:  # the GPU Operator's class (the RuntimeClass admission refuses pods naming a missing one)
+        client.NodeV1Api(guarded.cluster.api_client()).create_runtime_class(
+            {"metadata": {"name": "nvidia"}, "handler": "nvidia"}
+        )
+    except ApiException as err:
+        assert err.status == 409, err
+    # The runtime policy arrives beside the others: wait until it refuses.
+    probe = _with_env("probe-env", visible)
+
+    def probed() -> str:
+        message = _refused(lambda: alice.create_namespaced_pod("alice", probe))
+        if not message:  # not enforced yet: take it away again
+            guarded.admin.delete_namespaced_pod("probe-env", "alice", grace_period_seconds=0)
+        return message
+
+    assert wait_for(probed, timeout=60), "a user's pod with NVIDIA_VISIBLE_DEVICES was accepted for 60 s"
+    cases = [
+        (_with_env("env-all", visible), "container notebook sets NVIDIA_VISIBLE_DEVICES"),
+        (
+            _with_env("mem", [{"name": "NVIDIA_GPU_MEMORY_LIMITS", "value": "99999"}], "initContainers"),
+            "init container c sets NVIDIA_GPU_MEMORY_LIMITS",
+        ),
+        (
+            _with_env("mps", [{"name": "CUDA_MPS_PIPE_DIRECTORY", "value": "/tmp/x"}]),
+            "container notebook sets CUDA_MPS_PIPE_DIRECTORY",
+        ),
+        (plain("runtime", {}, runtimeClassName="nvidia"), "runtimeClassName nvidia hands a container"),
+    ]
+    for body, words in cases:
+        message = _refused(lambda b=body: alice.create_namespaced_pod("alice", b))
+        assert words in message and "pod alice/" in message, message
+        assert "gpushare-hub, kube-system, gpu-operator" in message, message
+    # A variable of the same family that chooses nothing stays open.
+    ok = _with_env("caps", [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute"}])
+    assert _refused(lambda: alice.create_namespaced_pod("alice", ok)) == ""
+    # Exempt: our own namespace (the device plugin and the MPS daemons set them), and an admin.
+    ours = _with_env("mps-daemon", visible, runtimeClassName="nvidia")
+    assert _refused(lambda: alice.create_namespaced_pod(SYSTEM_NS, ours)) == ""
+    assert _refused(lambda: guarded.admin.create_namespaced_pod("alice", _with_env("admin", visible))) == ""
+
+
+def test_a_debug_container_added_to_a_running_pod_may_not_set_them_either(guarded):
+    alice = guarded.alice
+    alice.create_namespaced_pod("alice", plain("debugged", {}))
+    debug = {"name": "dbg", "image": "busybox", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}
+
+    def add(container: dict[str, Any]) -> Any:
+        body = {"spec": {"ephemeralContainers": [container]}}
+        return alice.patch_namespaced_pod_ephemeralcontainers("debugged", "alice", body)
+
+    message = wait_for(lambda: _refused(lambda: add(debug)), timeout=60)
+    assert "ephemeral container dbg sets NVIDIA_VISIBLE_DEVICES" in message, message
+    assert _refused(lambda: add({"name": "plain-dbg", "image": "busybox"})) == ""
+
+
+def test_the_legacy_bindings_resource_may_not_carry_our_annotations(guarded):
+    """POST /api/v1/namespaces/<ns>/bindings binds as pods/binding does and copies the Binding's
+    annotations onto the pod: a user's forged allocation is refused there too."""
+    alice, admin = guarded.alice, guarded.admin
+    alice.create_namespaced_pod("alice", plain("unbound", {}))
+    record = AllocationRecord("gpu-1", (CardShare("GPU-sim-gpu-1-0", 0, 15),), ()).to_json()
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": "unbound", "annotations": {ALLOCATION_ANNOTATION: record, GPU_MEM_IDX: "0"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"},
+    }
+    message = _refused(lambda: alice.create_namespaced_binding("alice", binding, _preload_content=False))
+    assert "written only by the gpushare extender" in message and "alice may not set" in message, message
+    pod = admin.read_namespaced_pod("unbound", "alice")
+    assert pod.spec.node_name is None and ALLOCATION_ANNOTATION not in (pod.metadata.annotations or {})
+    # Without our annotations the same user may still bind (RBAC decides that, not this policy).
+    del binding["metadata"]["annotations"]
+    assert _refused(lambda: alice.create_namespaced_binding("alice", binding, _preload_content=False)) == ""
+    assert admin.read_namespaced_pod("unbound", "alice").spec.node_name == "gpu-1"

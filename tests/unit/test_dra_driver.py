@@ -8,124 +8,35 @@ import json
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.draslice import SizesError, parse_sizes, resource_slice, slice_name
 from gpushare_hub.core.names import CDI_KIND, DRA_CLAIM_CDI_KIND, DRA_DRIVER
-from gpushare_hub.plugin.api import dra_v1_pb2 as dra
-from gpushare_hub.plugin.api import dra_v1_pb2_grpc as dra_grpc
 from gpushare_hub.plugin.api import pluginregistration_v1_pb2 as reg
-from gpushare_hub.plugin.api import pluginregistration_v1_pb2_grpc as reg_grpc
-from gpushare_hub.plugin.dra.driver import Driver, DriverConfig
 from gpushare_hub.plugin.dra.prepared import PreparedClaims
-from gpushare_hub.plugin.dra.servicer import Sockets
-from gpushare_hub.plugin.response import Isolation
+from tests.support.dra_plugin import GI, NODE, SIZES, T4, Claims, Plugin, claim, result
 
-GI = 1 << 30
-NODE = "gpu-1"
-T4 = [Card(0, "GPU-aaaa", "Tesla T4", 15, 15360), Card(1, "GPU-bbbb", "Tesla T4", 15, 15360)]
-SIZES = parse_sizes("3Gi,5Gi,7Gi")
 # Claim UIDs, as the API server makes them (canonical UUIDs)
 U_ADA = "00000001-0000-4000-8000-000000000001"
-U_AWAY = "00000002-0000-4000-8000-000000000002"
-U_BOB = "00000003-0000-4000-8000-000000000003"
-U_EARLY = "00000004-0000-4000-8000-000000000004"
-U_GHOST = "00000005-0000-4000-8000-000000000005"
-U_GONE = "00000006-0000-4000-8000-000000000006"
-U_GOOD = "00000007-0000-4000-8000-000000000007"
-U_HUGE = "00000008-0000-4000-8000-000000000008"
-U_NEVER = "00000009-0000-4000-8000-000000000009"
-U_NEW = "0000000a-0000-4000-8000-00000000000a"
-U_ODD = "0000000b-0000-4000-8000-00000000000b"
-U_OLD = "0000000c-0000-4000-8000-00000000000c"
-U_OVER = "0000000d-0000-4000-8000-00000000000d"
-U_THEIRS = "0000000e-0000-4000-8000-00000000000e"
-U_WORDS = "0000000f-0000-4000-8000-00000000000f"
-
-
-def claim(name: str, uid: str, *results: dict[str, Any], allocated: bool = True) -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "reservedFor": [{"resource": "pods", "name": f"jupyter-{name}", "uid": "p-" + uid}]
-    }
-    if allocated:
-        status["allocation"] = {"devices": {"results": list(results)}}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": "jhub", "name": name, "uid": uid},
-        "status": status,
-    }
-
-
-def result(device: str = "gpu-0", memory: Any = "5Gi", pool: str = NODE, driver: str = DRA_DRIVER) -> dict:
-    return {
-        "request": "gpu",
-        "driver": driver,
-        "pool": pool,
-        "device": device,
-        "consumedCapacity": {"memory": memory},
-    }
-
-
-class Claims:
-    def __init__(self, *objs: dict[str, Any]) -> None:
-        self.objs = {o["metadata"]["name"]: o for o in objs}
-        self.asked: list[str] = []
-
-    def claim(self, namespace: str, name: str) -> Any:
-        self.asked.append(name)
-        if name not in self.objs:
-            raise LookupError("no such ResourceClaim on the API server")
-        return self.objs[name]
-
-
-class Plugin:
-    """A driver behind its real sockets, and a kubelet-side client of each."""
-
-    def __init__(self, tmp: Path, source: Claims, cdi: bool = True) -> None:
-        self.tmp, self.source = tmp, source
-        self.changes = 0
-        self.registered = 0
-        iso = Isolation(hook_host_path="/var/lib/gpushare-hub/pyhook", cdi=cdi)
-        config = DriverConfig(NODE, GI, 1024, SIZES, str(tmp / "cdi"))
-        self.driver = Driver(
-            config, lambda: T4, lambda: iso, source, PreparedClaims(tmp / "plugin"), self._changed
-        )
-        self.sockets = Sockets(str(tmp / "plugin"), str(tmp / "registry"), self.driver, self._registered)
-        self.sockets.start()
-        self.channels = [
-            grpc.insecure_channel(f"unix://{p}") for p in (self.sockets.dra_path, self.sockets.reg_path)
-        ]
-        self.dra = dra_grpc.DRAPluginStub(self.channels[0])
-        self.reg = reg_grpc.RegistrationStub(self.channels[1])
-
-    def _changed(self) -> None:
-        self.changes += 1
-
-    def _registered(self) -> None:
-        self.registered += 1
-
-    def prepare(self, *names_uids: tuple[str, str]) -> Any:
-        req = dra.NodePrepareResourcesRequest(
-            claims=[dra.Claim(namespace="jhub", name=n, uid=u) for n, u in names_uids]
-        )
-        return self.dra.NodePrepareResources(req, timeout=10)
-
-    def unprepare(self, *names_uids: tuple[str, str]) -> Any:
-        req = dra.NodeUnprepareResourcesRequest(
-            claims=[dra.Claim(namespace="jhub", name=n, uid=u) for n, u in names_uids]
-        )
-        return self.dra.NodeUnprepareResources(req, timeout=10)
-
-    def spec(self, uid: str) -> dict[str, Any]:
-        return json.loads((self.tmp / "cdi" / f"gpushare-hub.io-claim_{uid}.json").read_text())
-
-    def close(self) -> None:
-        for ch in self.channels:
-            ch.close()
-        self.sockets.stop(0)
+U_ALSO = "00000002-0000-4000-8000-000000000002"
+U_AWAY = "00000003-0000-4000-8000-000000000003"
+U_BOB = "00000004-0000-4000-8000-000000000004"
+U_EARLY = "00000005-0000-4000-8000-000000000005"
+U_GHOST = "00000006-0000-4000-8000-000000000006"
+U_GONE = "00000007-0000-4000-8000-000000000007"
+U_GOOD = "00000008-0000-4000-8000-000000000008"
+U_HUGE = "00000009-0000-4000-8000-000000000009"
+U_MIXED = "0000000a-0000-4000-8000-00000000000a"
+U_NEVER = "0000000b-0000-4000-8000-00000000000b"
+U_NEW = "0000000c-0000-4000-8000-00000000000c"
+U_ODD = "0000000d-0000-4000-8000-00000000000d"
+U_OLD = "0000000e-0000-4000-8000-00000000000e"
+U_OVER = "0000000f-0000-4000-8000-00000000000f"
+U_PAIR = "00000010-0000-4000-8000-000000000010"
+U_THEIRS = "00000011-0000-4000-8000-000000000011"
+U_TWICE = "00000012-0000-4000-8000-000000000012"
+U_WORDS = "00000013-0000-4000-8000-000000000013"
 
 
 @pytest.fixture
@@ -258,7 +169,8 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         claim("early", U_EARLY, allocated=False),
         claim("theirs", U_THEIRS, result(driver="gpu.nvidia.com")),
         claim("words", U_WORDS, result("gpu-0", "lots")),
-        claim("over", U_OVER, result("gpu-0", "7Gi"), result("gpu-0", "3Gi")),
+        claim("also", U_ALSO, result("gpu-0", "7Gi")),
+        claim("over", U_OVER, result("gpu-0", "3Gi")),
         claim("replaced", U_NEW, result()),
     )
     asked = [
@@ -270,13 +182,15 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         ("early", U_EARLY),
         ("theirs", U_THEIRS),
         ("words", U_WORDS),
+        ("also", U_ALSO),
         ("over", U_OVER),
         ("replaced", U_OLD),
         ("gone", U_GONE),
     ]
     answer = p.prepare(*asked).claims
     assert set(answer) == {uid for _, uid in asked}
-    assert answer[U_GOOD].error == "" and len(answer[U_GOOD].devices) == 1
+    for uid in (U_GOOD, U_ALSO):
+        assert answer[uid].error == "" and len(answer[uid].devices) == 1
     expect = {
         U_ODD: "claim jhub/odd asks 4 GiB, a size this hub does not offer (it offers 3 GiB, 5 GiB, 7 GiB)",
         U_HUGE: "claim jhub/huge asks 16 GiB of gpu-0, more than the card's 15 GiB",
@@ -293,25 +207,30 @@ def test_every_claim_is_answered_and_bad_ones_prepare_nothing(plugin, tmp_path: 
         assert words in answer[uid].error, (uid, answer[uid].error)
         assert not answer[uid].devices
     written = sorted(f.name for f in (tmp_path / "cdi").iterdir())
-    assert written == [f"gpushare-hub.io-claim_{U_GOOD}.json"]
-    assert set(p.driver.prepared.claims) == {U_GOOD}
+    assert written == sorted([f"gpushare-hub.io-claim_{U_ALSO}.json", f"gpushare-hub.io-claim_{U_GOOD}.json"])
+    assert set(p.driver.prepared.claims) == {U_GOOD, U_ALSO}
 
 
-@pytest.mark.parametrize(
-    "uid",
-    ["../../../etc/cron.d/x", "u-ada", f"{U_ADA}/x", U_NEW.upper(), f"{U_ADA}\n", U_ADA[:-1], "", "a" * 36],
-)
-def test_a_claim_uid_that_is_no_canonical_uuid_is_refused_before_any_path(
-    plugin, tmp_path: Path, uid
+def test_a_claim_holding_two_of_our_devices_is_refused_naming_it_and_prepares_nothing(
+    plugin, tmp_path
 ) -> None:
-    p = plugin(claim("ada", uid, result("gpu-0", "5Gi")))
-    got = p.prepare(("ada", uid)).claims[uid]
-    assert "claim jhub/ada" in got.error and "UUID" in got.error and not got.devices
-    assert p.source.asked == []  # refused before the claim is even read
-    assert not (tmp_path / "cdi").exists() or list((tmp_path / "cdi").iterdir()) == []
-    assert not list(tmp_path.glob("**/*cron*")) and p.driver.prepared.claims == {}
-    gone = p.unprepare(("ada", uid)).claims[uid]
-    assert "claim jhub/ada" in gone.error and "UUID" in gone.error
+    """A claim is one slice of one card: two results of our driver (two cards, or one card twice)
+    are refused, whatever allocated them, and the other claims of the call are still prepared."""
+    p = plugin(
+        claim("pair", U_PAIR, result("gpu-0", "3Gi"), result("gpu-1", "3Gi")),
+        claim("twice", U_TWICE, result("gpu-0", "3Gi"), result("gpu-0", "3Gi")),
+        claim("mixed", U_MIXED, result("gpu-1", "5Gi"), result("nic-0", driver="nic.example.com")),
+    )
+    answer = p.prepare(("pair", U_PAIR), ("twice", U_TWICE), ("mixed", U_MIXED)).claims
+    assert "claim jhub/pair holds 2 devices of driver" in answer[U_PAIR].error, answer[U_PAIR].error
+    assert f"{NODE}/gpu-0, {NODE}/gpu-1" in answer[U_PAIR].error
+    assert "claim jhub/twice holds 2 devices" in answer[U_TWICE].error, answer[U_TWICE].error
+    for uid in (U_PAIR, U_TWICE):
+        assert not answer[uid].devices
+    # One device of ours beside another driver's is one slice.
+    assert answer[U_MIXED].error == "" and [d.device_name for d in answer[U_MIXED].devices] == ["gpu-1"]
+    assert sorted(f.name for f in (tmp_path / "cdi").iterdir()) == [f"gpushare-hub.io-claim_{U_MIXED}.json"]
+    assert p.driver.prepared.held() == {"GPU-bbbb": 5 * GI}
 
 
 def test_unprepare_removes_the_spec_and_the_record_and_is_idempotent(plugin, tmp_path: Path) -> None:
@@ -409,6 +328,23 @@ def test_the_usage_loop_learns_each_pods_slice_from_the_prepared_claims(plugin) 
     p = plugin(claim("ada", U_ADA, result("gpu-1", "5Gi")), claim("bob", U_BOB, result("gpu-1", "3Gi")))
     p.prepare(("ada", U_ADA), ("bob", U_BOB))
     assert p.driver.prepared.slices() == {
-        f"p-{U_ADA}": ("jhub/jupyter-ada", {"GPU-bbbb": 5120}),
-        f"p-{U_BOB}": ("jhub/jupyter-bob", {"GPU-bbbb": 3072}),
+        "p-" + U_ADA: ("jhub/jupyter-ada", {"GPU-bbbb": 5120}),
+        "p-" + U_BOB: ("jhub/jupyter-bob", {"GPU-bbbb": 3072}),
     }
+
+
+@pytest.mark.parametrize(
+    "uid",
+    ["../../../etc/cron.d/x", "u-ada", f"{U_ADA}/x", U_NEW.upper(), f"{U_ADA}\n", U_ADA[:-1], "", "a" * 36],
+)
+def test_a_claim_uid_that_is_no_canonical_uuid_is_refused_before_any_path(
+    plugin, tmp_path: Path, uid
+) -> None:
+    p = plugin(claim("ada", uid, result("gpu-0", "5Gi")))
+    got = p.prepare(("ada", uid)).claims[uid]
+    assert "claim jhub/ada" in got.error and "UUID" in got.error and not got.devices
+    assert p.source.asked == []  # refused before the claim is even read
+    assert not (tmp_path / "cdi").exists() or list((tmp_path / "cdi").iterdir()) == []
+    assert not list(tmp_path.glob("**/*cron*")) and p.driver.prepared.claims == {}
+    gone = p.unprepare(("ada", uid)).claims[uid]
+    assert "claim jhub/ada" in gone.error and "UUID" in gone.error

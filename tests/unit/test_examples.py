@@ -47,7 +47,7 @@ def test_admission_policy_example_is_what_the_extender_prints():
     shipped = (EXAMPLES / "gpushare-admission-policy.yaml").read_text()
     assert shipped == admission_yaml(Identities())
     kinds = [d["kind"] for d in yaml.safe_load_all(shipped)]
-    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+    assert kinds == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3
 
 
 def test_printed_scheduler_config_carries_the_client_certificate_for_mutual_tls(capsys):

@@ -4,8 +4,9 @@ prepared (pure).
 The kubelet names only the claim (namespace, name, UID); the plugin reads the claim from the API
 server and trusts nothing in it that a user could have written or that another node's scheduler
 decision could have put there. A claim is refused, with a message naming it and the problem, when
-it was replaced (another UID), is not allocated, holds none of our devices, was allocated to
-another node's pool, names a device that is not one of this node's cards, consumes no memory or a
+it was replaced (another UID), is not allocated, holds none of our devices or more than one (a
+claim is one slice of one card, as the admission policies require), was allocated to another node's
+pool, names a device that is not one of this node's cards, consumes no memory or a
 size the catalogue does not offer, or more than the card, or more than the card has left beside the
 claims already prepared on it. A refused claim prepares nothing.
 """
@@ -119,6 +120,12 @@ def read_claim(
     ours = [_dict(r) for r in results if _dict(r).get("driver") == DRA_DRIVER]
     if not ours:
         raise ClaimRefused(f"{where} holds no device of driver {DRA_DRIVER}: nothing for this plugin")
+    if len(ours) > 1:
+        held_devices = ", ".join(f"{str(r.get('pool'))[:253]}/{str(r.get('device'))[:40]}" for r in ours)
+        raise ClaimRefused(
+            f"{where} holds {len(ours)} devices of driver {DRA_DRIVER} ({held_devices}); a claim is one "
+            "slice of one card: nothing prepared (ask one device of the gpushare DeviceClass per claim)"
+        )
     by_index = {c.index: c for c in cards}
     held = dict(prepared or {})
     devices: dict[str, ClaimDevice] = {}
@@ -160,15 +167,10 @@ def read_claim(
             )
         held[card.uuid] = held.get(card.uuid, 0) + n
         requests = (str(request)[:253],) if isinstance(request, str) else ()
-        key = str(dev)
-        if key in devices:  # two requests on one device: one CDI device, both request names
-            prev = devices[key]
-            devices[key] = ClaimDevice(
-                prev.requests + requests, node, key, card, prev.bytes + n, prev.share_id
-            )
-        else:
-            share = result.get("shareID")
-            devices[key] = ClaimDevice(requests, node, key, card, n, share if isinstance(share, str) else "")
+        share = result.get("shareID")
+        devices[str(dev)] = ClaimDevice(
+            requests, node, str(dev), card, n, share if isinstance(share, str) else ""
+        )
     pod, pod_uid = "", ""
     for ref in _list(status.get("reservedFor")):
         ref = _dict(ref)
