@@ -128,7 +128,7 @@ def filter_work(nodes: int, requests: int, policy: str) -> list[float]:
 def serve(nodes: int, port: int, policy: str = "binpack") -> None:
     from tornado.httpserver import HTTPServer
 
-    from gpushare_hub.extender.app import make_app
+    from gpushare_hub.extender.handlers import make_app
 
     async def run() -> None:
         service = bench_service(nodes, policy)

@@ -41,19 +41,12 @@ import yaml
 from gpushare_hub.plugin.backends import simulated_uuid
 
 from . import build, netns, noderuntime, runtimebuild
+from .hostcheck import CNI_BIN, check_host
 from .processes import Component, HarnessError
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
 
-CNI_BIN = Path("/usr/lib/cni")
-NEEDED_PROGRAMS = (
-    "runc",
-    "ip",
-    "nsenter",
-    "unshare",
-    "iptables",
-)
 # Paths inside a node's mount namespace that get the node's own folder.
 NODE_PATHS = (
     "/var/lib/kubelet",
@@ -87,20 +80,6 @@ COREDNS_RULES = [
     {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
 ]
-
-
-def check_host() -> None:
-    """Refuse early, naming what is missing, on a machine that cannot run a real node."""
-    if os.geteuid() != 0:
-        raise HarnessError("real nodes need root (namespaces, mounts, containerd)")
-    missing = [p for p in NEEDED_PROGRAMS if shutil.which(p) is None]
-    if not (CNI_BIN / "bridge").exists():
-        missing.append(f"{CNI_BIN}/bridge")
-    if missing:
-        raise HarnessError(
-            f"real nodes need {', '.join(missing)}: `make system-deps` installs them "
-            "(apt-get install runc containernetworking-plugins iptables)"
-        )
 
 
 @dataclass

@@ -2,7 +2,7 @@
 catalogue's sizes (as a quantity), and only the DRA plugin writes our driver's ResourceSlices.
 
 Consumable capacity is on by default from Kubernetes 1.36; the local cluster switches it on at
-the older pinned version too (localcluster/cluster.py's DRA_GATES), so these run at every version,
+the older pinned version too (localcluster/controlplane.py's DRA_GATES), so these run at every version,
 the chart rendered as for 1.36 there (it refuses older clusters, whose admins would have to switch
 the gate on themselves).
 """

@@ -27,11 +27,11 @@ from gpushare_hub.core.names import (
     DRA_TEMPLATE_PREFIX,
 )
 from gpushare_hub.core.policy import Placer
-from gpushare_hub.extender.app import make_server
 from gpushare_hub.extender.decisions import Decisions
 from gpushare_hub.extender.dratemplates import ClaimTemplates, TemplateProblem, template_ask
 from gpushare_hub.extender.schedconfig import DRA_WEIGHT, scheduler_config
 from gpushare_hub.extender.service import ExtenderService
+from gpushare_hub.extender.serving import make_server
 from gpushare_hub.localcluster.processes import free_port
 from tests.objects import read_node, read_nodes, read_pod, read_pods
 from tests.support.dra_objects import GIB, allocated, claim, result

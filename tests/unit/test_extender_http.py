@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tornado.httpserver import HTTPServer
 
-from gpushare_hub.extender.app import make_ops_server, make_server
 from gpushare_hub.extender.service import ExtenderService
+from gpushare_hub.extender.serving import make_ops_server, make_server
 from gpushare_hub.localcluster.pki import PKI, Credential
 from gpushare_hub.localcluster.processes import free_port
 from tests.objects import read_node
@@ -364,7 +364,7 @@ def test_every_path_of_the_verbs_port_refuses_a_large_body_before_it_is_sent(ser
 
 
 def test_a_body_past_the_limit_is_refused_with_413_before_it_is_parsed():
-    from gpushare_hub.extender.app import make_app
+    from gpushare_hub.extender.handlers import make_app
 
     service = ExtenderService(kube=None)
     service.informer.synced = True
