@@ -247,8 +247,10 @@ def measure(spawns: int) -> dict[str, Any]:
     return {
         "spawns": spawns,
         "median_spawn_to_ready_s": round(total, 2),
-        "median_scheduling_and_bind_s": round(bind, 3),
-        "scheduling_and_bind_share": round(bind / total, 3) if total else None,
+        # Three significant figures, not three decimals: on a loaded machine a spawn takes
+        # minutes while its bind still takes milliseconds, and a share rounded to 0.0 says nothing.
+        "median_scheduling_and_bind_s": float(f"{bind:.3g}"),
+        "scheduling_and_bind_share": float(f"{bind / total:.3g}") if total else None,
         "spawn_to_ready_s": [round(t, 2) for t in totals],
     }
 
