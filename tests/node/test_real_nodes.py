@@ -293,6 +293,39 @@ def test_pods_see_exactly_the_cards_they_asked_for(stack: RealStack, hub: Hub) -
         delete_pods(stack, names)
 
 
+def test_a_user_cannot_take_the_cards_through_the_runtimes_environment(stack: RealStack) -> None:
+    """A pod with ``NVIDIA_VISIBLE_DEVICES=all`` in the NVIDIA runtime class asks for no GPU, yet the
+    toolkit's runtime (as the GPU Operator sets it up) hands it every card of the node, which no
+    ledger, quota or budget counts. An admin's pod, which the policy lets through as it would any
+    pod with the policy off, shows that the hole is real; a user's (alice may edit the namespace)
+    is refused at admission, naming the variable."""
+    node = next(iter(stack.nodes.nodes))
+    body = plain_pod(stack, "all-cards", {}, runtimeClassName="nvidia", nodeName=node)
+    body["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    path = stack.cluster.workdir / "all-cards.json"
+    path.write_text(json.dumps(body))
+    kubectl(stack, "create", "rolebinding", "alice-edits", "--clusterrole=edit", "--user=alice",
+            "--namespace=default")  # fmt: skip
+    try:
+        refused = subprocess.run(
+            [str(stack.kubectl), "create", "--as=alice", "--namespace=default", f"--filename={path}"],
+            env=inspect_env(stack), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert refused.returncode != 0, "alice's pod was admitted"
+        assert "container c sets NVIDIA_VISIBLE_DEVICES" in refused.stderr, refused.stderr
+        assert _pod_or_none(stack, "all-cards") is None
+        apply_ready(stack, [body])
+        assert {"nvidia0", "nvidia1"} <= nvidia_devices(stack, "all-cards", "default")
+    finally:
+        delete_pods(stack, ["all-cards"])
+        kubectl(stack, "delete", "rolebinding", "alice-edits", "--namespace=default", "--ignore-not-found")
+
+
+def _pod_or_none(stack: RealStack, name: str) -> dict[str, Any] | None:
+    found = [p for p in pods(stack, "default") if p["metadata"]["name"] == name]
+    return found[0] if found else None
+
+
 def test_a_legacy_runtime_node_hands_out_cards_through_nvidia_visible_devices(stack: RealStack) -> None:
     """A second node set up as before GPU Operator v25.10 (or with its CDI off): ``nvidia`` is
     containerd's default runtime, in the toolkit's legacy mode, and the admin sets ``deviceMode:
