@@ -51,6 +51,43 @@ class PodClaim:
 
 
 @dataclass(frozen=True)
+class Taint:
+    """One ``spec.taints[]`` entry of a Node."""
+
+    key: str = ""
+    value: str = ""
+    effect: str = ""  # NoSchedule, PreferNoSchedule, NoExecute
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """One ``spec.tolerations[]`` entry of a Pod."""
+
+    key: str = ""
+    operator: str = ""  # "Exists", or "Equal" (also when empty)
+    value: str = ""
+    effect: str = ""  # empty: every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Kubernetes' rule (k8s.io/api/core/v1 Toleration.ToleratesTaint)."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+def tolerates_all(tolerations: tuple[Toleration, ...], taints: tuple[Taint, ...]) -> bool:
+    """Whether a pod with ``tolerations`` may be scheduled onto a node with ``taints`` (the taints
+    that keep pods off, NoSchedule and NoExecute, each tolerated)."""
+    return all(
+        any(t.tolerates(taint) for t in tolerations)
+        for taint in taints
+        if taint.effect in ("NoSchedule", "NoExecute")
+    )
+
+
+@dataclass(frozen=True)
 class PodObject:
     """A Pod: its identity, annotations, where it runs or may run, what its containers ask."""
 
@@ -71,6 +108,7 @@ class PodObject:
     start_time: str = ""
     conditions: tuple[Condition, ...] = ()
     resource_claims: tuple[PodClaim, ...] = ()  # spec.resourceClaims (the DRA path)
+    tolerations: tuple[Toleration, ...] = ()
 
     @property
     def key(self) -> str:
@@ -106,6 +144,7 @@ class NodeObject:
     capacity: Mapping[str, Quantity] = field(default_factory=dict)
     allocatable: Mapping[str, Quantity] = field(default_factory=dict)
     addresses: tuple[Address, ...] = ()
+    taints: tuple[Taint, ...] = ()
 
 
 def pod_key(obj: Mapping[str, Any]) -> str:

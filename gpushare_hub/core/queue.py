@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .demand import Demand
+from .objects import Taint, Toleration, tolerates_all
 
 
 def models_overlap(a: Demand, b: Demand) -> bool:
@@ -45,15 +46,20 @@ class Waiter:
     nodes: frozenset[str] | None = None
     selector: Mapping[str, str] = field(default_factory=dict)
     gpu_only: bool = False  # before any filter call: kube-scheduler said only GPU memory is short
+    tolerations: tuple[Toleration, ...] = ()
 
     @property
     def order(self) -> tuple[str, str]:
         return (self.created, self.key)
 
-    def may_use(self, node: str, labels: Mapping[str, str]) -> bool:
+    def may_use(self, node: str, labels: Mapping[str, str], taints: tuple[Taint, ...] = ()) -> bool:
         if self.nodes is not None:
             return node in self.nodes
-        return self.gpu_only and all(labels.get(k) == v for k, v in self.selector.items())
+        return (
+            self.gpu_only
+            and all(labels.get(k) == v for k, v in self.selector.items())
+            and tolerates_all(self.tolerations, taints)
+        )
 
 
 class WaitingLine:
@@ -83,6 +89,7 @@ class WaitingLine:
         nodes: Iterable[str] | None = None,
         selector: Mapping[str, str] | None = None,
         gpu_only: bool | None = None,
+        tolerations: tuple[Toleration, ...] | None = None,
     ) -> None:
         """Record (or refresh) a waiting spawn; ``nodes`` from a filter call, ``selector`` and
         ``gpu_only`` from the informer; what is not given is kept from before."""
@@ -92,7 +99,8 @@ class WaitingLine:
         where = frozenset(nodes) if nodes is not None else (old.nodes if old is not None else None)
         keep = dict(selector) if selector is not None else (dict(old.selector) if old is not None else {})
         only = gpu_only if gpu_only is not None else (old.gpu_only if old is not None else False)
-        self._waiting[key] = Waiter(key, created, demand, where, keep, only)
+        tolerated = tolerations if tolerations is not None else (old.tolerations if old is not None else ())
+        self._waiting[key] = Waiter(key, created, demand, where, keep, only, tolerated)
 
     def drop(self, key: str) -> None:
         self._waiting.pop(key, None)
@@ -123,16 +131,23 @@ def takes_their_turn(free: int, mine: int, theirs: Iterable[int]) -> bool:
 
 CONSIDERED = 64  # older waiting spawns looked at per filter call
 MAX_SCHEDULER_MESSAGE = 4096  # what is read of kube-scheduler's message
-SELECTOR_WORDS = "node(s) didn't match Pod's node affinity/selector"
+# Reasons a node is not the pod's that the line checks itself (labels, taints) or that keep the
+# node from every pod alike (cordoned): a pod refused only for these and GPU memory holds its place.
+OTHER_NODES_WORDS = (
+    "node(s) didn't match Pod's node affinity/selector",
+    "node(s) had untolerated taint ",
+    "node(s) were unschedulable",
+)
 
 
 def waits_for_gpu_only(message: str, resources: Iterable[str]) -> bool:
     """Whether kube-scheduler's last word on an unschedulable pod (its PodScheduled condition,
     ``0/4 nodes are available: 1 Insufficient aliyun.com/gpu-mem, 3 node(s) didn't match Pod's
-    node affinity/selector. preemption: ...``) says that GPU memory alone keeps it from every
-    node its selector allows: such a spawn holds its place in line before the extender was ever
-    asked about it. Any other reason (CPU, a taint, a volume) and it holds nothing: a pod that
-    cannot run for another reason must not keep the room from the spawns behind it."""
+    node affinity/selector. preemption: ...``) says that GPU memory alone keeps it from the nodes
+    it may use (the others fail on its selector, a taint, or are cordoned, which the line checks
+    itself): such a spawn holds its place before the extender was ever asked about it. Any other
+    reason (CPU, a volume, a port) and it holds nothing: a pod that cannot run for another reason
+    must not keep the room from the spawns behind it."""
     _, colon, rest = message[:MAX_SCHEDULER_MESSAGE].partition("nodes are available: ")
     reasons = rest.split(". ", 1)[0].rstrip(".")  # the first sentence: what each node lacks
     if not colon or not reasons:
@@ -145,6 +160,6 @@ def waits_for_gpu_only(message: str, resources: Iterable[str]) -> bool:
             return False
         if why in ours:
             found = True
-        elif why != SELECTOR_WORDS:
+        elif not any(why == w or (w.endswith(" ") and why.startswith(w)) for w in OTHER_NODES_WORDS):
             return False
     return found

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import InvalidObject
-from .objects import Address, Condition, Container, NodeObject, PodClaim, PodObject
+from .objects import Address, Condition, Container, NodeObject, PodClaim, PodObject, Taint, Toleration
 
 # Bounds a real object stays far inside (the API server stores at most 1.5 MiB per object).
 MAX_CONTAINERS = 256  # per list (containers, initContainers)
@@ -23,6 +23,7 @@ MAX_MAP_ENTRIES = 1024  # labels, annotations, nodeSelector, limits, requests
 MAX_NAME = 253  # a DNS subdomain; also a resource name, a label key's length
 MAX_ANNOTATIONS_BYTES = 256 * 1024  # the API server's own limit on all of an object's annotations
 MAX_CONDITIONS = 64
+MAX_TAINTS = 64  # taints of a node, tolerations of a pod: what is past it is not read
 MAX_POD_CLAIMS = 128  # spec.resourceClaims: a pod names a handful
 MAX_DEPTH = 32  # a Pod nests about 10 deep
 MAX_UID = 2**31 - 1  # the API server's bound on runAsUser
@@ -168,6 +169,20 @@ def _pod_claims(value: object, path: str) -> tuple[PodClaim, ...]:
     return tuple(claims)
 
 
+def _lenient(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _entries(value: object, keys: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Taints or tolerations, read leniently (the scheduler's business, not a reason to refuse
+    an object): string fields of the first :data:`MAX_TAINTS` entries that are objects."""
+    out = []
+    for entry in value[:MAX_TAINTS] if isinstance(value, list) else []:
+        if isinstance(entry, Mapping):
+            out.append(tuple(v if isinstance(v := entry.get(k), str) else "" for k in keys))
+    return out
+
+
 def read_pod(obj: object, path: str = "Pod") -> PodObject:
     """The Pod fields the core reads, checked and typed; :class:`InvalidObject` names the first
     wrong one. Objects from the API server always pass; what a door receives may not."""
@@ -213,6 +228,9 @@ def read_pod(obj: object, path: str = "Pod") -> PodObject:
         start_time=_str(status.get("startTime")),
         conditions=tuple(conditions),
         resource_claims=_pod_claims(spec.get("resourceClaims"), f"{path}.spec.resourceClaims"),
+        tolerations=tuple(
+            Toleration(*e) for e in _entries(spec.get("tolerations"), ("key", "operator", "value", "effect"))
+        ),
     )
 
 
@@ -237,6 +255,9 @@ def read_node(obj: object, path: str = "Node") -> NodeObject:
         capacity=dict(status.get("capacity") or {}),
         allocatable=dict(status.get("allocatable") or {}),
         addresses=tuple(addresses),
+        taints=tuple(
+            Taint(*e) for e in _entries(_lenient(node.get("spec")).get("taints"), ("key", "value", "effect"))
+        ),
     )
 
 

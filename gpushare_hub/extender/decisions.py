@@ -22,8 +22,9 @@ from gpushare_hub.core import (
     demand_from_pod,
     make_policy,
 )
+from gpushare_hub.core.objects import Taint
 from gpushare_hub.core.policy import POLICIES
-from gpushare_hub.core.queue import WaitingLine, takes_their_turn, units_of
+from gpushare_hub.core.queue import Waiter, WaitingLine, takes_their_turn, units_of
 from gpushare_hub.core.verdict import explain
 
 from .wire import ExtenderArgs
@@ -55,6 +56,7 @@ class Decisions:
         self._placers: dict[str, Placer] = {}
         self.line = WaitingLine()  # spawns served in the order they were made
         self.node_labels: dict[str, Mapping[str, str]] = {}  # where a waiting spawn's selector may run
+        self.node_taints: dict[str, tuple[Taint, ...]] = {}  # and which nodes its tolerations allow
 
     def placer(self, policy: str | None = None) -> Placer:
         name = policy or self.default_policy
@@ -111,6 +113,9 @@ class Decisions:
     def _fits(self, demand: Demand, node: str) -> bool:
         return isinstance(self.placer(demand.policy).placement_on(demand, node), Placement)
 
+    def _may_use(self, w: Waiter, node: str) -> bool:
+        return w.may_use(node, self.node_labels.get(node) or {}, self.node_taints.get(node, ()))
+
     def _their_turn(self, demand: Demand, created: str, passed: list[str]) -> bool:
         """Whether taking room on ``passed`` now would leave too little for older spawns that wait
         there and fit there now."""
@@ -120,8 +125,7 @@ class Decisions:
         theirs = []
         for w in self.line.older(demand.key, created):
             need = units_of(w.demand)
-            labels = self.node_labels.get
-            if need and any(w.may_use(n, labels(n) or {}) and self._fits(w.demand, n) for n in passed):
+            if need and any(self._may_use(w, n) and self._fits(w.demand, n) for n in passed):
                 theirs.append(need)
         if not theirs:
             return False

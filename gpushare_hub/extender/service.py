@@ -273,13 +273,16 @@ class ExtenderService:
                 demand,
                 selector=obj.node_selector,
                 gpu_only=waits_for_gpu_only(said, resources),
+                tolerations=obj.tolerations,
             )
 
     def _track_labels(self, etype: str, obj: NodeObject) -> None:
         if etype == "DELETED":
             self.decisions.node_labels.pop(obj.name, None)
+            self.decisions.node_taints.pop(obj.name, None)
         else:
             self.decisions.node_labels[obj.name] = dict(obj.labels)
+            self.decisions.node_taints[obj.name] = obj.taints
 
     def _forget_reported(self, etype: str, obj: PodObject | ClaimObject) -> None:
         """A pod or ResourceClaim gone: what was reported of it may be reported again."""

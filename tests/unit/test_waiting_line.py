@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpushare_hub.core import Demand, Ledger, Placer
+from gpushare_hub.core.objects import Taint, Toleration
 from gpushare_hub.core.queue import CONSIDERED, Waiter, WaitingLine, takes_their_turn, waits_for_gpu_only
 from gpushare_hub.extender.decisions import Decisions
 from tests.objects import read_nodes, read_pod, read_pods
@@ -136,6 +137,12 @@ def test_only_a_spawn_short_of_gpu_memory_alone_holds_its_place_before_the_exten
         "incoming pod, 3 Preemption is not helpful for scheduling."
     )
     assert waits_for_gpu_only(said, ours)
+    # nodes it may not use for a taint, or cordoned ones: the line checks those itself
+    assert waits_for_gpu_only(
+        "0/3 nodes are available: 1 Insufficient aliyun.com/gpu-mem, 1 node(s) had untolerated taint "
+        "{nvidia.com/gpu: present}, 1 node(s) were unschedulable. preemption: ...",
+        ours,
+    )
     # kube-scheduler 1.35's words, as the cluster tier saw them
     assert waits_for_gpu_only(
         "0/41 nodes are available: 1 Insufficient aliyun.com/gpu-mem, 40 node(s) didn't match Pod's "
@@ -145,10 +152,49 @@ def test_only_a_spawn_short_of_gpu_memory_alone_holds_its_place_before_the_exten
     )
     for other in (
         "0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector.",
-        "0/2 nodes are available: 1 Insufficient aliyun.com/gpu-mem, 1 node(s) had untolerated taint {x: y}.",
+        "0/2 nodes are available: 1 Insufficient aliyun.com/gpu-mem, 1 node(s) had volume node affinity "
+        "conflict.",
         "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector.",
         "",
         "nodes are available: lots",
         "0/1 nodes are available: 1 Insufficient aliyun.com/gpu-mem" + ", 1 x" * 10_000,
     ):
         assert not waits_for_gpu_only(other, ours), other
+
+
+def test_a_spawn_holds_no_place_on_a_node_whose_taints_it_does_not_tolerate():
+    gpu = (Taint("nvidia.com/gpu", "present", "NoSchedule"),)
+    soft = (Taint("spot", "", "PreferNoSchedule"),)
+    plain = Waiter("jhub/jon", "t1", Demand("jhub/jon", 5, 1), None, {}, gpu_only=True)
+    assert plain.may_use("n", {}, soft) and not plain.may_use("n", {}, gpu)
+    for toleration in (
+        Toleration("nvidia.com/gpu", "Exists", "", ""),
+        Toleration("nvidia.com/gpu", "Equal", "present", "NoSchedule"),
+        Toleration("nvidia.com/gpu", "", "present", ""),
+        Toleration("", "Exists", "", ""),
+    ):
+        w = Waiter("jhub/jon", "t1", Demand("jhub/jon", 5, 1), None, {}, True, (toleration,))
+        assert w.may_use("n", {}, gpu), toleration
+    for toleration in (
+        Toleration("nvidia.com/gpu", "Equal", "absent", ""),
+        Toleration("nvidia.com/gpu", "Exists", "", "NoExecute"),
+        Toleration("other", "Exists", "", ""),
+    ):
+        w = Waiter("jhub/jon", "t1", Demand("jhub/jon", 5, 1), None, {}, True, (toleration,))
+        assert not w.may_use("n", {}, gpu), toleration
+
+
+def test_taints_and_tolerations_are_read_leniently_and_bounded():
+    node = node_obj("gpu-1", 1)
+    node["spec"] = {
+        "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}, 7, {"key": 3}]
+    }
+    assert read_nodes([node])[0].taints == (
+        Taint("nvidia.com/gpu", "present", "NoSchedule"),
+        Taint("", "", ""),
+    )
+    pod = pod_obj("p", 5)
+    pod["spec"]["tolerations"] = [{"operator": "Exists"}] * 1000
+    assert len(read_pod(pod).tolerations) == 64
+    pod["spec"]["tolerations"] = "junk"
+    assert read_pod(pod).tolerations == ()
