@@ -43,6 +43,13 @@ def dra_problem(s: Slice) -> str | None:
             f"slice {s.slug!r} requires isolation {s.isolation!r}: the DRA path's claim templates "
             f"do not select on isolation yet ({fix})"
         )
+    if s.compute_share is not None:
+        return (
+            f"slice {s.slug!r} sets compute_share {s.compute_share}%: on the DRA path a claim's MPS "
+            "share follows its memory (the plugin cannot tell which catalogue entry a claim came "
+            "from), so the form would promise a share the pod does not get (remove compute_share "
+            "from it, or offer it with allocation = 'device-plugin')"
+        )
     return None
 
 

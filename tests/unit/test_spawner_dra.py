@@ -107,9 +107,11 @@ async def test_a_whole_card_in_a_dra_catalogue_stops_the_hub_naming_the_entry_an
     [
         ({"cards": 2, "gib": 5}, "asks 2 cards"),
         ({"gib": 5, "isolation": "mps"}, "requires isolation 'mps'"),
+        # The form would say 10 % where the pod gets its memory's share (issue 47: 34 %).
+        ({"gib": 5, "compute_share": 10}, r"slice 'odd' sets compute_share 10%.*follows its memory"),
     ],
 )
-def test_multi_card_and_isolation_slices_are_refused_too(extra, words):
+def test_multi_card_isolation_and_compute_share_slices_are_refused_too(extra, words):
     c = Config()
     c.GPUShareSpawner.slices = [{"slug": "odd", "display_name": "odd", "models": ["Tesla-T4"], **extra}]
     c.GPUShareSpawner.allocation = "dra"
