@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,3 +41,26 @@ def no_kubeconfig(monkeypatch: Any) -> Callable[..., None]:
     patched: Callable[..., None] = lambda **kw: None  # noqa: E731
     monkeypatch.setattr("kubespawner.spawner.load_config", patched)
     return patched
+
+
+class Reflector:
+    """KubeSpawner's pod reflector as GPUShareSpawner reads it: ``pods`` by ``namespace/name``."""
+
+    def __init__(self, *pods: dict[str, Any]) -> None:
+        self.pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+
+
+class HeldStart:
+    """Stands in for KubeSpawner's ``_start`` (creating the pod and waiting for Running): it
+    waits an hour, and says when it was cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self) -> tuple[str, int]:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return ("10.0.0.1", 8888)

@@ -20,7 +20,7 @@ from gpushare_hub.core import Demand, Ledger, Placer, demand_from_pod
 from gpushare_hub.core.catalogue import CatalogueError
 from gpushare_hub.spawner import SpawnRefused
 from tests.objects import read_nodes, read_pod, read_pods
-from tests.support.spawners import mock_spawner, no_kubeconfig
+from tests.support.spawners import HeldStart, Reflector, mock_spawner, no_kubeconfig
 
 from .helpers import node_obj
 
@@ -296,11 +296,6 @@ async def test_state_keeps_the_slice(make):
     assert again.gpushare_slice is None and "gpushare_slice" not in again.get_state()
 
 
-class Reflector:
-    def __init__(self, *pods: dict[str, Any]) -> None:
-        self.pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
-
-
 async def test_progress_message_and_early_failure_come_from_the_ledger(make, monkeypatch):
     ledger = ledger_with(12, 12)
     sp = make(ledger=ledger, never_fits_check_interval=0.01)
@@ -333,17 +328,9 @@ async def test_start_fails_early_when_the_pod_can_never_fit(make, monkeypatch):
     pod["metadata"]["namespace"] = sp.namespace
     reflector = Reflector(pod)
     monkeypatch.setattr(GPUShareSpawner, "pod_reflector", property(lambda self: reflector))
-    cancelled = asyncio.Event()
-
-    async def kubespawner_start() -> tuple[str, int]:  # stands in for creating the pod and waiting
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return ("10.0.0.1", 8888)
-
-    monkeypatch.setattr(sp, "_start", kubespawner_start)
+    held = HeldStart()  # stands in for creating the pod and waiting
+    cancelled = held.cancelled
+    monkeypatch.setattr(sp, "_start", held)
     future = sp.start()
     await asyncio.sleep(0.05)
     assert not future.done()  # placeable: it waits

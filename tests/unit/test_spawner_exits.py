@@ -15,7 +15,7 @@ import pytest
 
 from gpushare_hub import GPUShareSpawner
 from gpushare_hub.spawner.exits import NotebookExited, later_events, notebook_exit
-from tests.support.spawners import mock_spawner, no_kubeconfig
+from tests.support.spawners import HeldStart, Reflector, mock_spawner, no_kubeconfig
 
 SLICES = [{"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]}]
 
@@ -104,11 +104,6 @@ def test_later_events_are_shown_once_each():
 
 
 # ---- the spawn -------------------------------------------------------------------------------
-class Reflector:
-    def __init__(self, *pods: dict[str, Any]) -> None:
-        self.pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
-
-
 @pytest.fixture
 async def spawner(monkeypatch):
     no_kubeconfig(monkeypatch)
@@ -116,18 +111,9 @@ async def spawner(monkeypatch):
     sp.namespace, sp.pod_name = "hub", "jupyter-frank"
     reflector = Reflector()
     monkeypatch.setattr(GPUShareSpawner, "pod_reflector", property(lambda self: reflector))
-    cancelled = asyncio.Event()
-
-    async def kubespawner_start() -> tuple[str, int]:  # waits for Running, as KubeSpawner does
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return ("10.0.0.1", 8888)
-
-    monkeypatch.setattr(sp, "_start", kubespawner_start)
-    return sp, reflector, cancelled
+    held = HeldStart()  # waits for Running, as KubeSpawner does
+    monkeypatch.setattr(sp, "_start", held)
+    return sp, reflector, held.cancelled
 
 
 async def test_a_pod_failed_before_it_was_seen_running_ends_the_spawn_with_its_reason(spawner):
