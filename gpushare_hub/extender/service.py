@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gpushare_hub.core import (
     DEFAULT_NAMES,
-    GPUShareError,
     Ignored,
     IgnoredRecord,
     Ledger,
@@ -33,7 +32,6 @@ from gpushare_hub.core.names import (
     MPS_MISMATCH_REASON,
     NODE_UNREADABLE_REASON,
 )
-from gpushare_hub.core.queue import waits_for_gpu_only
 from gpushare_hub.kube import LedgerInformer
 
 from .binding import Binder, BindResult
@@ -42,6 +40,7 @@ from .decisions import Decisions
 from .dratemplates import ClaimTemplates
 from .kube import Kube
 from .leader import LeaseElector
+from .line import LineKeeper
 from .wire import BindingArgs
 
 log = logging.getLogger("gpushare.extender")
@@ -135,8 +134,9 @@ class ExtenderService:
         self.informer.on_unreadable(self._report_unreadable)
         self.informer.on_ignored(self._report_ignored)
         self.informer.on_pod(self._forget_reported)
-        self.informer.on_pod(self._track_line)
-        self.informer.on_node(self._track_labels)
+        keeper = LineKeeper(self.decisions, scheduler_name)
+        self.informer.on_pod(keeper.on_pod)
+        self.informer.on_node(keeper.on_node)
         self.informer.on_claim(self._forget_reported)
         self.binder: Binder | None = None
         if kube is not None:
@@ -243,46 +243,6 @@ class ExtenderService:
             )
             self._events.add(task)
             task.add_done_callback(self._events.discard)
-
-    def _track_line(self, etype: str, obj: PodObject) -> None:
-        """The line of waiting spawns (:class:`~gpushare_hub.core.queue.WaitingLine`): a pod of our
-        scheduler waiting with a GPU demand joins it; once bound (by anyone) or gone, it leaves."""
-        line = self.decisions.line
-        waiting = (
-            etype != "DELETED"
-            and not obj.node_name
-            and not obj.deletion_timestamp
-            and obj.phase in ("", "Pending")
-            and obj.scheduler_name == self.scheduler_name
-        )
-        if not waiting:
-            line.drop(obj.key)
-            return
-        try:
-            demand = self.decisions.demand(obj)
-        except GPUShareError:
-            return
-        if demand is not None:
-            said = next(
-                (c.message for c in obj.conditions if c.type == "PodScheduled" and c.status == "False"), ""
-            )
-            resources = (self.names.memory, self.names.count)
-            line.seen(
-                obj.key,
-                obj.creation_timestamp,
-                demand,
-                selector=obj.node_selector,
-                gpu_only=waits_for_gpu_only(said, resources),
-                tolerations=obj.tolerations,
-            )
-
-    def _track_labels(self, etype: str, obj: NodeObject) -> None:
-        if etype == "DELETED":
-            self.decisions.node_labels.pop(obj.name, None)
-            self.decisions.node_taints.pop(obj.name, None)
-        else:
-            self.decisions.node_labels[obj.name] = dict(obj.labels)
-            self.decisions.node_taints[obj.name] = obj.taints
 
     def _forget_reported(self, etype: str, obj: PodObject | ClaimObject) -> None:
         """A pod or ResourceClaim gone: what was reported of it may be reported again."""
