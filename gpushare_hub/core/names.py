@@ -111,6 +111,9 @@ CARD_UUIDS_ENV = "GPUSHARE_CARD_UUIDS"
 # (/dev/shm is the pod's, and on MPS nodes every container's on the card).
 # The hook spells it again.
 LEDGER_DIR_ENV = "GPUSHARE_LEDGER_DIR"
+# A simulated node (the demo and the tests): the folder of the fake GPU framework's claims, shared
+# by the node's processes (gpushare_hub/demo/fakegpu), where hibernation's simulated driver works.
+SIM_USAGE_DIR_ENV = "GPUSHARE_SIM_USAGE_DIR"
 CONTAINER_LEDGER_DIR = "/tmp/gpushare-hub-ledger"
 
 # --- On events -----------------------------------------------------------------------------

@@ -49,6 +49,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 from ..core.demand import demand_from_pod
 from ..core.errors import GPUShareError
+from ..core.names import SIM_USAGE_DIR_ENV
 from ..core.objects import pod_key
 from ..core.resources import DEFAULT_NAMES
 from ..core.shapes import read_pod
@@ -151,7 +152,7 @@ def stop_recorded(state_dir: Path) -> None:
 def sim_usage_env(claims_dir: Path, pod_uid: str) -> dict[str, str]:
     """What a GPU container on a simulated node gets so that the fake torch claims its memory where
     the node's device plugin reads it (``--usage-claims-dir``)."""
-    return {"GPUSHARE_SIM_USAGE_DIR": str(claims_dir), "GPUSHARE_SIM_POD_UID": pod_uid}
+    return {SIM_USAGE_DIR_ENV: str(claims_dir), "GPUSHARE_SIM_POD_UID": pod_uid}
 
 
 @dataclass(frozen=True)

@@ -26,20 +26,29 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def server_processes(env: Mapping[str, str]) -> list[tuple[int, int, str]]:
-    """The container's GPU processes as its ledger has them: (pid, bytes held, what), largest
-    first; empty without a ledger, or when it cannot be read."""
-    folder = env.get(LEDGER_DIR_ENV, "").strip()
-    if not folder:
-        return []
-    try:
-        module = sys.modules.get(LEDGER_MODULE)
-        if module is None:
+def ledger_module() -> Any:
+    """The start-up hook's ledger module (loaded from the hook's folder once), or None."""
+    module = sys.modules.get(LEDGER_MODULE)
+    if module is None:
+        try:
             spec = importlib.util.spec_from_file_location(LEDGER_MODULE, HOOK_DIR / f"{LEDGER_MODULE}.py")
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-            sys.modules[LEDGER_MODULE] = module
+        except Exception:
+            return None
+        sys.modules[LEDGER_MODULE] = module
+    return module
+
+
+def server_processes(env: Mapping[str, str]) -> list[tuple[int, int, str]]:
+    """The container's GPU processes as its ledger has them: (pid, bytes held, what), largest
+    first; empty without a ledger, or when it cannot be read."""
+    folder = env.get(LEDGER_DIR_ENV, "").strip()
+    module = ledger_module()
+    if not folder or module is None:
+        return []
+    try:
         found: list[tuple[int, int, str]] = module.read_others(folder, 0)
     except Exception:  # the ledger is the user's to break: the status bar still answers
         return []

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpushare_hub.core.digits import ascii_int
-from gpushare_hub.core.names import CARD_UUIDS_ENV, LEDGER_DIR_ENV
+from gpushare_hub.core.names import CARD_UUIDS_ENV, LEDGER_DIR_ENV, SIM_USAGE_DIR_ENV
 
 # Environment variables that frameworks other than PyTorch read as their cap (set by Allocate).
 FRAMEWORK_CAPS = (
@@ -94,7 +94,7 @@ def read_slice(env: Mapping[str, str], hook_loaded: bool | None = None) -> Slice
         mps_limit=env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") or None,
         hook_on_path=hook_loaded,
         framework_caps=caps,
-        simulated=bool(env.get("GPUSHARE_SIM_USAGE_DIR")),
+        simulated=bool(env.get(SIM_USAGE_DIR_ENV)),
         ledger=bool(env.get(LEDGER_DIR_ENV, "").strip()),
     )
 

@@ -152,9 +152,15 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     base = serverapp.web_app.settings["base_url"]
     serverapp.web_app.settings[HUB_SETTING] = HubMe()
+    hibernation: list[tuple[str, type]] = []
+    if current().has_gpu:
+        from .wakeonrun import install
+
+        hibernation = install(serverapp, base)
     serverapp.web_app.add_handlers(
         ".*$",
         [
+            *hibernation,
             (url_path_join(base, PATH), SliceHandler),
             (url_path_join(base, PATH, "api"), SliceApiHandler),
             (url_path_join(base, PATH, "api", "status"), StatusApiHandler),

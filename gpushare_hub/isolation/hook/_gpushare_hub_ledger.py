@@ -9,7 +9,9 @@ container has its own ``/tmp``; ``/dev/shm`` is the pod's, and on MPS nodes the 
 what it holds, and its cap is the slice less what the others hold,
 set again every :data:`INTERVAL` seconds while it runs. A process that ended frees its share: its
 file names its pid and the kernel's start time of that pid, and a file whose process is gone (or
-whose pid another process now has) is ignored and removed.
+whose pid another process now has) is ignored and removed. A process that the notebook server
+hibernated (CUDA's process checkpoint: its GPU memory moved into host memory) has a
+``<pid>.hibernated`` file beside its entry and counts as holding nothing until it is woken.
 
 This holds among processes that run the hook unchanged. The user's own code can write these files
 or lift its own cap: the cooperative tier never held against that, and the device plugin's
@@ -44,6 +46,7 @@ MAX_BYTES = 4096
 MAX_WHAT = 80
 DEBUG_VAR = "GPUSHARE_HOOK_DEBUG"
 ENTRY_MODE = 0o644  # the other users' processes read it; only its owner writes it
+HIBERNATED = ".hibernated"  # beside ``<pid>.json``: the process's GPU memory is in host memory
 
 
 def _debug(message: str) -> None:
@@ -132,11 +135,74 @@ def read_others(path: str, own: int, proc: str = "/proc") -> list[Entry]:
             continue
         started, held, what = entry
         if start_time(pid, proc) != started:  # the process ended: its share comes back
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(path, name))
+            for stale in (name, f"{pid}{HIBERNATED}"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(path, stale))
             continue
+        if hibernated_since(path, pid, started) is not None:  # its memory is in host memory
+            held, what = 0, f"{what} (hibernated)"[:MAX_WHAT]
         found.append((pid, held, what))
     return found
+
+
+def _marker(raw: bytes, pid: int, start: str) -> tuple[int, int] | None:
+    """(since, bytes held when hibernated) of a marker's text for that process, or None."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("pid") != pid or doc.get("start") != start:
+        return None
+    since, held = doc.get("since"), doc.get("held")
+    if (
+        not isinstance(since, int)
+        or not isinstance(held, int)
+        or isinstance(since, bool)
+        or isinstance(held, bool)
+    ):
+        return None
+    return (since, held) if since >= 0 and held >= 0 else None
+
+
+def hibernation(path: str, pid: int, start: str) -> tuple[int, int] | None:
+    """(since, bytes held) where the process ``pid`` started at ``start`` is hibernated: the
+    notebook server moved its GPU memory into host memory and wrote ``<pid>.hibernated``; None
+    while it is awake."""
+    try:
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+        fd = os.open(os.path.join(path, f"{pid}{HIBERNATED}"), flags)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError:
+        return None
+    return _marker(raw, pid, start) if len(raw) <= MAX_BYTES else None
+
+
+def hibernated_since(path: str, pid: int, start: str) -> int | None:
+    found = hibernation(path, pid, start)
+    return found[0] if found is not None else None
+
+
+def mark_hibernated(path: str, pid: int, start: str, held: int, since: int) -> None:
+    """Say that process ``pid`` is hibernated, holding ``held`` bytes in host memory: the ledger
+    counts it at 0 (raises OSError when the folder cannot be written)."""
+    doc = {"pid": pid, "start": start, "held": int(held), "since": int(since)}
+    tmp = os.path.join(path, _tmp_name(pid))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), ENTRY_MODE)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(doc))
+        os.replace(tmp, os.path.join(path, f"{pid}{HIBERNATED}"))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def unmark_hibernated(path: str, pid: int) -> None:
+    """The process is awake again: the ledger counts what it holds."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(path, f"{pid}{HIBERNATED}"))
 
 
 class Ledger:
