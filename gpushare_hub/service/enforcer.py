@@ -49,7 +49,7 @@ class Case:
     servers: tuple[str, ...]
     pods: tuple[tuple[str, str], ...]  # (namespace, pod)
     phase: str  # WARN or DUE
-    action: str  # NOTIFY, STOP or PARK
+    action: str  # NOTIFY, STOP or PARK (never HIBERNATE: the notebook hibernates, see idlepolicy)
     words: str  # what the user reads now (the event's message)
     numbers: str  # the log line's figures: who, what, how much, which rule
     done: frozenset[str]  # WARNED, NOTIFIED, RETURNED: what was done in this phase's episode

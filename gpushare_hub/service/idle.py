@@ -3,9 +3,15 @@
 The device plugin publishes since when each pod has been idle on its card (``idleSince``, see
 :mod:`gpushare_hub.isolation.usage`); each :class:`~gpushare_hub.service.held.HeldSlice`
 carries it as ``idle_since``. Here an :class:`IdleRule` (the service's settings) turns that into an
-:class:`IdleState` per slice: the action that applies (``notify``, ``stop`` or ``park``), the
-deadline, and the words the user reads. Nothing here acts: the service does
+:class:`IdleState` per slice: the action that applies (``notify``, ``hibernate``, ``stop`` or
+``park``), the deadline, and the words the user reads. Nothing here acts: the service does
 (:mod:`gpushare_hub.service.idlepolicy` and :mod:`gpushare_hub.service.enforcer`).
+
+``hibernate`` is not the service's to do: the notebook server's extension checkpoints each kernel
+that ran nothing for ``return_after`` seconds (its GPU memory copied to the pod's host memory,
+the card's memory given back) and restores it when the next cell runs. The service only tells it
+so (``hibernate_after`` on each allocation of ``api/v1/me``, :meth:`IdleRule.hibernate_after`),
+and never warns about, stops or parks such a slice.
 
 An *idle stretch* is one run of idleness of one server's pod, named by the pod's card
 assignment time (``since``) and the idle clock's start: any GPU work ends it, and Keep
@@ -27,9 +33,10 @@ from .held import HeldSlice
 from .hubservers import rfc3339
 
 NONE = "none"  # an idle slice of these users or slices is left alone
-ACTIONS = (NONE, NOTIFY, STOP, PARK)
+HIBERNATE = "hibernate"  # the notebook hibernates its idle kernels; the server keeps running
+ACTIONS = (NONE, NOTIFY, HIBERNATE, STOP, PARK)
 # Where a user's groups ask different actions, the mildest applies: a group is a grant.
-MILDNESS = {NONE: 0, NOTIFY: 1, PARK: 2, STOP: 3}
+MILDNESS = {NONE: 0, NOTIFY: 1, HIBERNATE: 2, PARK: 3, STOP: 4}
 
 # Phases of a slice idle on the GPU.
 IDLE, WARNING, DUE = "idle", "warning", "due"
@@ -59,6 +66,12 @@ class IdleRule:
         asked = [self.per_group[g] for g in groups if g in self.per_group]
         return min(asked, key=MILDNESS.__getitem__) if asked else self.action
 
+    def hibernate_after(self, groups: Iterable[str], slice_slug: str) -> int | None:
+        """Seconds a kernel may run nothing before the notebook hibernates it, where the action
+        for ``groups`` and ``slice_slug`` is ``hibernate``; else None (``api/v1/me``'s
+        ``hibernate_after``)."""
+        return self.return_after if self.action_for(groups, slice_slug) == HIBERNATE else None
+
 
 @dataclass(frozen=True)
 class IdleState:
@@ -76,6 +89,7 @@ class IdleState:
     stretch: str  # names this idle stretch (see the module docstring)
     kept_until: int | None  # set once Keep was pressed for this stretch
     phase: str
+    return_after: int  # the rule's: seconds idle before the action (hibernate: per kernel)
 
     @property
     def can_keep(self) -> bool:
@@ -89,6 +103,13 @@ class IdleState:
             return (
                 f"your GPU slice has been idle for {idle}: nothing has run on it and it holds no "
                 "data. Stop your server when you are done, so that someone else can use the card."
+            )
+        if self.action == HIBERNATE:
+            return (
+                f"your GPU slice has been idle for {idle}. A kernel that runs nothing for "
+                f"{duration_words(self.return_after)} hibernates: its GPU memory goes back to the "
+                "card, and the next cell you run wakes it with every variable intact. Your server "
+                "keeps running."
             )
         what = (
             "your server restarts without a GPU (your files and image stay)"
@@ -123,7 +144,8 @@ def idle_states(
 ) -> list[IdleState]:
     """Each hub user's slice idle on the GPU (``idle_since`` set), with its action and phase.
     ``keeps``: (user, server, stretch) -> until, for the stretches Keep put off. Slices of no hub
-    user, and those of exempt groups or with action ``none``, are left out."""
+    user, and those of exempt groups or with action ``none``, are left out. A ``hibernate``
+    slice is never in the warning phase: nobody is warned of what only hibernates kernels."""
     out = []
     for a in slices:
         user, since = a.user, a.idle_since
@@ -140,7 +162,8 @@ def idle_states(
         deadline = min(since, now) + rule.return_after
         if kept is not None:
             deadline = max(deadline, kept)
-        phase = DUE if now >= deadline else WARNING if now >= deadline - rule.warn_before else IDLE
+        warns = action != HIBERNATE and now >= deadline - rule.warn_before
+        phase = DUE if now >= deadline else WARNING if warns else IDLE
         out.append(
             IdleState(
                 user=user,
@@ -155,6 +178,7 @@ def idle_states(
                 stretch=stretch,
                 kept_until=kept,
                 phase=phase,
+                return_after=rule.return_after,
             )
         )
     return out

@@ -12,6 +12,8 @@ cases, once per idle stretch (the book remembers across restarts what was done):
   restarts it on the CPU-only profile (``GPUShareIdleReturned``), telling the spawner what was
   returned (``gpushare_returned``) for the spawn page's note.
 
+A ``hibernate`` slice is no case at all: the notebook server's extension hibernates its idle
+kernels and the server keeps running, so there is nothing to warn about, tell or do here.
 A slice that did any work since the last reading has no idle clock at all.
 """
 
@@ -27,7 +29,7 @@ from gpushare_hub.core.names import IDLE_NOTIFIED_REASON, IDLE_RETURNED_REASON, 
 from .enforcer import DUE, NOTIFIED, RETURNED, WARN, WARNED, Case, Reasons
 from .held import HeldSlice
 from .idle import DUE as IDLE_DUE
-from .idle import NOTIFY, PARK, WARNING, IdleRule, IdleState, idle_states
+from .idle import HIBERNATE, NOTIFY, PARK, WARNING, IdleRule, IdleState, idle_states
 
 # The book's words for what was done about a stretch, and the enforcer's.
 DONE = {"warned": WARNED, "notified": NOTIFIED, "stopped": RETURNED, "parked": RETURNED}
@@ -55,6 +57,8 @@ class IdlePolicy:
     def cases(self, held: Sequence[HeldSlice], groups: Mapping[str, list[str]], now: float) -> list[Case]:
         out = []
         for s in self.states(held, groups, now):
+            if s.action == HIBERNATE:  # the notebook's to do (module docstring)
+                continue
             if s.phase == WARNING and s.action != NOTIFY:
                 phase = WARN
             elif s.phase == IDLE_DUE:

@@ -120,16 +120,25 @@ class ServiceSettings(QuotaSettings, Application):
         event on the pod and a line in the log; the user reads it in api/v1/me and the notebook's
         status bar), "stop" (the hub stops the server), "park" (the hub stops it and starts it
         again on gpu_idle_park_profile, a CPU-only profile: the user's home and image stay, only
-        the GPU goes back) or "none". The user is warned gpu_idle_warn_before seconds ahead and
-        may press Keep once per idle stretch. Never while the GPU is in use: any GPU work, or
-        holding more than the device plugin's --idle-memory-mib, ends the idle stretch.
+        the GPU goes back) or "none". Before "stop" and "park" the user is warned
+        gpu_idle_warn_before seconds ahead and may press Keep once per idle stretch. Never while
+        the GPU is in use: any GPU work, or holding more than the device plugin's
+        --idle-memory-mib, ends the idle stretch.
+
+        "hibernate" works per kernel, and not in this service: the notebook server's extension
+        (api/v1/me gives it hibernate_after) hibernates each kernel that has run nothing for
+        gpu_idle_return_after seconds: the kernel's GPU memory is copied into the pod's host
+        memory and goes back to the card, and the next cell run in it restores it with every
+        variable intact. The server keeps running; this service warns about, stops and parks
+        nothing. Give the pods room for the copies with c.GPUShareSpawner.gpu_hibernation.
         """,
     )
     gpu_idle_action_per_group = Dict(
         key_trait=Unicode(),
         value_trait=Enum(list(ACTIONS)),
         config=True,
-        help="Per hub group, the action for its members' slices; the mildest of a user's groups applies.",
+        help="""Per hub group, the action for its members' slices; the mildest of a user's groups
+        applies (none < notify < hibernate < park < stop: a group is a grant).""",
     )
     gpu_idle_action_per_slice = Dict(
         key_trait=Unicode(),
@@ -140,19 +149,21 @@ class ServiceSettings(QuotaSettings, Application):
     gpu_idle_exempt_groups = List(
         Unicode(),
         config=True,
-        help="Hub groups whose members' slices are never warned about, stopped or parked.",
+        help="Hub groups whose members' slices are never warned about, hibernated, stopped or parked.",
     )
     gpu_idle_return_after = Integer(
         7200,
         min=1,
         config=True,
-        help="Seconds a slice may stay idle on the GPU before gpu_idle_action is taken.",
+        help="""Seconds a slice may stay idle on the GPU before gpu_idle_action is taken; with
+        "hibernate", seconds a kernel may run nothing before the notebook server hibernates it.""",
     )
     gpu_idle_warn_before = Integer(
         600,
         min=0,
         config=True,
-        help="Seconds before the action that the user is warned (api/v1/me, status bar, event).",
+        help="""Seconds before "stop" or "park" that the user is warned (api/v1/me, status bar,
+        event).""",
     )
     gpu_idle_keep_seconds = Integer(
         3600,

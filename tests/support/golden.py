@@ -188,8 +188,9 @@ class GoldenService:
         self.releases = ReleaseHistory(started=MONOTONIC - 7200, min_span=600)
 
 
-def me_document_golden() -> dict[str, Any]:
-    """``api/v1/me`` for alice, made by the service's own code on :func:`golden_cluster`."""
+def me_document_golden(idle_rule: IdleRule = IDLE_RULE) -> dict[str, Any]:
+    """``api/v1/me`` for alice, made by the service's own code on :func:`golden_cluster`
+    (``idle_rule``: another idle rule's document, for the tests of that rule)."""
     cluster = Cluster(lambda: service_informer(None, DEFAULT_NAMES), DEFAULT_NAMES, 30.0, {NAMESPACE})
     informer = cluster._subscribed()  # what SharedLedger starts; fed by hand below (no API server)
     nodes, pods = golden_cluster()
@@ -199,7 +200,7 @@ def me_document_golden() -> dict[str, Any]:
         informer.apply("pods", "ADDED", pod)
     informer.synced = True  # as after its first list: cluster.ledger() answers
     cluster.shared.informer = informer
-    svc = GoldenService(read_catalogue(SLICES), Book(":memory:"))
+    svc = GoldenService(read_catalogue(SLICES), Book(":memory:"), idle_rule)
     try:
         for ago in (5400, 1800):  # two whole Tesla T4 cards came free in the last 2 h
             svc.releases.add(Release(MONOTONIC - ago, "Tesla-T4", 15))

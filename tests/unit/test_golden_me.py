@@ -51,6 +51,7 @@ def test_the_golden_document_carries_what_its_readers_read():
     ret = mine["idle_return"]
     assert (ret["action"], ret["phase"], ret["can_keep"], ret["kept"]) == ("park", "warning", True, False)
     assert ret["seconds_left"] == 600 and ret["words"]
+    assert "hibernate_after" in mine and mine["hibernate_after"] is None  # the golden rule parks
     [waiting] = me["pending"]
     assert waiting["server"] == "big" and waiting["ahead"] == 1 and waiting["estimate"]["words"]
     assert [s["slug"] for s in me["larger_free"]] == ["t4-7g", "t4-10g"]

@@ -1,5 +1,6 @@
 """Idle slices come back: the rule (who, what, when), the store across restarts, the loop that
-acts once per idle stretch, and Keep. The hub tier runs it against a real hub."""
+acts once per idle stretch, and Keep; and hibernate, which the notebook server does, the service
+only saying when (``hibernate_after`` in api/v1/me). The hub tier runs it against a real hub."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from gpushare_hub.accounting.records import IdleAction
 from gpushare_hub.core.names import IDLE_RETURNED_REASON, IDLE_WARNING_REASON
 from gpushare_hub.service.enforcer import Enforcer
 from gpushare_hub.service.held import HeldSlice
+from gpushare_hub.service.hubroles import returns_servers
 from gpushare_hub.service.hubservers import seconds_of
 from gpushare_hub.service.idle import (
     DUE,
+    HIBERNATE,
     IDLE,
     NONE,
     NOTIFY,
@@ -26,6 +29,7 @@ from gpushare_hub.service.idle import (
 )
 from gpushare_hub.service.idlepolicy import IdlePolicy
 from tests.support.fake_hubapi import FakeHub
+from tests.support.golden import me_document_golden
 
 NOW = 1_800_000_000
 RULE = IdleRule(action=PARK, return_after=7200, warn_before=600, keep_seconds=3600, park_profile="cpu")
@@ -185,3 +189,75 @@ def test_nothing_is_returned_while_the_slice_works(tmp_path, action):
     )
     run_ticks(r, [alloc(idle=None)], 2)
     assert hub.calls == [] and events == []
+
+
+# ---- hibernate: the notebook server hibernates idle kernels; the service only says when --------
+HIBERNATING = IdleRule(action=HIBERNATE, return_after=1800, warn_before=600)
+
+
+def test_hibernate_sits_between_notify_and_park_and_the_mildest_of_the_groups_applies():
+    rule = IdleRule(
+        action=STOP,
+        per_group={"students": STOP, "class": PARK, "lab": HIBERNATE, "thesis": NOTIFY},
+        per_slice={"t4-whole": HIBERNATE},
+        exempt_groups=("staff",),
+        return_after=1800,
+        park_profile="cpu",
+    )
+    assert rule.action_for(["students", "lab"], "t4-5g") == HIBERNATE
+    assert rule.action_for(["class", "lab"], "t4-5g") == HIBERNATE
+    assert rule.action_for(["lab", "thesis"], "t4-5g") == NOTIFY
+    assert rule.action_for(["students"], "t4-whole") == HIBERNATE  # the slice's first
+    assert rule.hibernate_after(["lab"], "t4-5g") == 1800
+    assert rule.hibernate_after(["students"], "t4-whole") == 1800
+    assert rule.hibernate_after(["class"], "t4-5g") is None
+    assert rule.hibernate_after(["staff", "lab"], "t4-whole") is None  # exempt: nothing happens
+    assert rule.hibernate_after([], "t4-5g") is None
+
+
+def test_a_hibernating_slice_is_never_warned_and_its_words_say_kernels_hibernate_and_wake():
+    [early] = idle_states([alloc(idle=1500)], {}, HIBERNATING, {}, NOW)  # in warn_before of 1800
+    [due] = idle_states([alloc(idle=9000)], {}, HIBERNATING, {}, NOW)
+    assert (early.action, early.phase, early.can_keep) == (HIBERNATE, IDLE, False)
+    assert (due.phase, due.can_keep) == (DUE, False)
+    for s in (early, due):
+        words = s.words(NOW)
+        assert "A kernel that runs nothing for 30 min hibernates" in words, words
+        assert "its GPU memory goes back to the card" in words and "every variable intact" in words
+        assert "your server keeps running" in words.lower()
+        assert "stops" not in words and "restarts" not in words and "Keep" not in words
+
+
+def test_the_service_never_warns_tells_stops_or_parks_a_hibernating_slice(tmp_path):
+    hub, clock = FakeHub(), [NOW]
+    r, events = returner(Book(tmp_path / "db.sqlite"), hub, clock, HIBERNATING)
+    run_ticks(r, [alloc(idle=1500)], 2)  # where stop or park would warn
+    clock[0] = NOW + 7200  # long past the deadline
+    assert run_ticks(r, [alloc(idle=9000)], 2) == []
+    assert hub.calls == [] and events == []
+    # Hibernation asks nothing of the hub: the service's role gets no servers scope for it.
+    assert not returns_servers({"gpu_idle_action": "hibernate"})
+    assert not returns_servers({"gpu_idle_action_per_group": {"lab": "hibernate"}})
+
+
+def test_me_gives_every_allocation_hibernate_after_from_the_rule_for_its_groups_and_slice():
+    """The contract the notebook server's extension reads: ``hibernate_after`` on every
+    allocation, the rule's seconds where the action for the caller's groups (alice: students)
+    and the allocation's slice (t4-5g) is hibernate, else null."""
+    (parked,) = me_document_golden()["allocations"]  # the golden rule parks
+    assert "hibernate_after" in parked and parked["hibernate_after"] is None
+    (mine,) = me_document_golden(HIBERNATING)["allocations"]
+    assert mine["hibernate_after"] == 1800 and isinstance(mine["hibernate_after"], int)
+    ret = mine["idle_return"]  # idle for 1 h 50 min: due, but only kernels hibernate
+    assert (ret["action"], ret["phase"], ret["can_keep"]) == (HIBERNATE, DUE, False)
+    assert "hibernates" in ret["words"] and "every variable intact" in ret["words"]
+    assert "stops" not in ret["words"] and "restarts" not in ret["words"]
+    by_group = IdleRule(action=PARK, per_group={"students": HIBERNATE}, return_after=900, park_profile="cpu")
+    (mine,) = me_document_golden(by_group)["allocations"]
+    assert mine["hibernate_after"] == 900
+    by_slice = IdleRule(action=HIBERNATE, per_slice={"t4-5g": STOP}, return_after=900)
+    (mine,) = me_document_golden(by_slice)["allocations"]
+    assert mine["hibernate_after"] is None and mine["idle_return"]["action"] == STOP
+    exempt = IdleRule(action=HIBERNATE, exempt_groups=("students",))
+    (mine,) = me_document_golden(exempt)["allocations"]
+    assert mine["hibernate_after"] is None and mine["idle_return"] is None

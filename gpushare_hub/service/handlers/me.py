@@ -21,6 +21,7 @@ from gpushare_hub.core.releases import ReleaseHistory
 
 from ..held import HeldSlice, held_slices
 from ..hubservers import HubServer, rfc3339
+from ..idle import HIBERNATE
 from ..sources import Cluster
 from ..view import availability_document, me_document
 from .base import BaseHandler, RunningService, requires
@@ -128,12 +129,17 @@ def add_idle_returns(
     now: int,
 ) -> dict[str, Any]:
     """``api/v1/me`` gains, per allocation idle on the GPU, ``idle_return`` (the action, phase,
-    deadline, the words, whether Keep may be pressed); and ``returned``: the caller's slices
-    stopped or parked in the last day, with the words and the way back. ``mine``: the
-    caller's slices; ``now``: Unix seconds."""
+    deadline, the words, whether Keep may be pressed); per allocation, ``hibernate_after``
+    (seconds a kernel may run nothing before the notebook server hibernates it, where the idle
+    action for the caller's groups and the allocation's slice is ``hibernate``; else None: the
+    notebook's extension reads it); and ``returned``: the caller's slices stopped or parked in
+    the last day, with the words and the way back. ``mine``: the caller's slices; ``now``: Unix
+    seconds."""
+    rule = svc.idle.rule
     states = {(st.server, st.pod): st for st in svc.idle.states(mine, {name: groups}, now)}
     over = {(o.slice.namespace, o.slice.pod): o for o in svc.over.states(mine, now)}
     for a in doc["allocations"]:
+        a["hibernate_after"] = rule.hibernate_after(groups, str(a.get("slice") or ""))
         st = states.get((a["server"], a["pod"]))
         a["idle_return"] = st.to_json(now) if st is not None else None
         o = over.get((a["namespace"], a["pod"]))
@@ -189,6 +195,12 @@ class KeepHandler(BaseHandler):
                 "already resets the idle clock)",
             )
         st = states[0]
+        if st.action == HIBERNATE:
+            raise web.HTTPError(
+                409,
+                f"the idle rule for {which} only hibernates idle kernels, and the next cell wakes "
+                "them with every variable intact: nothing will be returned",
+            )
         if not st.can_keep and st.kept_until is None:
             raise web.HTTPError(409, f"the idle rule for {which} only notifies: nothing will be returned")
         until = max(st.deadline, now + svc.idle_rule.keep_seconds)
