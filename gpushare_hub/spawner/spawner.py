@@ -2,14 +2,16 @@
 
 The glue between JupyterHub/KubeSpawner and the pure modules beside it:
 :mod:`gpushare_hub.core.catalogue` (what is offered), :mod:`.options` (what a request may
-ask), :mod:`gpushare_hub.core.availability` (what fits now), :mod:`.pod` (the manifest edits)
-and :mod:`.progress` (what a waiting user reads).
+ask), :mod:`gpushare_hub.core.availability` (what fits now), :mod:`.pod` (the manifest edits),
+:mod:`.hibernation` (room for hibernating kernels' copies) and :mod:`.progress` (what a waiting
+user reads).
 
 The class is joined from rooms, one mixin each (:mod:`.room` says how): :mod:`.settings` (the
 catalogue's settings), :mod:`.ledgerview` (the ledger and the reflector's pods),
 :mod:`.budgets` (quotas and GiB·h budgets), :mod:`.form` (the spawn form), :mod:`.request`
 (``load_user_options``), :mod:`.manifest` (the pod) and :mod:`.starting` (start and progress).
-Here: the catalogue checked at construction and in a hub's config, and the hub's state.
+Here: the catalogue (and, with ``gpu_hibernation``, the profiles' memory limits) checked at
+construction and in a hub's config, and the hub's state.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
 
 from .dra import ALLOCATIONS, DEVICE_PLUGIN, DRA, check_dra_catalogue
+from .hibernation import BASE_DEFAULT, BASE_TRAIT, check_hibernation, read_bytes
 from .manifest import SliceManifest
 from .refused import SpawnRefused
 from .request import SpawnRequest
@@ -45,9 +48,13 @@ class GPUShareSpawner(SpawnStart, SpawnRequest, SliceManifest, KubeSpawner):  # 
         super().__init__(*args, **kwargs)
         profiles = self.profile_list
         if not callable(profiles):
-            catalogue = read_catalogue(self.slices, self._sorted_dict_values(profiles), self.resource_names)
+            listed = self._sorted_dict_values(profiles)
+            catalogue = read_catalogue(self.slices, listed, self.resource_names)
             if self.allocation == DRA:
                 check_dra_catalogue(catalogue)
+            if self.gpu_hibernation:
+                base = self.gpu_hibernation_base_memory
+                check_hibernation(catalogue, listed, self.mem_limit or None, base, self.resource_names)
 
     @classmethod
     def check_config(cls, config: Any) -> Catalogue:
@@ -69,6 +76,10 @@ class GPUShareSpawner(SpawnStart, SpawnRequest, SliceManifest, KubeSpawner):  # 
             )
         if allocation == DRA:
             check_dra_catalogue(catalogue)
+        if section.get("gpu_hibernation", False) and not callable(profiles):
+            base = read_bytes(section.get(BASE_TRAIT, BASE_DEFAULT), f"c.GPUShareSpawner.{BASE_TRAIT}") or 0
+            limit = read_bytes(_configured(config, "mem_limit"), "c.GPUShareSpawner.mem_limit")
+            check_hibernation(catalogue, profiles, limit or None, base)
         return catalogue
 
     # ---- state --------------------------------------------------------------------------
@@ -88,3 +99,12 @@ class GPUShareSpawner(SpawnStart, SpawnRequest, SliceManifest, KubeSpawner):  # 
     def clear_state(self) -> None:
         super().clear_state()
         self.gpushare_slice, self.gpushare_gib = None, 0
+
+
+def _configured(config: Any, name: str) -> Any:
+    """A spawner setting as traitlets gives it to GPUShareSpawner: its own section's, else
+    KubeSpawner's, else Spawner's (None: not set)."""
+    for cls in ("GPUShareSpawner", "KubeSpawner", "Spawner"):
+        if cls in config and name in config[cls]:
+            return config[cls][name]
+    return None
