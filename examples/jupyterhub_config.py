@@ -126,6 +126,11 @@ c.GPUShareService.gpu_idle_return_after = 2 * 3600
 c.GPUShareService.gpu_idle_exempt_groups = ["gpu-admins"]
 # c.GPUShareService.gpu_idle_action = "park"
 # c.GPUShareService.gpu_idle_park_profile = "cpu"  # a profile_list entry without a GPU
+# "hibernate" keeps the server running: the notebook server's extension hibernates each kernel
+# that ran nothing that long (its GPU memory copied into the pod's memory, the next cell restores
+# it); gpu_hibernation gives slice pods the memory for those copies.
+# c.GPUShareService.gpu_idle_action = "hibernate"
+# c.GPUShareSpawner.gpu_hibernation = True
 configure_hub(c, admin_groups=["gpu-admins"])
 
 # Check the catalogue now, so that a mistake stops the hub at start with the entry named.
