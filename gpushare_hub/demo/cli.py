@@ -112,6 +112,9 @@ def set_up() -> None:
         proxy_command()
 
 
+DEMO_HIBERNATE_AFTER = 600  # seconds a kernel of the demo runs nothing before it hibernates
+
+
 def dashboard_config(slices: list[dict[str, Any]], kubeconfig: Path) -> str:
     """Hub configuration lines that add the GPU-slices dashboard, or a comment saying why not."""
     if importlib.util.find_spec("gpushare_hub.service") is None:
@@ -122,6 +125,10 @@ def dashboard_config(slices: list[dict[str, Any]], kubeconfig: Path) -> str:
     # The ready file's admin token (LocalHub's "harness" service) may read the ledger API too.
     return (
         "from gpushare_hub.service import configure_hub, admin_scope\n"
+        # Kernels that run nothing for 10 minutes hibernate (the status bar's "Hibernate now"
+        # does it at once): their GPU memory goes back to the card, the next cell wakes them.
+        "c.GPUShareService.gpu_idle_action = 'hibernate'\n"
+        f"c.GPUShareService.gpu_idle_return_after = {DEMO_HIBERNATE_AFTER}\n"
         f"configure_hub(c, name={SERVICE!r}, slices={slices!r}, admin_users=[{ADMIN_USER!r}], "
         f"kubeconfig={str(kubeconfig)!r})\n"
         "c.JupyterHub.load_roles.append({'name': 'demo-scripts', "

@@ -166,6 +166,9 @@ def test_the_demo_hub_configuration_loads_with_logins_dashboard_and_the_slice_pa
     assert c.GPUShareSpawner.default_url == "/gpushare"
     assert "--ServerApp.jpserver_extensions=gpushare_hub.notebook.slicepage=True" in c.GPUShareSpawner.args
     assert [s["slug"] for s in c.GPUShareSpawner.slices] == ["t4-3g", "t4-5g", "t4-7g", "t4-whole"]
+    # Idle kernels hibernate after 10 minutes in the demo (issue 46).
+    assert c.GPUShareService.gpu_idle_action == "hibernate"
+    assert c.GPUShareService.gpu_idle_return_after == 600
 
 
 def test_a_ready_file_path_holding_a_users_file_is_refused_before_anything_starts_and_never_removed(

@@ -267,3 +267,22 @@ def test_the_hubs_hibernate_after_is_read_for_this_server_only():
     assert hibernate_after(doc, {"JUPYTERHUB_SERVER_NAME": "gpu"}) is None
     assert hibernate_after({"allocations": [{"server": "", "hibernate_after": True}]}, {}) is None
     assert hibernate_after(None, {}) is None
+
+
+def test_the_gpu_bench_runs_its_steps_on_the_simulated_driver_and_reports_the_data_intact(capsys):
+    """``gpushare-bench hibernation`` is the script a lent GPU machine runs; ``--simulated`` runs
+    its steps on the fake framework here (the figures mean nothing; the keys and the check do)."""
+    import argparse
+
+    from gpushare_hub.bench.hibernation import run
+
+    args = argparse.Namespace(gib=0.25, frameworks="torch", mps_pipe="", simulated=True, json=True)
+    assert run(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (result,) = doc["results"]
+    assert doc["simulated"] is True and "error" not in result, result
+    assert result["state_checkpointed"] == CHECKPOINTED and result["intact"] is True
+    for key in ("lock_s", "checkpoint_s", "restore_s", "unlock_s", "cell_wait_s", "restore_s_per_gib"):
+        assert isinstance(result[key], float) and result[key] >= 0, (key, result)
+    # The cell sent while checkpointed waited for the wake (the bench wakes it after 1 s).
+    assert result["cell_wait_s"] < 60
