@@ -3,7 +3,8 @@
 Modules import downwards only: ``names`` (every annotation, label and event reason) and
 ``resources`` (resource names, quantities) < ``objects`` (Pods and Nodes, typed) < ``shapes``
 (their readers) < ``cards`` / ``declarations`` / ``annotations`` <
-``demand`` < ``records`` < ``ledger`` < ``verdict`` < ``policy`` / ``fragmentation`` <
+``demand`` < ``records`` < ``placement`` < ``claimbook`` / ``ledgersnapshot`` < ``ledger`` <
+``verdict`` < ``policy`` / ``fragmentation`` <
 ``stranding`` / ``fgdsim`` < ``catalogue`` / ``availability`` / ``report`` / ``waste``.
 Nothing here imports a Kubernetes client, a server, JupyterHub or gRPC (``.importlinter``
 checks it).

@@ -1,9 +1,10 @@
 """The ledger's book of ResourceClaims: which claim holds units under which key. Pure.
 
 :meth:`~.ledger.Ledger.observe_claim` hands each claim event here; the units themselves are
-counted by the ledger exactly as an annotation's (its ``_add``/``release``, the rule of
-:mod:`.records`), so ``snapshot()``, availability, the dashboard, quotas, budgets, history and
-idle return see a claim's allocation like any other.
+counted by the ledger exactly as an annotation's (the rule of :mod:`.records`), through what the
+ledger hands the book (:class:`Counting`: the book does not know the ledger), so ``snapshot()``,
+availability, the dashboard, quotas, budgets, history and idle return see a claim's allocation
+like any other.
 
 The book is keyed by claim: each claim keeps its own reading (its node and shares), and the
 ledger counts, under its pod's key, the sum of every claim reserved for that pod, as Prepare
@@ -25,15 +26,32 @@ and the scheduler do. Rules beyond :mod:`.claims`:
 
 from __future__ import annotations
 
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
+from .cards import Node
 from .claims import ClaimIgnored, ClaimObject, claim_node, claim_reading, ignored_claim, shared
 from .objects import PodObject
+from .placement import NodeState
 from .records import Allocation, Ignored, IgnoredRecord, check_on_node, read_allocation
+from .resources import ResourceNames
 
-if TYPE_CHECKING:
-    from .ledger import Ledger
+
+@dataclass(frozen=True)
+class Counting:
+    """The ledger's units as the book reads and changes them, handed over by the ledger
+    (:class:`~.ledger.Ledger`) as plain values: its own maps and methods, shared, not copied."""
+
+    names: ResourceNames
+    node: Callable[[str], Node | None]  # a known node's cards
+    state: Callable[[str], NodeState | None]  # a known node's state
+    allocation: Callable[[str], Allocation | None]  # what a key holds, counted or waiting
+    blocked: MutableMapping[str, Allocation]  # records refused only for a full card
+    ignored: MutableMapping[str, IgnoredRecord]  # records that do not count, and why
+    drop: Callable[[str], Allocation | None]  # a key's units back, no retry of refused records
+    add: Callable[[Allocation], IgnoredRecord | None]  # count it if it fits, else say why not
+    release: Callable[[str], Allocation | None]  # a key's units back, then retry on its node
+    retry_blocked: Callable[[str], None]  # retry the records refused on a node for a full card
 
 
 @dataclass
@@ -58,7 +76,7 @@ def _merged(total: Allocation | None, more: Allocation) -> Allocation:
 class ClaimBook:
     """Claims seen, the keys they hold, and the annotation records they set aside."""
 
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Counting) -> None:
         self._ledger = ledger
         self._claims: dict[str, _Hold] = {}  # claim namespace/name -> its hold
         self._by_key: dict[str, set[str]] = {}  # ledger key -> the claims it sums
@@ -173,19 +191,19 @@ class ClaimBook:
     def _set_aside(self, key: str) -> None:
         """Claims take ``key``: the pod's annotation allocation (counted or blocked) waits aside."""
         ledger = self._ledger
-        annotated = ledger.allocation(key) or ledger._blocked.get(key)
-        ledger._blocked.pop(key, None)
-        ledger._forget_ignored(key, "")
+        annotated = ledger.allocation(key) or ledger.blocked.get(key)
+        ledger.blocked.pop(key, None)
+        ledger.ignored.pop(key, None)
         if annotated is not None:
-            ledger._drop(key)  # no retry yet: the claims count first
+            ledger.drop(key)  # no retry yet: the claims count first
             self._aside[key] = replace(annotated, assumed=False)
 
     def _recount(self, key: str) -> None:
         """Count under ``key`` the sum of its claims that fit, in the claims' order; refuse the rest."""
         ledger = self._ledger
-        old = ledger._drop(key)
-        ledger._blocked.pop(key, None)
-        ledger._ignored.pop(key, None)
+        old = ledger.drop(key)
+        ledger.blocked.pop(key, None)
+        ledger.ignored.pop(key, None)
         total: Allocation | None = None
         for cid in sorted(self._by_key.get(key, ())):
             self._ignored.pop(cid, None)
@@ -195,9 +213,9 @@ class ClaimBook:
             else:
                 total = fits
         if total is not None:
-            ledger._add(total)  # checked above: it counts (or waits for its node)
+            ledger.add(total)  # checked above: it counts (or waits for its node)
         if old is not None and (total is None or total.units < old.units):
-            ledger._retry_blocked(old.node)
+            ledger.retry_blocked(old.node)
 
     def _fits(self, total: Allocation | None, hold: _Hold) -> Allocation | ClaimIgnored:
         """``total`` with ``hold``'s claim added, or why the claim cannot count beside it."""
@@ -234,9 +252,9 @@ class ClaimBook:
             return
         del self._by_key[key]
         ledger = self._ledger
-        ledger._blocked.pop(key, None)
-        ledger._ignored.pop(key, None)
+        ledger.blocked.pop(key, None)
+        ledger.ignored.pop(key, None)
         ledger.release(key)
         aside = self._aside.pop(key, None)
         if aside is not None:
-            ledger._add(aside)
+            ledger.add(aside)

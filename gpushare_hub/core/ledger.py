@@ -25,16 +25,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .annotations import AllocationRecord, CardShare, ContainerShare
-from .cards import Card, Node, node_from_k8s
-from .claimbook import ClaimBook
+from .cards import Node, node_from_k8s
+from .claimbook import ClaimBook, Counting
 from .claims import ClaimObject
-from .errors import GPUShareError
+from .ledgersnapshot import snapshot
 from .objects import NodeObject, PodObject
+from .placement import NodeState, OverCommit, Placement
 from .records import (
     TERMINAL_PHASES,
     Allocation,
@@ -55,47 +54,6 @@ __all__ = [
     "Placement",
     "allocation_from_pod",
 ]
-
-
-class OverCommit(GPUShareError):
-    """A placement would give a card more units than it has. A bug in the caller."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A decision: this pod's units go onto these cards of this node."""
-
-    key: str
-    node: str
-    cards: tuple[CardShare, ...]
-    containers: tuple[ContainerShare, ...] = ()
-    uid: str = ""
-    policy: str = ""
-    cpu_milli: int = 0
-    memory_mib: int = 0
-    asks_count: bool = False
-
-    def record(self) -> AllocationRecord:
-        return AllocationRecord(node=self.node, cards=self.cards, containers=self.containers)
-
-
-@dataclass
-class NodeState:
-    """One node in the ledger: its cards, what its pods hold, and a version that changes with it.
-
-    The placer reads it (:meth:`Ledger.state`, :meth:`Ledger.states`); only the ledger's own
-    methods change it.
-    """
-
-    node: Node
-    used: dict[str, int] = field(default_factory=dict)
-    cpu_used: int = 0
-    memory_used: int = 0
-    version: int = 0
-    pods: dict[str, Allocation] = field(default_factory=dict)
-
-    def free(self, card: Card) -> int:
-        return max(0, card.units - self.used.get(card.uuid, 0))
 
 
 def allocation_from_pod(
@@ -119,7 +77,20 @@ class Ledger:
         self._unreadable: dict[str, str] = {}  # node -> why its card inventory cannot be read
         self._ignored: dict[str, IgnoredRecord] = {}  # records that do not count, and why
         self._blocked: dict[str, Allocation] = {}  # of those, the ones refused only for a full card
-        self._claims = ClaimBook(self)  # which ResourceClaim holds which key
+        # Which ResourceClaim holds which key; it counts their units through these.
+        counting = Counting(
+            names=names,
+            node=self.node,
+            state=self.state,
+            allocation=self.allocation,
+            blocked=self._blocked,
+            ignored=self._ignored,
+            drop=self._drop,
+            add=self._add,
+            release=self.release,
+            retry_blocked=self._retry_blocked,
+        )
+        self._claims = ClaimBook(counting)
         # Bounded log of (sequence, node) changes, so that caches can catch up cheaply.
         self.seq = 0
         self.changes: deque[tuple[int, str]] = deque(maxlen=4096)
@@ -424,57 +395,7 @@ class Ledger:
 
     def snapshot(self) -> dict[str, Any]:
         """The ledger as plain JSON-able data (``/inspect``, the dashboard, the CLI)."""
-        unit = self.names.unit
-        nodes = []
-        for name in sorted(self._nodes):
-            st = self._nodes[name]
-            holders: dict[str, list[dict[str, Any]]] = {}
-            for a in st.pods.values():
-                for share in a.cards:
-                    holders.setdefault(share.uuid, []).append(
-                        {"pod": a.key, "units": share.units, "assigned": a.assigned, "assumed": a.assumed}
-                    )
-            iso = st.node.isolation
-            nodes.append(
-                {
-                    "name": name,
-                    "isolation": {"claimed": iso.claimed, "tier": iso.effective, "problem": iso.problem},
-                    "cards": [
-                        {
-                            "index": c.index,
-                            "uuid": c.uuid,
-                            "model": c.model,
-                            "units": c.units,
-                            "used": st.used.get(c.uuid, 0),
-                            "free": st.free(c),
-                            "healthy": c.healthy,
-                            "pods": sorted(holders.get(c.uuid, []), key=lambda h: h["pod"]),
-                        }
-                        for c in st.node.cards
-                    ],
-                }
-            )
-        used, total = self.totals()
-        return {
-            "unit": unit,
-            "resource": self.names.memory,
-            "used": used,
-            "total": total,
-            "nodes": nodes,
-            "pending": sorted(self._pending),
-            "unreadable": [
-                {
-                    "name": name,
-                    "reason": reason,
-                    "pods": [
-                        {"pod": a.key, "units": a.units}
-                        for a in sorted(self._pending.values(), key=lambda a: a.key)
-                        if a.node == name
-                    ],
-                }
-                for name, reason in sorted(self._unreadable.items())
-            ],
-        }
+        return snapshot(self.names, self._nodes, self._pending, self._unreadable, self.totals())
 
     def equivalent(self, other: Ledger) -> bool:
         """Same cards, same holders, same amounts (ignores assumed/assigned flags)."""

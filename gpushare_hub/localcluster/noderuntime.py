@@ -5,7 +5,7 @@ toolkit DaemonSet configures a node in CDI mode (v26.7's ``transformToolkitCtrFo
 default kind ``management.nvidia.com/gpu``; and simulated cards as device nodes.
 
 Paths are the node's own (its mount namespace binds its folders over them, see
-:data:`.realnodes.NODE_PATHS`): ``/etc/containerd/config.toml`` and the toolkit's drop-in
+:data:`.realnode.NODE_PATHS`): ``/etc/containerd/config.toml`` and the toolkit's drop-in
 ``/etc/containerd/conf.d/99-nvidia.toml``, ``/etc/nvidia-container-runtime/config.toml``, and the
 CDI folder ``/var/run/cdi``, where the device plugin writes its spec.
 """

@@ -30,111 +30,74 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
 from gpushare_hub.plugin.backends import simulated_uuid
 
-from . import build, netns, noderuntime, runtimebuild
+from . import build, netns, nodeconfigs, noderuntime, runtimebuild
 from .hostcheck import CNI_BIN, check_host
+from .pki import PKI
 from .processes import Component, HarnessError
-
-if TYPE_CHECKING:
-    from .cluster import LocalCluster
-
-# Paths inside a node's mount namespace that get the node's own folder.
-NODE_PATHS = (
-    "/var/lib/kubelet",
-    "/var/lib/containerd",
-    "/run/containerd",
-    "/var/log/pods",
-    "/var/log/containers",
-    "/var/lib/cni",
-    "/etc/cni/net.d",
-    "/run/netns",
-    # The device plugin's host folders (the chart's hookHostPath and mpsRoot).
-    "/var/lib/gpushare-hub",
-    "/run/gpushare-hub",
-    # Node-local data, e.g. the hub database's hostPath PersistentVolume (examples/hub-db-pv.yaml).
-    "/var/lib/jupyterhub",
-    # containerd's and the NVIDIA runtime's configs, and the CDI folder (/var/run/cdi).
-    *noderuntime.PATHS,
+from .realnode import (
+    NODE_PATHS,
+    RealNode,
+    host_path_of,
+    kill_container_cgroups,
+    kill_containers,
+    kill_namespace_members,
+    read_tunables,
+    restore_tunables,
 )
+
 # Where the nodes pull images from: the harness's registry, forwarded onto the underlay.
 MIRROR = f"{netns.GATEWAY}:5000"
-# Machine-wide settings a kubelet writes at start (not per namespace); put back when the nodes stop.
-KERNEL_TUNABLES = (
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
-)
-COREDNS_RULES = [
-    {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
-    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
-]
 
 
-@dataclass
-class RealNode:
-    net: netns.NodeNet
-    folder: Path
-    ctr_bin: Path = Path("ctr")
-    legacy: bool = False  # nvidia as containerd's default runtime, in the toolkit's legacy mode
-    holder: Component | None = None
-    components: dict[str, Component] = field(default_factory=dict)
-    created_mountpoints: list[Path] = field(default_factory=list)
+class NodesCluster(Protocol):
+    """What the real nodes ask of their cluster (a :class:`~.cluster.LocalCluster` started with
+    ``real_nodes=True``), and no more: this module does not know the cluster's class."""
 
     @property
-    def name(self) -> str:
-        return self.net.name
+    def network(self) -> netns.Network | None:
+        """The underlay and the nodes' namespaces."""
 
     @property
-    def containerd_socket(self) -> Path:
-        return self.folder / "run-containerd" / "containerd.sock"
+    def workdir(self) -> Path: ...
 
-    def enter(self) -> list[str]:
-        """The prefix that runs a program inside this node (its mount and network namespaces)."""
-        assert self.holder is not None and self.holder.pid is not None
-        return ["nsenter", f"--target={self.holder.pid}", "--mount", "--net", "--"]
+    @property
+    def logs(self) -> Path: ...
 
-    def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> str:
-        cmd = [str(self.ctr_bin), f"--address={self.containerd_socket}", "--namespace=k8s.io", *args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise HarnessError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
-        return proc.stdout
+    @property
+    def bin_dir(self) -> Path: ...
 
+    @property
+    def node_server(self) -> str:
+        """The API server as nodes and pods reach it."""
 
-def read_tunables() -> dict[str, str]:
-    out = {}
-    for name in KERNEL_TUNABLES:
-        with contextlib.suppress(OSError):
-            out[name] = (Path("/proc/sys") / name).read_text().strip()
-    return out
+    @property
+    def pki(self) -> PKI | None: ...
 
+    def on_stop_first(self, cleanup: Callable[[], None]) -> None: ...
 
-def restore_tunables(saved: Mapping[str, str]) -> None:
-    """Write back what :func:`read_tunables` read where a kubelet changed it (kernel.panic and
-    the others: the kubelet sets them for the whole machine)."""
-    for name, value in saved.items():
-        path = Path("/proc/sys") / name
-        with contextlib.suppress(OSError):
-            if path.read_text().strip() != value:
-                path.write_text(value + "\n")
+    def wait_nodes_ready(self, names: Iterable[str], timeout: float = 120) -> None: ...
+
+    def grant(self, user: str, rules: list[dict[str, Any]]) -> None: ...
+
+    def credential(self, name: str, user: str, groups: Iterable[str] = (), server: str = "") -> Path: ...
+
+    def api_client(self, kubeconfig: Path | None = None) -> Any: ...
+
+    def core_api(self, kubeconfig: Path | None = None) -> Any: ...
 
 
 class RealNodes:
-    """The real nodes of one :class:`LocalCluster` (started with ``real_nodes=True``)."""
+    """The real nodes of one :class:`~.cluster.LocalCluster` (started with ``real_nodes=True``)."""
 
-    def __init__(self, cluster: LocalCluster, registry: str, sandbox_image: str, cards: int = 2) -> None:
+    def __init__(self, cluster: NodesCluster, registry: str, sandbox_image: str, cards: int = 2) -> None:
         check_host()
         try:
             self.containerd_dir, self.toolkit_dir = runtimebuild.build_runtime()
@@ -212,34 +175,15 @@ class RealNodes:
         """Where ``path`` on ``node`` (under one of :data:`NODE_PATHS`) is on this machine."""
         return self.host_path_of(self.nodes[node], path)
 
-    @staticmethod
-    def host_path_of(node: RealNode, path: str) -> Path:
-        path = "/run/" + path[len("/var/run/") :] if path.startswith("/var/run/") else path
-        for root in NODE_PATHS:
-            if path == root or path.startswith(root + "/"):
-                return node.folder / root.strip("/").replace("/", "-") / path[len(root) :].lstrip("/")
-        raise HarnessError(f"{path} is not under a node folder ({', '.join(NODE_PATHS)})")
+    host_path_of = staticmethod(host_path_of)
 
     # ---- shared parts ---------------------------------------------------------------------
     def _start_dns(self) -> None:
         cluster = self.cluster
-        cluster.grant("system:coredns", COREDNS_RULES)
+        cluster.grant("system:coredns", nodeconfigs.COREDNS_RULES)
         kubeconfig = cluster.credential("coredns", "system:coredns", server=cluster.node_server)
         corefile = cluster.workdir / "Corefile"
-        corefile.write_text(
-            f""".:53 {{
-    bind {netns.GATEWAY}
-    errors
-    kubernetes cluster.local in-addr.arpa ip6.arpa {{
-        kubeconfig {kubeconfig}
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 5
-    }}
-    cache 5
-}}
-"""
-        )
+        corefile.write_text(nodeconfigs.corefile(kubeconfig))
         binary = runtimebuild.build_coredns()
         self.coredns = Component(
             "coredns",
@@ -247,36 +191,10 @@ class RealNodes:
             cluster.logs / "coredns.log",
         ).start()
         core = cluster.core_api()
-        core.create_namespaced_service(
-            "kube-system",
-            {
-                "metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns"}},
-                "spec": {
-                    "clusterIP": netns.DNS_SERVICE_IP,
-                    "ports": [
-                        {"name": "dns", "port": 53, "protocol": "UDP"},
-                        {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
-                    ],
-                },
-            },
-        )
+        core.create_namespaced_service("kube-system", nodeconfigs.kube_dns_service())
         from kubernetes import client
 
-        slice_body: dict[str, Any] = {
-            "metadata": {
-                "name": "kube-dns-coredns",
-                "labels": {
-                    "kubernetes.io/service-name": "kube-dns",
-                    "endpointslice.kubernetes.io/managed-by": "gpushare-localcluster",
-                },
-            },
-            "addressType": "IPv4",
-            "endpoints": [{"addresses": [netns.GATEWAY], "conditions": {"ready": True}}],
-            "ports": [
-                {"name": "dns", "port": 53, "protocol": "UDP"},
-                {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
-            ],
-        }
+        slice_body = nodeconfigs.kube_dns_slice()
         discovery: Any = client.DiscoveryV1Api(cluster.api_client())  # takes the plain dict as it is
         discovery.create_namespaced_endpoint_slice("kube-system", slice_body)
 
@@ -293,12 +211,7 @@ class RealNodes:
         """The RuntimeClass ``nvidia`` for the toolkit's runtime handler, as the GPU Operator makes it."""
         from kubernetes import client
 
-        body = {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {"name": "nvidia"},
-            "handler": "nvidia",
-        }
+        body = nodeconfigs.runtime_class()
         nodes: Any = client.NodeV1Api(self.cluster.api_client())  # takes the plain dict as it is
         nodes.create_runtime_class(body)
 
@@ -359,30 +272,7 @@ class RealNodes:
             spec.parent.mkdir(parents=True, exist_ok=True)
             spec.write_text(json.dumps(noderuntime.management_spec(self.cards), indent=2))
         (node.folder / "etc-cni-net.d" / "10-gpushare.conflist").write_text(
-            json.dumps(
-                {
-                    "cniVersion": "1.0.0",
-                    "name": "gpushare-local",
-                    "plugins": [
-                        {
-                            "type": "bridge",
-                            "bridge": "cni0",
-                            "isGateway": True,
-                            "ipMasq": False,
-                            "hairpinMode": True,
-                            "ipam": {
-                                "type": "host-local",
-                                "ranges": [
-                                    [{"subnet": node.net.pod_subnet, "gateway": node.net.pod_gateway}]
-                                ],
-                                "routes": [{"dst": "0.0.0.0/0"}],
-                            },
-                        },
-                        {"type": "portmap", "capabilities": {"portMappings": True}},
-                    ],
-                },
-                indent=2,
-            )
+            nodeconfigs.cni_conflist(node.net)
         )
         path = f"PATH={self.containerd_dir}{os.pathsep}{os.environ.get('PATH', '')}"  # its shim, then runc
         argv = [
@@ -412,41 +302,7 @@ class RealNodes:
         )
         resolv = node.folder / "resolv.conf"
         resolv.write_text("# no upstream: names outside the cluster do not resolve\n")
-        config: dict[str, Any] = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": False},
-                "x509": {"clientCAFile": str(cluster.pki.ca)},
-            },
-            "authorization": {"mode": "AlwaysAllow"},
-            "address": node.net.address,
-            "port": 10250,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": 10248,
-            "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-            "cgroupDriver": "cgroupfs",
-            # What makes a kubelet run on this kind of machine (cgroup v1, no systemd, swap).
-            "cgroupsPerQOS": False,
-            "enforceNodeAllocatable": [],
-            "failSwapOn": False,
-            "failCgroupV1": False,
-            "clusterDNS": [netns.DNS_SERVICE_IP],
-            "clusterDomain": "cluster.local",
-            "resolvConf": str(resolv),
-            "staticPodPath": "",
-            "serializeImagePulls": False,
-            "imageGCHighThresholdPercent": 100,
-            "evictionHard": {"memory.available": "0%", "nodefs.available": "0%", "imagefs.available": "0%"},
-            "nodeStatusReportFrequency": "10s",
-            "volumeStatsAggPeriod": "0s",
-            "rotateCertificates": False,
-            "serverTLSBootstrap": False,
-            "registerNode": True,
-            "shutdownGracePeriod": "0s",
-        }
+        config = nodeconfigs.kubelet_config(cluster.pki.ca, node.net.address, resolv)
         path = node.folder / "kubelet.yaml"
         path.write_text(yaml.safe_dump(config))
         self._run_in(
@@ -474,24 +330,7 @@ class RealNodes:
         kubeconfig = cluster.credential(
             f"kube-proxy-{node.name}", "system:kube-proxy", server=cluster.node_server
         )
-        config = {
-            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-            "kind": "KubeProxyConfiguration",
-            "clientConnection": {"kubeconfig": str(kubeconfig)},
-            "mode": "iptables",
-            "clusterCIDR": netns.POD_RANGE,
-            "hostnameOverride": node.name,
-            "bindAddress": node.net.address,
-            "healthzBindAddress": "127.0.0.1:10256",
-            "metricsBindAddress": "127.0.0.1:10249",
-            # Leave the conntrack table's size and timeouts as the machine has them.
-            "conntrack": {
-                "maxPerCore": 0,
-                "min": 0,
-                "tcpEstablishedTimeout": "0s",
-                "tcpCloseWaitTimeout": "0s",
-            },
-        }
+        config = nodeconfigs.kube_proxy_config(kubeconfig, node.name, node.net.address)
         path = node.folder / "kube-proxy.yaml"
         path.write_text(yaml.safe_dump(config))
         self._run_in(node, "kube-proxy", [str(cluster.bin_dir / "kube-proxy"), f"--config={path}", "--v=1"])
@@ -503,12 +342,12 @@ class RealNodes:
         containerd = node.components.get("containerd")
         if containerd is not None and containerd.alive():
             with contextlib.suppress(HarnessError, subprocess.TimeoutExpired):
-                self._kill_containers(node)
+                kill_containers(node)
             containerd.stop(grace=5)
         if node.holder is not None:
-            self._kill_namespace_members(node)
+            kill_namespace_members(node)
             node.holder.stop(grace=2)
-        self._kill_container_cgroups(node)
+        kill_container_cgroups(node)
         # A mount point made here is removed only while no other cluster's node may mount on it
         # (removing a directory detaches the mounts other namespaces have on it).
         if not self._other_clusters():
@@ -520,54 +359,3 @@ class RealNodes:
 
     def _other_clusters(self) -> bool:
         return any(not ns.startswith(self.network.prefix + "-") for ns in netns.cluster_namespaces())
-
-    def _kill_container_cgroups(self, node: RealNode) -> None:
-        """The backstop when containerd could not kill its tasks (it died, ctr timed out): every
-        process in a cgroup of one of this node's containers is killed and the cgroups removed."""
-        tasks = node.folder / "run-containerd" / "io.containerd.runtime.v2.task" / "k8s.io"
-        ids = [d.name for d in tasks.iterdir()] if tasks.is_dir() else []
-        cgroups = [c / "k8s.io" / i for c in Path("/sys/fs/cgroup").iterdir() for i in ids]
-        for cgroup in cgroups:
-            with contextlib.suppress(OSError, ValueError):
-                for pid in (cgroup / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(int(pid), 9)
-        for cgroup in cgroups:
-            for _ in range(20):
-                try:
-                    cgroup.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # still emptying
-                    time.sleep(0.1)
-
-    def _kill_containers(self, node: RealNode) -> None:
-        """Every container task killed and deleted (runc removes its cgroups and mounts)."""
-        tasks = [line.split()[0] for line in node.ctr("tasks", "ls").splitlines()[1:] if line.strip()]
-        for task in tasks:
-            node.ctr("tasks", "kill", "--signal=SIGKILL", "--all", task, check=False, timeout=20)
-        for task in tasks:
-            node.ctr("tasks", "delete", "--force", task, check=False, timeout=30)
-
-    def _kill_namespace_members(self, node: RealNode) -> None:
-        """Whatever still runs in the node's mount namespace (containerd's shims) is killed."""
-        assert node.holder is not None and node.holder.pid is not None
-        try:
-            ns = os.readlink(f"/proc/{node.holder.pid}/ns/mnt")
-        except OSError:
-            return
-        for _ in range(3):
-            members = []
-            for proc in Path("/proc").iterdir():
-                if not proc.name.isdigit() or int(proc.name) == node.holder.pid:
-                    continue
-                with contextlib.suppress(OSError):
-                    if os.readlink(proc / "ns" / "mnt") == ns:
-                        members.append(int(proc.name))
-            if not members:
-                return
-            for pid in members:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, 9)
-            time.sleep(0.5)
