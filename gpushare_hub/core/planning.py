@@ -13,6 +13,9 @@ seconds it held it in the history, from the moment it is placed.
 Sizes are GiB of a card (the catalogue's unit): a card of ``mib`` MiB offers ``mib // 1024``.
 With a catalogue, each session gets the smallest offered size that holds what it held, or a
 whole card above the largest, as the spawn page would have offered it.
+
+With a :class:`~gpushare_hub.core.hibernation_whatif.Hibernation`, idle sessions hibernate and
+cards are overcommitted, as that module models it; the replay is otherwise the same.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .bounds import l2
 from .budget import Held
 from .cards import Card, Node
 from .demand import Demand
@@ -33,6 +35,7 @@ from .digits import ascii_digits, ascii_int
 from .durations import duration_words
 from .errors import GPUShareError
 from .fragmentation import Shape
+from .hibernation_whatif import Cards, Hibernation
 from .history import WAITED_AFTER
 from .ledger import Ledger
 from .policy import Placer, Policy
@@ -208,14 +211,16 @@ class Plan:
             return exact
         return next((s for s in sorted(self.catalogue) if s >= exact), self.card_gib)
 
-    def ledger(self) -> Ledger:
+    def ledger(self, units: int | None = None) -> Ledger:
+        """The declared cards, each offering ``units`` (default: its GiB)."""
         ledger = Ledger(ResourceNames(unit="GiB"))
+        units = units or self.card_gib
         left, n = self.cards, 0
         while left > 0:
             count = min(self.per_node, left)
             name = f"node-{n:04d}"
             cards = tuple(
-                Card(index=i, uuid=f"GPU-{name}-{i}", model=self.model, units=self.card_gib, mib=self.mib)
+                Card(index=i, uuid=f"GPU-{name}-{i}", model=self.model, units=units, mib=self.mib)
                 for i in range(count)
             )
             ledger.set_node(Node(name=name, cards=cards))
@@ -296,26 +301,21 @@ class Outcome:
     waiting: list[int] = field(default_factory=list)
 
 
-def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
-    """The what-if of module docstring: ``sessions`` against ``plan``."""
-    ledger = plan.ledger()
+def replay(sessions: Sequence[Session], plan: Plan, hibernation: Hibernation | None = None) -> Outcome:
+    """The what-if of module docstring: ``sessions`` against ``plan`` (with ``hibernation``)."""
+    held_gib = plan.card_gib if hibernation is None else hibernation.held_gib(plan.card_gib)
+    cards = Cards(plan.ledger(held_gib), plan.card_gib, held_gib)
     sizes = [plan.size(s.gib) for s in sessions]
-    demands = [
-        None
-        if size is None
-        else Demand(key=f"s{i}", per_card=None if size == plan.card_gib else size, count=1)
-        for i, size in enumerate(sizes)
-    ]
-    placer = Placer(ledger, make_plan_policy(plan.policy, (d for d in demands if d is not None)))
+    demands = [None if size is None else cards.demand(f"s{i}", size) for i, size in enumerate(sizes)]
+    placer = Placer(cards.ledger, make_plan_policy(plan.policy, (d for d in demands if d is not None)))
     out = Outcome(plan, [None] * len(sessions), sizes)
-    events: list[tuple[float, int, int]] = []  # (time, 0 = release / 1 = arrival, session)
+    events: list[tuple[float, int, int]] = []  # (time, 0 = release / 1 = arrival / 2 = hibernation, session)
     for i, s in enumerate(sessions):
         if sizes[i] is not None:
             events.append((s.arrive, 1, i))
     heapq.heapify(events)
     queues: dict[int, deque[int]] = {}  # the waiting spawns by size, each in the order they came
     waiting_now = 0
-    hist: dict[int, int] = {}  # sizes held now
 
     def place_waiting(t: float) -> int:
         """Try the waiting spawns, oldest first, and place any that fits; a size that finds no
@@ -332,20 +332,25 @@ def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
                 continue
             demand = demands[i]
             assert demand is not None
-            if placer.place_if_room(demand) is None:
+            placement = placer.place_if_room(demand)
+            if placement is None:
                 smallest_refused = size
                 continue
             queue = queues[size]
             queue.popleft()
             placed += 1
             out.waits[i] = t - sessions[i].arrive
-            hist[size] = hist.get(size, 0) + 1
-            heapq.heappush(events, (t + sessions[i].hold, 0, i))
+            cards.placed(placement, size)
+            hold = sessions[i].hold
+            heapq.heappush(events, (t + hold, 0, i))
+            if hibernation is not None:
+                asleep = t + hibernation.awake_for(hold, sessions[i].idle)
+                if asleep < t + hold:
+                    heapq.heappush(events, (asleep, 2, i))
             if queue:
                 heapq.heappush(heads, (queue[0], size))
         return placed
 
-    capacity = plan.card_gib
     last_t: float | None = None
     cards_now = bound_now = 0
     while events:
@@ -358,14 +363,15 @@ def replay(sessions: Sequence[Session], plan: Plan) -> Outcome:
             size = sizes[i]
             assert size is not None
             if kind == 0:
-                ledger.release(f"s{i}")
-                hist[size] -= 1
+                cards.release(f"s{i}")
+            elif kind == 2:
+                cards.hibernate(f"s{i}")
             else:
                 queues.setdefault(size, deque()).append(i)
                 waiting_now += 1
         waiting_now -= place_waiting(t)
-        cards_now = ledger.cards_in_use()
-        bound_now = l2(hist, capacity)
+        cards_now = cards.in_use()
+        bound_now = cards.bound()
         out.peak_cards = max(out.peak_cards, cards_now)
         out.peak_lower_bound = max(out.peak_lower_bound, bound_now)
         out.times.append(t)

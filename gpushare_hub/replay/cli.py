@@ -26,7 +26,7 @@ from ..core.fragmentation import Shape
 from ..core.ledger import Ledger
 from ..core.policy import POLICIES, Placer, Policy
 from ..core.targets import make_policy_for
-from . import compare, whatif
+from . import compare, hibernate, whatif
 from .cluster import (
     Units,
     choose_units,
@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", type=Path, default=None, help="write a PNG plot here (needs matplotlib)")
     compare.add_arguments(p)
     whatif.add_arguments(p)
+    hibernate.add_arguments(p)
     return p
 
 
@@ -369,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             return _history(args, build_parser().parse_args([]))
         if args.sweep:
             raise TraceError("--sweep replays the hub's history: give --history FILE or --hub-url")
+        hibernate.refuse_without_history(args)
         if args.compare_dra:
             compare.check_options(args, build_parser().parse_args([]))
         args.pods = args.pods or default_trace_dir() / "openb_pod_list_default.csv"

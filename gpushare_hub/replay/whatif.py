@@ -1,6 +1,7 @@
 """``gpushare-replay --history FILE`` (or ``--hub-url``): the hub's own arrivals and departures
 against a declared cluster, catalogue and policy (:mod:`~gpushare_hub.core.planning`), one
-what-if or a ``--sweep`` of them, as a report, a table, ``--json`` and ``--plot``.
+what-if or a ``--sweep`` of them, as a report, a table, ``--json`` and ``--plot``; with
+``--hibernate-after``, each beside the same with hibernation (:mod:`.hibernate`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from ..core.planning import (
     sweep,
     wait_words,
 )
+from . import hibernate
 from .cluster import parse_cards
 from .history import fetch_history, read_history, token_from
 from .trace import KNOWN_MODELS, TraceError
@@ -198,17 +201,20 @@ def report(out: dict[str, Any]) -> str:
             f"  card-hours {r['card_hours']:g} vs bound {r['lower_bound_card_hours']:g}",
             f"  GiB-hours asked {r['asked_gib_hours']:g}{idle}",
         ]
+        if "hibernation" in r:
+            lines += hibernate.report_lines(r, out["hibernation"])
         if r["never_fits"]:
             lines.append(f"  {r['never_fits']} spawn(s) held more than a {r['model']} card holds: left out")
     else:
         lines.append(table(rows))
         lines += picks(rows)
+        lines += hibernate.summary(out.get("hibernation"), rows[0]["spawns"])
     lines.append(f"  took {out['seconds']} s")
     return "\n".join(lines)
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    head = (
+    head: tuple[str, ...] = (
         "policy",
         "slices",
         "cards",
@@ -220,6 +226,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         "card-h",
         "idle GiB-h",
     )
+    extra_head, extra = hibernate.table_columns(rows)
+    head += extra_head
     body = [
         (
             r["policy"],
@@ -232,8 +240,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
             str(r["peak_lower_bound"]),
             f"{r['card_hours']:.0f}",
             "-" if r["idle_gib_hours"] is None else f"{r['idle_gib_hours']:.0f}",
+            *more,
         )
-        for r in rows
+        for r, more in zip(rows, extra, strict=True)
     ]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     fmt = "  " + "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
@@ -324,27 +333,27 @@ def run(args: argparse.Namespace, defaults: argparse.Namespace) -> tuple[dict[st
         source = args.hub_url
         sessions = fetch_history(args.hub_url, token_from(args.token_file), args.service_prefix)
     asked = plans(args, sessions)
+    hibernation = hibernate.of(args)
     single = None
+
+    def progress(done: int, total: int, plan: Plan, what: str = "") -> None:
+        print(
+            f"gpushare-replay: {done}/{total} {plan.cards} cards, slices "
+            f"{_catalogue_words(plan.catalogue)}, {plan.policy}{what} "
+            f"({time.perf_counter() - started:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
     if len(asked) == 1:
         single = replay(sessions, asked[0])
         rows = [figures(sessions, single)]
     else:
-
-        def progress(done: int, total: int, plan: Plan) -> None:
-            print(
-                f"gpushare-replay: {done}/{total} {plan.cards} cards, slices "
-                f"{_catalogue_words(plan.catalogue)}, {plan.policy} "
-                f"({time.perf_counter() - started:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
         rows = sweep(sessions, asked, progress)
-    out = {
-        "mode": "history",
-        "source": source,
-        "recorded": recorded(sessions),
-        "rows": rows,
-        "seconds": round(time.perf_counter() - started, 2),
-    }
+    out: dict[str, Any] = {"mode": "history", "source": source, "recorded": recorded(sessions), "rows": rows}
+    if hibernation is not None:
+        swept = None if single is not None else partial(progress, what=", with hibernation")
+        hibernate.add_rows(rows, sessions, asked, hibernation, swept)
+        out["hibernation"] = hibernate.document(sessions, hibernation)
+    out["seconds"] = round(time.perf_counter() - started, 2)
     return out, single

@@ -41,3 +41,21 @@ def test_the_course_figures_in_the_docs_are_what_the_planner_prints(capsys):
     assert shown, "the page's table was not found"
     wrong = {k: (v, printed.get(k)) for k, v in shown.items() if printed.get(k) != v}
     assert not wrong, f"the page shows, the planner prints: {wrong}"
+
+
+def test_the_hibernation_what_if_in_the_docs_is_what_the_planner_prints(capsys):
+    history = ROOT / "out" / "course-history.csv"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "course-history.py"), str(history)], check=True)
+    block = doc_block("course-hibernation", BENCH)
+    (argv,) = block.commands()
+    assert argv[0] == "gpushare-replay" and "--hibernate-after" in argv
+    assert main([a.replace("out/course-history.csv", str(history)) for a in argv[1:]]) == 0
+    printed = capsys.readouterr().out.replace(str(history), "out/course-history.csv").splitlines()
+    lines = PAGE.read_text().splitlines()[block.line :]
+    start = lines.index("```text", lines.index("```")) + 1  # the output shown after the command
+    shown = lines[start : lines.index("```", start)]
+
+    def figures(text: list[str]) -> list[str]:
+        return [line for line in text if not line.startswith("  took ")]
+
+    assert figures(shown) == figures(printed)
