@@ -96,11 +96,12 @@ IMAGES = (
 )
 
 # The start-up hook as the device plugin hands it to a container: its folder on PYTHONPATH, where
-# every Python imports it as ``sitecustomize``.
+# every Python imports it as ``sitecustomize`` (which loads its modules from beside it: no file
+# name when they are missing).
 _HOOK_IMPORTS = (
     "import os, subprocess, sys, gpushare_hub.isolation.hookfiles as h; "
     "hook = h.HOOK_DIR / 'sitecustomize.py'; "
-    "out = subprocess.run([sys.executable, '-c', 'import sitecustomize as s; print(s.__file__)'], "
+    "out = subprocess.run([sys.executable, '-c', 'import sitecustomize as s; print(s.caps and s.__file__)'], "
     "env={**os.environ, 'PYTHONPATH': str(hook.parent)}, capture_output=True, text=True, check=True); "
     "assert out.stdout.strip() == str(hook), out"
 )

@@ -12,9 +12,11 @@ ENTRY = "sitecustomize.py"  # what Python imports at start from a folder on PYTH
 
 
 def hook_files() -> list[Path]:
-    """The files the container sees in the hook folder: ``sitecustomize.py`` and the container
-    ledger it loads, ``_gpushare_hub_ledger.py`` (nothing else: every file there becomes
-    importable by every Python in the container)."""
+    """The files the container sees in the hook folder: ``sitecustomize.py`` and the modules it
+    loads from beside it, one per job: the framework caps (``_gpushare_hub_caps.py``), the container
+    ledger (``_gpushare_hub_ledger.py``) and the out-of-memory note (``_gpushare_hub_oomnote.py``,
+    ``_gpushare_hub_oomhandler.py``). Nothing else: every file there becomes importable by every
+    Python in the container, so each module's name starts with ``_gpushare_hub_``."""
     return sorted(p for p in HOOK_DIR.glob("*.py"))
 
 
@@ -23,11 +25,13 @@ def install_hook(dest: Path) -> list[Path]:
 
     Running containers see the folder through a bind mount: a process that started
     earlier keeps what it imported, a new one reads the new file whole, never half of it.
+    ``sitecustomize.py`` goes last, so that a new entry point never runs beside the modules of
+    an older hook.
     """
     dest.mkdir(parents=True, exist_ok=True)
     dest.chmod(0o755)
     out = []
-    for src in hook_files():
+    for src in sorted(hook_files(), key=lambda p: p.name == ENTRY):
         target = dest / src.name
         data = src.read_bytes()
         if target.exists() and target.read_bytes() == data:
@@ -50,7 +54,7 @@ def remove_hook(dest: Path) -> None:
     """Take out what :func:`install_hook` put into ``dest`` (and ``dest`` itself once empty).
 
     ``sitecustomize.py``, the one file Python runs by itself, goes first: whoever looks at the folder
-    while it empties never finds a hook that runs without the ledger module it imports."""
+    while it empties never finds a hook that runs without the modules it loads."""
     for src in sorted(hook_files(), key=lambda p: p.name != ENTRY):
         (dest / src.name).unlink(missing_ok=True)
     for stale in dest.glob(".*.py.*"):  # a copy a killed install left

@@ -238,12 +238,19 @@ def test_tensorflow_is_capped_only_where_the_admin_opted_in(tmp_path):
 
 
 def test_the_hook_folder_holds_only_the_hook_and_installs_atomically(tmp_path):
-    files = ["_gpushare_hub_ledger.py", "sitecustomize.py"]  # the hook and its container ledger
+    # The entry point and its modules: the caps, the container ledger, the out-of-memory note.
+    files = [
+        "_gpushare_hub_caps.py",
+        "_gpushare_hub_ledger.py",
+        "_gpushare_hub_oomhandler.py",
+        "_gpushare_hub_oomnote.py",
+        "sitecustomize.py",
+    ]
     assert [p.name for p in hook_files()] == files
     dest = tmp_path / "host" / "pyhook"
     installed = install_hook(dest)
-    assert [p.name for p in installed] == files
-    hook = installed[1]
+    assert [p.name for p in installed] == files  # the entry point last, after its modules
+    hook = installed[-1]
     assert hook.read_bytes() == (HOOK_DIR / "sitecustomize.py").read_bytes()
     assert {oct(p.stat().st_mode & 0o777) for p in installed} == {"0o644"}
     hook.write_text("old")

@@ -207,7 +207,7 @@ def test_the_claimed_tier_follows_mps_unless_named_and_unknown_or_impossible_one
 
 def test_the_hooks_entry_point_goes_first_so_a_half_emptied_folder_runs_nothing(tmp_path, monkeypatch):
     """A look at the folder while the plugin empties it (an uninstall) never finds sitecustomize.py
-    without the ledger module it imports; the node tier once found just that after helm returned."""
+    without the modules it loads; the node tier once found just that after helm returned."""
     from pathlib import Path
 
     from gpushare_hub.isolation.hookfiles import hook_files, install_hook, remove_hook

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import pytest
 
 from gpushare_hub.demo.fakegpu import site_dir
-from gpushare_hub.isolation.hookfiles import HOOK_DIR
+from gpushare_hub.isolation.hookfiles import HOOK_DIR, hook_files
 from tests.support.golden import golden_me
 
 GIB = 1024**3
@@ -249,8 +249,8 @@ def test_cupy_and_jax_errors_are_recognised_and_explained_with_their_own_cap(mon
 
 
 def test_the_hook_keeps_to_python_3_8_syntax():
-    source = (HOOK_DIR / "sitecustomize.py").read_text()
-    ast.parse(source, feature_version=(3, 8))
+    for path in hook_files():  # the entry point and every module it loads
+        ast.parse(path.read_text(), feature_version=(3, 8), filename=str(path))
 
 
 # ---- the service -----------------------------------------------------------------------------
@@ -457,7 +457,8 @@ def test_an_ipython_users_own_exception_handler_is_left_in_place(tmp_path):
 def test_a_broken_note_never_hides_the_users_error(tmp_path):
     """A service answer that makes the note fail (here: the hook's text builder breaks) still
     leaves Python's own traceback in place."""
-    code = f"import sitecustomize, torch\nsitecustomize.explain_oom = lambda *a, **k: 1 / 0\n{ALLOCATE_6_GIB}"
+    broken = "import _gpushare_hub_oomnote as text\ntext.explain_oom = lambda *a, **k: 1 / 0\n"
+    code = f"import torch\n{broken}{ALLOCATE_6_GIB}"
     proc = python(tmp_path, code)
     assert proc.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory" in proc.stderr and "gpushare-hub:" not in proc.stderr
@@ -470,11 +471,11 @@ def test_the_hooks_own_spellings_are_the_packages():
     from gpushare_hub.core.names import CONTAINER_LEDGER_DIR, LEDGER_DIR_ENV, SERVICE_URL_ENV
     from gpushare_hub.isolation import selftest
 
-    assert hook.SERVICE_URL_VAR == SERVICE_URL_ENV
-    assert hook.LEDGER_VAR == LEDGER_DIR_ENV
+    assert hook.oomnote.SERVICE_URL_VAR == SERVICE_URL_ENV
+    assert hook.caps.LEDGER_VAR == LEDGER_DIR_ENV
     # The ledger's file, beside the hook, spells them too.
-    source = (HOOK_DIR / hook.LEDGER_FILE).read_text()
+    source = (HOOK_DIR / hook.caps.LEDGER_FILE).read_text()
     assert f'LEDGER_VAR = "{LEDGER_DIR_ENV}"' in source
     assert f'DEFAULT_DIR = "{CONTAINER_LEDGER_DIR}"' in source
-    assert hook.TIERS == isolation.TIERS and hook.TIER_WORDS == isolation.WORDS
-    assert hook.TIER_VAR == selftest.TIER_VAR
+    assert hook.oomnote.TIERS == isolation.TIERS and hook.oomnote.TIER_WORDS == isolation.WORDS
+    assert hook.oomnote.TIER_VAR == selftest.TIER_VAR

@@ -1,6 +1,6 @@
 """gpushare-hub's container ledger: one GPU slice for every Python process of a notebook server.
 
-Part of the start-up hook: ``sitecustomize.py`` beside it loads this file when a framework starts
+Part of the start-up hook: ``_gpushare_hub_caps.py`` beside it loads this file when a framework starts
 using the GPU. A notebook server runs many GPU processes (a kernel per open notebook, a Python in a
 terminal, a restarted kernel whose old process still holds memory); a per-process cap would let
 each of them take the whole slice. So each process that holds GPU memory keeps one small file in
