@@ -111,6 +111,11 @@ CARD_UUIDS_ENV = "GPUSHARE_CARD_UUIDS"
 # (/dev/shm is the pod's, and on MPS nodes every container's on the card).
 # The hook spells it again.
 LEDGER_DIR_ENV = "GPUSHARE_LEDGER_DIR"
+# On nodes that overcommit their cards (the device plugin's overcommit): the folders Allocate mounts
+# for a notebook server's door to the plugin (its ask, read-write) and the plugin's answer
+# (read-only): wakes granted by the plugin, which measures the card (gpushare_hub/notebook/door.py).
+DOOR_DIR_ENV = "GPUSHARE_DOOR_DIR"
+ANSWER_DIR_ENV = "GPUSHARE_ANSWER_DIR"
 # A simulated node (the demo and the tests): the folder of the fake GPU framework's claims, shared
 # by the node's processes (gpushare_hub/demo/fakegpu), where hibernation's simulated driver works.
 SIM_USAGE_DIR_ENV = "GPUSHARE_SIM_USAGE_DIR"

@@ -28,12 +28,12 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import Any
 
 from gpushare_hub.core.names import LEDGER_DIR_ENV
 from gpushare_hub.isolation.checkpoint import Checkpointer, CheckpointError
 
+from .door import NO_ANSWER, UNKNOWN, Door
 from .overslice import ledger_module
 from .sleepstate import AWAKE, HIBERNATED, HIBERNATING, REFUSED, WAITING, WAKING, KernelSleep, Process, gib
 
@@ -83,6 +83,7 @@ class Hibernator:
         self.clock = clock
         self.proc = proc
         self.sleeps: dict[str, KernelSleep] = {}
+        self.door = Door.from_env(env)  # on nodes that overcommit: wakes need the plugin's grant
         self.line: list[str] = []  # kernels waiting to wake, in the order asked
         self._locks: dict[str, asyncio.Lock] = {}
         self._restore = asyncio.Lock()  # one wake restores at a time, in the order asked
@@ -133,12 +134,15 @@ class Hibernator:
 
     def awake_elsewhere(self, kernel_id: str) -> list[tuple[int, str]]:
         """(bytes, what) held by the server's awake GPU processes outside this kernel."""
+        asleep = {p.pid for p in self.sleep_of(kernel_id).processes}
+        return [(h, w) for p, h, w in self.awake_processes() if p not in asleep]
+
+    def awake_processes(self) -> list[tuple[int, int, str]]:
+        """(pid, bytes, what) of the server's GPU processes that hold memory on the card."""
         module = ledger_module()
         if module is None or not self.folder:
             return []
-        asleep = {p.pid for p in self.sleep_of(kernel_id).processes}
-        entries = module.read_others(self.folder, 0, self.proc)
-        return [(h, w) for p, h, w in entries if p not in asleep and h > 0]
+        return [(p, h, w) for p, h, w in module.read_others(self.folder, 0, self.proc) if h > 0]
 
     # ---- hibernating -----------------------------------------------------------------------
     async def hibernate(self, kernel_id: str) -> KernelSleep:
@@ -202,7 +206,7 @@ class Hibernator:
                 sleep.state = WAITING
                 while True:
                     self._places()
-                    blocker = self._inside_slice(kernel_id)
+                    blocker = self._inside_slice(kernel_id) or self._not_granted()
                     if blocker:
                         sleep.state, sleep.why = WAITING, blocker
                     elif self.line[0] == kernel_id:
@@ -228,6 +232,19 @@ class Hibernator:
             with contextlib.suppress(ValueError):
                 self.line.remove(kernel_id)
             self._places()
+
+    def _not_granted(self) -> str:
+        """Words for why the node's plugin has not granted the wake yet, or ``""`` (granted, the
+        server's slice still counts awake, or the node does not overcommit)."""
+        if self.door is None:
+            return ""
+        self.door.tell(hibernated=True, wake=True, idle_seconds=0)
+        answer = self.door.answer()
+        if answer.state == "awake" or answer.grant:
+            return ""
+        if answer.state == UNKNOWN:
+            return NO_ANSWER
+        return answer.words or "waiting for the node to grant the room on your card"
 
     def _places(self) -> None:
         for i, kid in enumerate(self.line):
@@ -268,29 +285,13 @@ class Hibernator:
                 await asyncio.to_thread(self.driver.unlock, p.pid)
         return ""
 
-    # ---- the idle loop ---------------------------------------------------------------------
+    # ---- the idle loop (idleloop.py) ------------------------------------------------------
     async def tick(self, after_seconds: int | None) -> None:
         """Hibernate the kernels idle past ``after_seconds`` (None: hibernation is off for this
-        server), and wake hibernated ones that turned busy."""
-        now = self.clock()
-        ids = list(self.kernels.list_kernel_ids())
-        for gone in set(self.sleeps) - set(ids):
-            self.sleeps.pop(gone, None)
-        for kid in ids:
-            k = self.kernel(kid)
-            sleep = self.sleep_of(kid)
-            busy = getattr(k, "execution_state", "") == "busy"
-            if sleep.state == HIBERNATED and busy:
-                self.wake_soon(kid)
-                continue
-            if after_seconds is None or busy or sleep.keep_awake or sleep.state not in (AWAKE, REFUSED):
-                continue
-            activity = getattr(k, "last_activity", None)
-            if sleep.state == REFUSED and str(activity) == sleep.refused_activity:
-                continue
-            idle = now - activity.timestamp() if isinstance(activity, datetime) else 0
-            if idle >= after_seconds:
-                await self.hibernate(kid)
+        server), wake hibernated ones that turned busy, and answer the node's door."""
+        from .idleloop import tick
+
+        await tick(self, after_seconds)
 
 
 def refusal_words(err: CheckpointError) -> str:

@@ -286,3 +286,54 @@ def test_the_gpu_bench_runs_its_steps_on_the_simulated_driver_and_reports_the_da
         assert isinstance(result[key], float) and result[key] >= 0, (key, result)
     # The cell sent while checkpointed waited for the wake (the bench wakes it after 1 s).
     assert result["cell_wait_s"] < 60
+
+
+def test_on_an_overcommitting_node_a_wake_waits_for_the_plugins_grant_and_idle_kernels_make_room(
+    node, tmp_path
+):
+    """The door (issue 46, part 3): the server tells the plugin it is hibernated, a wake waits
+    with the plugin's words until it is granted, and the plugin's hibernate_now hibernates the
+    server's idle kernels even where the hub's rule is off."""
+    door, answer = tmp_path / "door", tmp_path / "answer"
+    door.mkdir()
+    answer.mkdir()
+    env = {**node["env"], "GPUSHARE_DOOR_DIR": str(door), "GPUSHARE_ANSWER_DIR": str(answer)}
+    proc = node["start"](2)
+    kernels = Kernels()
+    kernels.add("k1", proc.pid, idle_s=120)
+    hib = Hibernator(kernels, SimulatedCheckpoint(str(node["claims"])), env)
+
+    def say(**doc: Any) -> None:
+        (answer / "answer.json").write_text(json.dumps(doc))
+
+    def asked() -> dict[str, Any]:
+        return json.loads((door / "ask.json").read_text())
+
+    asyncio.run(hib.tick(after_seconds=None))  # the hub's rule is off: nothing hibernates
+    assert hib.sleep_of("k1").state == AWAKE
+    assert asked() == {"hibernated": False, "wake": False, "idle_seconds": 120}
+    say(state="awake", grant=False, hibernate_now=True, words="")  # a neighbour waits
+    asyncio.run(hib.tick(after_seconds=None))
+    assert hib.sleep_of("k1").state == HIBERNATED
+    asyncio.run(hib.tick(after_seconds=None))
+    assert asked()["hibernated"] is True
+
+    words = "waiting for 2 GiB on your card: 1 ahead; neighbours idle 5 min are hibernated first"
+    say(state="hibernated", grant=False, place=2, ahead=1, words=words, hibernate_now=False)
+
+    async def wake_when_granted() -> str:
+        waking = hib.wake_soon("k1")
+        await asyncio.sleep(2.5)
+        seen = hib.sleep_of("k1").why
+        assert asked()["wake"] is True
+        assert not waking.done()
+        say(state="hibernated", grant=True, words="")
+        await asyncio.wait_for(waking, 60)
+        return seen
+
+    assert asyncio.run(wake_when_granted()) == words
+    assert hib.sleep_of("k1").state == AWAKE
+    assert claim_mib(node["claims"], proc.pid) == 2048
+    # A bad answer file is no answer: a wake waits for the plugin, and nothing crashes.
+    (answer / "answer.json").write_text("{not json")
+    assert hib._not_granted().startswith("waiting for the node's device plugin to answer")
