@@ -159,6 +159,20 @@ def sim_usage_env(claims_dir: Path, pod_uid: str) -> dict[str, str]:
 class NodeSpec:
     name: str
     cards: str  # the plugin's --simulate declaration, e.g. "1x Tesla T4:15360"
+    plugin_args: tuple[str, ...] = ()  # more of the node's plugin's flags, e.g. --overcommit=2
+
+
+def with_plugin_args(nodes: list[NodeSpec], given: list[str]) -> list[NodeSpec]:
+    """``nodes`` with each ``NAME=FLAG`` of ``given`` added to that node's plugin flags."""
+    extra: dict[str, list[str]] = {}
+    for text in given:
+        name, sep, flag = text.partition("=")
+        if not sep or not flag.startswith("--") or name not in {n.name for n in nodes}:
+            raise GPUShareError(
+                f"--plugin-arg {text!r}: write NODE=--FLAG for a --node, e.g. nb-1=--overcommit=2"
+            )
+        extra.setdefault(name, []).append(flag)
+    return [NodeSpec(n.name, n.cards, (*n.plugin_args, *extra.get(n.name, ()))) for n in nodes]
 
 
 def parse_node(text: str) -> NodeSpec:
@@ -263,6 +277,7 @@ class NodeAgent:
                     # applies no CDI device, so the card goes as NVIDIA_VISIBLE_DEVICES.
                     "--device-mode=legacy",
                     f"--cdi-dir={self.state_dir / 'nodes' / name / 'cdi'}",
+                    *spec.plugin_args,
                 ],
                 self.log_dir / f"device-plugin-{name}.log",
             ).start()
@@ -581,13 +596,16 @@ def main(argv: list[str] | None = None) -> int:
         "--node", action="append", default=[], required=True, help="NAME=CARDS, e.g. nb-1='1x Tesla T4:15360'"
     )
     p.add_argument("--image", action="append", default=[], help="NAME=BIN_DIR of an image the agent runs")
+    p.add_argument(
+        "--plugin-arg", action="append", default=[], help="NODE=--FLAG for that node's device plugin"
+    )
     p.add_argument("--state-dir", required=True, type=Path, help="what the agent started (survives it)")
     p.add_argument("--log-dir", required=True, type=Path, help="the plugins' and the containers' logs")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        nodes = [parse_node(n) for n in args.node]
+        nodes = with_plugin_args([parse_node(n) for n in args.node], args.plugin_arg)
         images = [parse_image(i) for i in args.image]
     except GPUShareError as err:
         print(f"gpushare-localcluster agent: {err}", file=sys.stderr)

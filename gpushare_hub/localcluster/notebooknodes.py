@@ -35,13 +35,16 @@ LABEL = "gpushare-hub.io/local-notebooks"
 LOOPBACK_BASES = range(10, 250)
 
 
+_TAKEN: set[int] = set()
+
+
 def free_loopback_base(port: int = 8888) -> int:
     """A second octet B whose pod IPs 127.B.N.x nobody serves yet.
 
     Two harnesses on one machine (two test runs, a test run beside the demo) must not
     hand out the same pod IPs: a notebook of one would answer the hub of the other.
     """
-    candidates = list(LOOPBACK_BASES)
+    candidates = [b for b in LOOPBACK_BASES if b not in _TAKEN]
     random.shuffle(candidates)
     for base in candidates:
         with socket.socket() as probe:
@@ -49,6 +52,7 @@ def free_loopback_base(port: int = 8888) -> int:
                 probe.bind((f"127.{base}.1.1", port))
             except OSError:
                 continue
+            _TAKEN.add(base)  # another set of nodes of this process serves none yet
             return base
     raise HarnessError(f"no free loopback range 127.B.1.1:{port} for notebook pods")
 
@@ -86,20 +90,30 @@ class NotebookNodes:
         images: Mapping[str, str] | None = None,
         model: str = "Tesla T4",
         mib: int = 15360,
+        name: str = "node-agent",
+        label_value: str = "true",
     ) -> None:
+        """``name``: the agent's (its state folder and process); ``label_value``: the nodes'
+        :data:`LABEL` (another value keeps a test's nodes apart from the session's)."""
         self.cluster = cluster
+        self.name = name
+        self.label_value = label_value
         self.images = dict(images) if images is not None else {NOTEBOOK_IMAGE: venv_bin()}
         self.model = model
         self.mib = mib
         self.nodes: dict[str, str] = {}  # name -> the plugin's --simulate declaration
+        self.plugin_args: dict[str, tuple[str, ...]] = {}  # name -> more flags for its plugin
         self.loopback_base = free_loopback_base()  # pods of node N get IPs 127.<base>.N.x
-        self.state_dir = cluster.workdir / "node-agent"
+        self.state_dir = cluster.workdir / name
         self.agent: Component | None = None
         self._restarts = 0
         cluster.on_stop(self._cleanup)
 
-    def add(self, count: int, cards: int = 1, prefix: str = "nb-") -> list[str]:
+    def add(
+        self, count: int, cards: int = 1, prefix: str = "nb-", plugin_args: tuple[str, ...] = ()
+    ) -> list[str]:
         """``count`` nodes labelled :data:`LABEL` with ``cards`` cards each; waits until Ready.
+        ``plugin_args``: more flags for their device plugins (e.g. ``--overcommit=2``).
 
         Start (or restart) the agent afterwards: it serves the nodes known when it starts.
         """
@@ -110,13 +124,14 @@ class NotebookNodes:
             body = self.cluster.node_object(
                 name,
                 declared_cards(name, cards, self.model, self.mib, self.cluster.names),
-                labels={LABEL: "true"},
+                labels={LABEL: self.label_value},
             )
             body["spec"] = {"podCIDR": f"127.{self.loopback_base}.{index}.0/24"}
             # The device plugin publishes the card inventory (its UUIDs) once it registers.
             body["metadata"]["annotations"].pop(CARDS_ANNOTATION)
             self.cluster.core_api().create_node(body)
             self.nodes[name] = f"{cards}x {self.model}:{self.mib}"
+            self.plugin_args[name] = tuple(plugin_args)
             names.append(name)
         self.cluster.wait_nodes_ready(names)
         return names
@@ -130,7 +145,7 @@ class NotebookNodes:
         self.cluster.grant("gpushare-device-plugin", PLUGIN_RULES)
         agent_kc = self.cluster.credential("user-node-agent", "gpushare-node-agent")
         plugin_kc = self.cluster.credential("user-device-plugin", "gpushare-device-plugin")
-        name = "node-agent" if not self._restarts else f"node-agent-{self._restarts}"
+        name = self.name if not self._restarts else f"{self.name}-{self._restarts}"
         self._restarts += 1
         argv = [
             sys.executable,
@@ -142,13 +157,14 @@ class NotebookNodes:
             f"--log-dir={self.cluster.logs}",
         ]
         argv += [f"--node={n}={decl}" for n, decl in self.nodes.items()]
+        argv += [f"--plugin-arg={n}={flag}" for n, flags in self.plugin_args.items() for flag in flags]
         argv += [f"--image={image}={path}" for image, path in self.images.items()]
         self.agent = self.cluster._run(name, argv)
         self.agent.wait_until(self._published, 120, "serving (every node's plugin published its cards)")
         return self.agent
 
     def _published(self) -> bool:
-        nodes = self.cluster.get_json(f"/api/v1/nodes?labelSelector={LABEL}%3Dtrue")["items"]
+        nodes = self.cluster.get_json(f"/api/v1/nodes?labelSelector={LABEL}%3D{self.label_value}")["items"]
         ready = {
             n["metadata"]["name"]
             for n in nodes
