@@ -11,7 +11,8 @@ set again every :data:`INTERVAL` seconds while it runs. A process that ended fre
 file names its pid and the kernel's start time of that pid, and a file whose process is gone (or
 whose pid another process now has) is ignored and removed. A process that the notebook server
 hibernated (CUDA's process checkpoint: its GPU memory moved into host memory) has a
-``<pid>.hibernated`` file beside its entry and counts as holding nothing until it is woken.
+``<pid>.hibernated`` file beside its entry and counts as holding nothing until it is woken
+(``_gpushare_hub_hibernation.py``, beside this file).
 
 This holds among processes that run the hook unchanged. The user's own code can write these files
 or lift its own cap: the cooperative tier never held against that, and the device plugin's
@@ -33,7 +34,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Mapping  # noqa: UP035 - Python 3.8
+    from typing import Any, Callable, Mapping  # noqa: UP035 - Python 3.8
 
     Entry = tuple[int, int, str]  # (pid, bytes held, what the process is)
 
@@ -46,12 +47,33 @@ MAX_BYTES = 4096
 MAX_WHAT = 80
 DEBUG_VAR = "GPUSHARE_HOOK_DEBUG"
 ENTRY_MODE = 0o644  # the other users' processes read it; only its owner writes it
-HIBERNATED = ".hibernated"  # beside ``<pid>.json``: the process's GPU memory is in host memory
 
 
 def _debug(message: str) -> None:
     if os.environ.get(DEBUG_VAR):
         sys.stderr.write(f"gpushare-hub ledger: {message}\n")
+
+
+def _beside(filename: str) -> Any:
+    """The hook's module in ``filename`` beside this file, loaded once under its own name."""
+    name = filename[:-3]
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        sys.modules[name] = module
+    return module
+
+
+if TYPE_CHECKING:
+    from gpushare_hub.isolation.hook import _gpushare_hub_hibernation as hibernation
+else:
+    hibernation = _beside("_gpushare_hub_hibernation.py")
+HIBERNATED = hibernation.HIBERNATED
 
 
 def _tmp_name(pid: int) -> str:
@@ -139,70 +161,10 @@ def read_others(path: str, own: int, proc: str = "/proc") -> list[Entry]:
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(path, stale))
             continue
-        if hibernated_since(path, pid, started) is not None:  # its memory is in host memory
+        if hibernation.hibernated_since(path, pid, started) is not None:  # its memory is in host memory
             held, what = 0, f"{what} (hibernated)"[:MAX_WHAT]
         found.append((pid, held, what))
     return found
-
-
-def _marker(raw: bytes, pid: int, start: str) -> tuple[int, int] | None:
-    """(since, bytes held when hibernated) of a marker's text for that process, or None."""
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    if not isinstance(doc, dict) or doc.get("pid") != pid or doc.get("start") != start:
-        return None
-    since, held = doc.get("since"), doc.get("held")
-    if (
-        not isinstance(since, int)
-        or not isinstance(held, int)
-        or isinstance(since, bool)
-        or isinstance(held, bool)
-    ):
-        return None
-    return (since, held) if since >= 0 and held >= 0 else None
-
-
-def hibernation(path: str, pid: int, start: str) -> tuple[int, int] | None:
-    """(since, bytes held) where the process ``pid`` started at ``start`` is hibernated: the
-    notebook server moved its GPU memory into host memory and wrote ``<pid>.hibernated``; None
-    while it is awake."""
-    try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
-        fd = os.open(os.path.join(path, f"{pid}{HIBERNATED}"), flags)
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError:
-        return None
-    return _marker(raw, pid, start) if len(raw) <= MAX_BYTES else None
-
-
-def hibernated_since(path: str, pid: int, start: str) -> int | None:
-    found = hibernation(path, pid, start)
-    return found[0] if found is not None else None
-
-
-def mark_hibernated(path: str, pid: int, start: str, held: int, since: int) -> None:
-    """Say that process ``pid`` is hibernated, holding ``held`` bytes in host memory: the ledger
-    counts it at 0 (raises OSError when the folder cannot be written)."""
-    doc = {"pid": pid, "start": start, "held": int(held), "since": int(since)}
-    tmp = os.path.join(path, _tmp_name(pid))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), ENTRY_MODE)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(doc))
-        os.replace(tmp, os.path.join(path, f"{pid}{HIBERNATED}"))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def unmark_hibernated(path: str, pid: int) -> None:
-    """The process is awake again: the ledger counts what it holds."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(path, f"{pid}{HIBERNATED}"))
 
 
 class Ledger:
