@@ -13,8 +13,10 @@ ENTRY = "sitecustomize.py"  # what Python imports at start from a folder on PYTH
 
 def hook_files() -> list[Path]:
     """The files the container sees in the hook folder: ``sitecustomize.py`` and the modules it
-    loads from beside it, one per job: the framework caps (``_gpushare_hub_caps.py``), the container
-    ledger (``_gpushare_hub_ledger.py``) and the out-of-memory note (``_gpushare_hub_oomnote.py``,
+    loads from beside it, one per job: the framework caps (``_gpushare_hub_caps.py``; CuPy and JAX
+    in the ledger, ``_gpushare_hub_cupyjax.py``), the container ledger (``_gpushare_hub_ledger.py``,
+    kept current by ``_gpushare_hub_ledgersync.py``, its hibernation markers in
+    ``_gpushare_hub_hibernation.py``) and the out-of-memory note (``_gpushare_hub_oomnote.py``,
     ``_gpushare_hub_oomhandler.py``). Nothing else: every file there becomes importable by every
     Python in the container, so each module's name starts with ``_gpushare_hub_``."""
     return sorted(p for p in HOOK_DIR.glob("*.py"))

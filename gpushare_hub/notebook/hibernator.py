@@ -6,9 +6,10 @@ that have an entry in the container ledger, :mod:`_gpushare_hub_ledger`), and:
 
 * **hibernates** a kernel (:meth:`hibernate`): lock every GPU process, checkpoint each (CUDA's
   process checkpoint, :mod:`gpushare_hub.isolation.checkpoint`), then mark each hibernated in the
-  ledger, which counts it at 0 so that the server's other kernels may use its memory. A process
-  the driver refuses (an MPS client, a driver without the API, ...) rolls the kernel back awake,
-  and the kernel is ``refused`` with the driver's words until it runs something new;
+  ledger (:mod:`_gpushare_hub_hibernation`), which counts it at 0 so that the server's other
+  kernels may use its memory. A process the driver refuses (an MPS client, a driver without the
+  API, ...) rolls the kernel back awake, and the kernel is ``refused`` with the driver's words
+  until it runs something new;
 * **wakes** a kernel (:meth:`wake`), in the order asked: first its memory must fit back inside the
   slice beside what the awake processes hold (else it waits, saying for what), then the driver
   restores each process (a card without the room answers out-of-memory: it waits again), then
@@ -34,7 +35,7 @@ from gpushare_hub.core.names import LEDGER_DIR_ENV
 from gpushare_hub.isolation.checkpoint import Checkpointer, CheckpointError
 
 from .door import NO_ANSWER, UNKNOWN, Door
-from .overslice import ledger_module
+from .overslice import hibernation_module, ledger_module
 from .sleepstate import AWAKE, HIBERNATED, HIBERNATING, REFUSED, WAITING, WAKING, KernelSleep, Process, gib
 
 log = logging.getLogger("gpushare.hibernation")
@@ -174,7 +175,7 @@ class Hibernator:
                 log.warning("gpushare: kernel %s stays awake: %s", kernel_id, err)
                 return sleep
             now = self.clock()
-            module = ledger_module()
+            module = hibernation_module()
             for p in found:
                 if module is not None:
                     with contextlib.suppress(OSError):
@@ -221,7 +222,7 @@ class Hibernator:
                         ahead = sleep.place - 1 if sleep.place else 0
                         sleep.why = f"waiting to wake: {ahead} kernel(s) of this server first"
                     await asyncio.sleep(RETRY_S)
-                module = ledger_module()
+                module = hibernation_module()
                 for p in sleep.processes:
                     if module is not None:
                         module.unmark_hibernated(self.folder, p.pid)

@@ -19,6 +19,7 @@ from gpushare_hub.core.names import LEDGER_DIR_ENV
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 
 LEDGER_MODULE = "_gpushare_hub_ledger"
+HIBERNATION_MODULE = "_gpushare_hub_hibernation"  # the ledger's hibernation markers
 MIB = 1 << 20
 
 
@@ -26,19 +27,29 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def ledger_module() -> Any:
-    """The start-up hook's ledger module (loaded from the hook's folder once), or None."""
-    module = sys.modules.get(LEDGER_MODULE)
+def hook_module(name: str) -> Any:
+    """The start-up hook's module ``name`` (loaded from the hook's folder once), or None."""
+    module = sys.modules.get(name)
     if module is None:
         try:
-            spec = importlib.util.spec_from_file_location(LEDGER_MODULE, HOOK_DIR / f"{LEDGER_MODULE}.py")
+            spec = importlib.util.spec_from_file_location(name, HOOK_DIR / f"{name}.py")
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         except Exception:
             return None
-        sys.modules[LEDGER_MODULE] = module
+        sys.modules[name] = module
     return module
+
+
+def ledger_module() -> Any:
+    """The start-up hook's ledger module (what it reads and writes), or None."""
+    return hook_module(LEDGER_MODULE)
+
+
+def hibernation_module() -> Any:
+    """The start-up hook's hibernation markers (``mark_hibernated``, ``unmark_hibernated``), or None."""
+    return hook_module(HIBERNATION_MODULE)
 
 
 def server_processes(env: Mapping[str, str]) -> list[tuple[int, int, str]]:

@@ -1,5 +1,6 @@
-"""The start-up hook's test torch: the demo's fake torch in a folder of its own (``fake_site``),
-and the files of such a folder put into a notebook's working directory (``upload``)."""
+"""The start-up hook's test frameworks: the demo's fake torch in a folder of its own
+(``fake_site``), fake CuPy and JAX (``FAKE_FRAMEWORKS``), and the files of such a folder put into a
+notebook's working directory (``upload``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from typing import Any
 
 from gpushare_hub.demo.fakegpu import write_site
 from gpushare_hub.localcluster.hub import LocalHub
+
+# A fake ``cupy`` and a fake ``jax`` (device memory as bookkeeping, modelled on their APIs where the
+# hook touches them: see each package's docstring), in a folder whose name no import can reach.
+FAKE_FRAMEWORKS = Path(__file__).parent / "fake-frameworks"
 
 
 def fake_site(root: Path, torch_version: str = "2.4.0") -> Path:

@@ -1,12 +1,15 @@
-"""The container ledger (issue 37): one slice for every Python process of a notebook server.
+"""The container ledger (issues 37 and 47): one slice for every Python process of a notebook server,
+whatever framework holds the memory, and however close together the processes start.
 
-Each test runs real Python processes with the start-up hook and the fake torch on their path, as
-the device plugin's Allocate starts them (its environment, the ledger folder standing in for the
-container's own /tmp), and reads what the fake torch and the ledger's files say.
+Each test runs real Python processes with the start-up hook and the fake torch (and the fake CuPy
+and JAX of tests/support) on their path, as the device plugin's Allocate starts them (its
+environment, the ledger folder standing in for the container's own /tmp), and reads what the
+fakes and the ledger's files say.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -15,9 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import gpushare_hub
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from tests.conftest import wait_for
-from tests.support.isolation import fake_site
+from tests.support.isolation import FAKE_FRAMEWORKS, fake_site
 
 GIB = 1024**3
 SLICE = {"GPUSHARE_MEMORY_LIMIT_MIB": "5120", "GPUSHARE_CARD_MEMORY_MIB": "15360"}
@@ -278,3 +284,206 @@ def test_a_symlink_planted_in_the_ledger_folder_is_not_followed(tmp_path, monkey
     ledger.publish(4 * GIB)
     assert target.read_text() == "precious"
     assert json.loads(entry.read_text())["held"] == 3 * GIB  # the old entry stays
+
+
+# ---- every framework counts (issue 47) --------------------------------------------------------
+# Allocate's caps for CuPy and JAX: the whole 5 GiB slice of the 15 GiB card.
+FRAMEWORK_CAPS = {
+    "CUPY_GPU_MEMORY_LIMIT": str(5 * GIB),
+    "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.3333",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+}
+
+# Takes each GiB amount of its arguments in turn through PyTorch, saying what happened.
+TAKE = """
+import json, sys, sitecustomize, torch
+kept = []
+for gib in map(float, sys.argv[1:]):
+    try:
+        kept.append(torch.empty(int(gib * 1024**3), dtype=torch.uint8, device="cuda"))
+        print("took", gib, flush=True)
+    except torch.cuda.OutOfMemoryError as err:
+        print("refused", gib, json.dumps(sitecustomize.explain_oom(err, me="not asked")), flush=True)
+"""
+
+# Holds GiB through CuPy or JAX (CuPy also pinned host memory, which never counts), says so, and
+# keeps it until its standard input closes.
+HOLDERS = {
+    "cupy": """
+import sys, cupy
+held = cupy.empty({gib} * 1024**3, dtype=cupy.uint8)
+pinned = cupy.cuda.alloc_pinned_memory(1024**3)
+print("held", flush=True)
+sys.stdin.readline()
+""",
+    "jax": """
+import sys, jax.numpy as jnp
+held = jnp.zeros({gib} * 1024**3, dtype=jnp.uint8)
+print("held", flush=True)
+sys.stdin.readline()
+""",
+}
+
+# Takes 3 GiB through CuPy or JAX, saying what happened (with the note, for CuPy's error).
+TAKE_3 = {
+    "cupy": """
+import json, sitecustomize, cupy
+try:
+    held = cupy.empty(3 * 1024**3, dtype=cupy.uint8)
+    print("took 3", flush=True)
+except cupy.cuda.memory.OutOfMemoryError as err:
+    print("refused 3", json.dumps(sitecustomize.explain_oom(err, "cupy", me="not asked")), flush=True)
+""",
+    "jax": """
+import jax, jax.numpy as jnp
+try:
+    held = jnp.zeros(3 * 1024**3, dtype=jnp.uint8)
+    print("took 3", flush=True)
+except jax.errors.JaxRuntimeError as err:
+    print("refused 3", str(err).split(":")[0], flush=True)
+""",
+}
+
+
+def framework_env(tmp_path: Path, ledger: Path) -> dict[str, str]:
+    env = {**env_for(tmp_path, ledger), **FRAMEWORK_CAPS}
+    env["PYTHONPATH"] += os.pathsep + str(FAKE_FRAMEWORKS)
+    return env
+
+
+def run(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("framework", ["cupy", "jax"])
+def test_what_cupy_and_jax_hold_counts_and_a_pytorch_neighbour_is_refused_past_the_slice(tmp_path, framework):
+    ledger = tmp_path / "ledger"
+    env = framework_env(tmp_path, ledger)
+    holder = start(HOLDERS[framework].format(gib=3), env)
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "held", holder.stderr
+        # What its allocator holds on the card; CuPy's pinned pool is host memory.
+        assert wait_for(lambda: entries(ledger).get(holder.pid, {}).get("held") == 3 * GIB, 10, every=0.05)
+        neighbour = run(TAKE, env, "3", "1.5")
+        refused, took = neighbour.stdout.split("\n")[:2]
+        assert refused.startswith("refused 3.0 "), neighbour.stdout + neighbour.stderr
+        note = json.loads(refused[len("refused 3.0 ") :])
+        assert f"other GPU processes hold 3 GiB of the slice: python (pid {holder.pid})" in note, note
+        assert took == "took 1.5"
+    finally:
+        stop(holder)
+    assert entries(ledger) == {}, "the holder took its entry with it at exit"
+
+
+def test_cupy_started_before_a_pytorch_neighbour_filled_the_slice_gets_its_pool_limit_lowered(tmp_path):
+    """CuPy reads its cap once; the hook sets the pool's limit again whenever the cap changes."""
+    ledger, log = tmp_path / "ledger", tmp_path / "events"
+    env = {**framework_env(tmp_path, ledger), "FAKE_LOG": str(log)}
+    cupy = start(
+        """
+import sys, cupy
+pool = cupy.get_default_memory_pool()
+print(pool.get_limit(), flush=True)
+kept = [cupy.empty(512 * 1024**2, dtype=cupy.uint8)]
+print(pool.get_limit(), flush=True)
+for line in sys.stdin:
+    gib = float(line)
+    try:
+        kept.append(cupy.empty(int(gib * 1024**3), dtype=cupy.uint8)) if gib else None
+        print("took" if gib else "limit", pool.get_limit(), flush=True)
+    except cupy.cuda.memory.OutOfMemoryError:
+        print("refused", pool.get_limit(), flush=True)
+""",
+        env,
+    )
+    holder = None
+    try:
+        assert cupy.stdout and cupy.stdout.readline().strip() == str(5 * GIB), cupy.stderr
+        assert cupy.stdout.readline().strip() == str(5 * GIB)  # alone: the whole slice
+        assert wait_for(lambda: entries(ledger).get(cupy.pid, {}).get("held") == GIB // 2, 10, every=0.05)
+        holder = start(HOLDER.format(gib=4), env)  # 4 GiB of the 4.5 GiB CuPy left
+        assert holder.stdout and holder.stdout.readline().strip() == "held", holder.stderr
+
+        def limit() -> str:
+            cupy.stdin.write("0\n")  # type: ignore[union-attr]
+            cupy.stdin.flush()  # type: ignore[union-attr]
+            return cupy.stdout.readline().strip()  # type: ignore[union-attr]
+
+        assert wait_for(lambda: limit() == f"limit {GIB}", 10, every=0.05)  # 5 GiB less the 4 held
+        cupy.stdin.write("1\n0.25\n")  # type: ignore[union-attr]
+        cupy.stdin.flush()  # type: ignore[union-attr]
+        assert cupy.stdout.readline().split() == ["refused", str(GIB)]  # 0.5 + 1 GiB: past it
+        assert cupy.stdout.readline().split() == ["took", str(GIB)]
+    finally:
+        for proc in (cupy, holder):
+            if proc is not None:
+                stop(proc)
+    # The hook never started CUDA before CuPy did (a fork after `import cupy` stays safe).
+    events = [json.loads(line)[0] for line in log.read_text().splitlines()]
+    assert events[:2] == ["cupy-import", "cuda-init"], events
+
+
+@pytest.mark.parametrize("framework", ["cupy", "jax"])
+def test_cupy_and_jax_started_right_after_a_pytorch_neighbour_allocated_count_it(tmp_path, framework):
+    """The neighbour allocated a moment ago, well within the ledger's interval: it is asked to
+    publish before the new process takes its cap."""
+    ledger = tmp_path / "ledger"
+    env = framework_env(tmp_path, ledger)
+    holder = start(HOLDER.format(gib=3), env)
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "held", holder.stderr
+        late = run(TAKE_3[framework], env)  # no pause
+        assert late.stdout.startswith("refused 3 "), late.stdout + late.stderr
+        if framework == "cupy":
+            note = json.loads(late.stdout[len("refused 3 ") :])
+            assert f"other GPU processes hold 3 GiB of the slice: python (pid {holder.pid})" in note, note
+        else:
+            assert late.stdout.split() == ["refused", "3", "RESOURCE_EXHAUSTED"]
+    finally:
+        stop(holder)
+
+
+def test_two_processes_started_back_to_back_cannot_pass_the_slice_together(tmp_path):
+    """`python -m gpushare_hub.demo.fakealloc 3`, twice, with no pause: one of them is refused."""
+    env = env_for(tmp_path, tmp_path / "ledger")
+    env["PYTHONPATH"] += os.pathsep + str(Path(gpushare_hub.__file__).parents[1])
+    argv = [sys.executable, "-m", "gpushare_hub.demo.fakealloc", "3", "--seconds", "60"]
+    procs = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        firsts = [proc.stdout.readline() if proc.stdout else "" for proc in procs]  # "" once it exited
+        held = [proc for proc, line in zip(procs, firsts, strict=True) if line.startswith("holding 3 GiB")]
+        refused = [proc for proc, line in zip(procs, firsts, strict=True) if not line]
+        assert len(held) == 1 and len(refused) == 1, firsts
+        assert refused[0].wait(30) == 1
+        assert "torch.OutOfMemoryError: CUDA out of memory" in (
+            refused[0].stderr.read() if refused[0].stderr else ""
+        )
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=30)
+
+
+def test_a_start_lock_held_elsewhere_and_an_entry_that_never_answers_delay_a_start_never_stop_it(tmp_path):
+    """Every wait of a start is bounded: a lock someone keeps, a process that never publishes."""
+    hook = hook_ledger()
+    ledger = tmp_path / "ledger"
+    ledger.mkdir()
+    me = os.getpid()  # a live process whose entry says 1 GiB and answers no request
+    silent = {"pid": me, "start": hook.start_time(me), "held": GIB, "what": "stopped (pid 1)", "sync": 1}
+    (ledger / f"{me}.json").write_text(json.dumps(silent))
+    with open(ledger / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        began = time.monotonic()
+        proc = run(TAKE, {**env_for(tmp_path, ledger), "GPUSHARE_HOOK_DEBUG": "1"}, "4", "0.5")
+        waited = time.monotonic() - began
+    assert proc.stdout.split("\n")[0] == "took 4.0", proc.stdout + proc.stderr  # 5 GiB less its 1
+    assert proc.stdout.split("\n")[1].startswith("refused 0.5 ")
+    assert "start.lock is held past 2.0 s: starting without it" in proc.stderr
+    assert f"no answer from [{me}] in 1.0 s" in proc.stderr
+    assert waited < 30

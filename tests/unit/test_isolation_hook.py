@@ -238,10 +238,14 @@ def test_tensorflow_is_capped_only_where_the_admin_opted_in(tmp_path):
 
 
 def test_the_hook_folder_holds_only_the_hook_and_installs_atomically(tmp_path):
-    # The entry point and its modules: the caps, the container ledger, the out-of-memory note.
+    # The entry point and its modules: the caps (CuPy's and JAX's part in the ledger), the
+    # container ledger (kept current, its hibernation markers), the out-of-memory note.
     files = [
         "_gpushare_hub_caps.py",
+        "_gpushare_hub_cupyjax.py",
+        "_gpushare_hub_hibernation.py",
         "_gpushare_hub_ledger.py",
+        "_gpushare_hub_ledgersync.py",
         "_gpushare_hub_oomhandler.py",
         "_gpushare_hub_oomnote.py",
         "sitecustomize.py",

@@ -474,7 +474,7 @@ def test_the_hooks_own_spellings_are_the_packages():
     assert hook.oomnote.SERVICE_URL_VAR == SERVICE_URL_ENV
     assert hook.caps.LEDGER_VAR == LEDGER_DIR_ENV
     # The ledger's file, beside the hook, spells them too.
-    source = (HOOK_DIR / hook.caps.LEDGER_FILE).read_text()
+    source = (HOOK_DIR / hook.caps.LEDGER_FILES[0]).read_text()
     assert f'LEDGER_VAR = "{LEDGER_DIR_ENV}"' in source
     assert f'DEFAULT_DIR = "{CONTAINER_LEDGER_DIR}"' in source
     assert hook.oomnote.TIERS == isolation.TIERS and hook.oomnote.TIER_WORDS == isolation.WORDS

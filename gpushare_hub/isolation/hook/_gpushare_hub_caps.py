@@ -22,7 +22,8 @@ where the installed torch has that option (2.10 and later), and by queueing
 first allocation (so importing torch does not start CUDA, and fork keeps working). A
 fraction the user put in ``PYTORCH_CUDA_ALLOC_CONF`` is left alone. CuPy and JAX read their
 caps from the environment Allocate set; with a container ledger they start with what the slice
-has left.
+has left, what they hold counts, and CuPy's pool limit follows the cap while it runs
+(``_gpushare_hub_cupyjax.py``; JAX's cannot change once its backend started).
 
 The hook's other modules share this one's basics: :data:`applied`, ``_debug`` and
 ``_positive_int``. Standard library only, Python 3.8 or later, as the hook.
@@ -112,26 +113,37 @@ def _without(conf: str, token: str) -> str:
 
 
 LEDGER_VAR = "GPUSHARE_LEDGER_DIR"  # core/names.py LEDGER_DIR_ENV, set by Allocate
-LEDGER_FILE = "_gpushare_hub_ledger.py"  # beside this file
-ledger: Any = None  # this process's place in its container's ledger, once its CUDA started
+# The container ledger's files beside this one, in the order they load (the second imports the first).
+LEDGER_FILES = ("_gpushare_hub_ledger.py", "_gpushare_hub_ledgersync.py")
+ledger: Any = None  # this process's place in its container's ledger, once a framework started
+
+
+def _beside(filename: str) -> Any:
+    """The hook's module in ``filename`` beside this file, loaded once under its own name."""
+    name = filename[:-3]
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module  # before it runs, as import does: the next module imports it
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    return module
 
 
 def container_ledger(limit_mib: int) -> Any:
-    """This process's :class:`_gpushare_hub_ledger.Ledger` (loaded from the file beside this one),
-    or None where Allocate named no ledger folder or the file cannot be loaded."""
+    """This process's :class:`_gpushare_hub_ledgersync.LiveLedger` (loaded from the files beside this
+    one), or None where Allocate named no ledger folder or the files cannot be loaded."""
     global ledger
-    if ledger is None and os.environ.get(LEDGER_VAR, "").strip():
-        try:
-            import importlib.util
-
-            module = sys.modules.get(LEDGER_FILE[:-3])
-            if module is None:
-                path = os.path.join(os.path.dirname(os.path.abspath(__file__)), LEDGER_FILE)
-                spec = importlib.util.spec_from_file_location(LEDGER_FILE[:-3], path)
-                module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-                spec.loader.exec_module(module)  # type: ignore[union-attr]
-                sys.modules[LEDGER_FILE[:-3]] = module
-            ledger = module.Ledger(limit_mib * MIB)
+    if (ledger is None or ledger.pid != os.getpid()) and os.environ.get(LEDGER_VAR, "").strip():
+        try:  # a forked child takes a place of its own: its parent's entry is not its own
+            ledger = [_beside(name) for name in LEDGER_FILES][-1].LiveLedger(limit_mib * MIB)
         except Exception as err:
             _debug(f"no container ledger: {err!r}")
     return ledger
@@ -208,10 +220,10 @@ class _Torch:
                     if not (users_own or mps):
                         applied.extend(set_caps(limit))
                     return
-                first = shared.cap()
+                first = shared.begin()  # what the slice has left, counted fresh (_gpushare_hub_ledgersync)
                 if not users_own:  # the user's own fraction stands; their holding still counts
                     applied.extend(set_caps(first))
-                shared.follow(held, (lambda _cap: None) if users_own else set_caps, first)
+                shared.follow(held, None if users_own else set_caps, first)
                 applied.append("torch: the container's other processes counted against the slice")
             except Exception as err:  # a failure here must not break the user's CUDA start
                 _debug(f"could not cap PyTorch: {err!r}")
@@ -232,19 +244,22 @@ class _Torch:
 START_CAPS = {"cupy": "CUPY_GPU_MEMORY_LIMIT", "jax": "XLA_PYTHON_CLIENT_MEM_FRACTION"}
 
 
-def _left_at_start(limit_mib: int, framework: str) -> Callable[[Any], None]:
-    """CuPy and JAX take their caps from the environment when they start, and nothing sets them
-    again: with a container ledger, each starts with what the slice has left after the container's
-    PyTorch processes (never nothing at all for CuPy, whose 0 means no limit)."""
+def _left_at_start(limit_mib: int, framework: str, set_env: bool = True) -> Callable[[Any], None]:
+    """CuPy and JAX take their caps from the environment when they start: with a container ledger,
+    each starts with what the slice has left after the container's other processes (never nothing
+    at all for CuPy, whose 0 means no limit). JAX's cap cannot change after its backend started, so
+    its import is its start in the ledger (counted fresh: ``_gpushare_hub_ledgersync.py``); CuPy's is
+    its first allocation (``_gpushare_hub_cupyjax.py``), which sets its pool's limit again.
+    ``set_env``: False on MPS nodes, where MPS caps each process (JAX's fraction is of MPS's total)."""
 
     def before(_spec: Any) -> None:
         var = START_CAPS[framework]
         card_mib = _positive_int(CARD_VAR)
         shared = container_ledger(limit_mib)
-        if shared is None or not os.environ.get(var) or not card_mib:
+        if shared is None:
             return
-        left = shared.cap()
-        if left >= limit_mib * MIB:
+        left = shared.begin(hold=False) if framework == "jax" else shared.cap()
+        if not set_env or not os.environ.get(var) or not card_mib or left >= limit_mib * MIB:
             return  # the whole slice: Allocate's value stands
         value = str(max(left, 1)) if framework == "cupy" else f"{left / (card_mib * MIB):.4f}"
         os.environ[var] = value

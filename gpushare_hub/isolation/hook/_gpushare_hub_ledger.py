@@ -3,15 +3,17 @@
 Part of the start-up hook: ``_gpushare_hub_caps.py`` beside it loads this file when a framework starts
 using the GPU. A notebook server runs many GPU processes (a kernel per open notebook, a Python in a
 terminal, a restarted kernel whose old process still holds memory); a per-process cap would let
-each of them take the whole slice. So each process that holds GPU memory keeps one small file in
-the container's ledger folder (``$GPUSHARE_LEDGER_DIR``, else ``/tmp/gpushare-hub-ledger``: a
-container has its own ``/tmp``; ``/dev/shm`` is the pod's, and on MPS nodes the card's) saying
-what it holds, and its cap is the slice less what the others hold,
-set again every :data:`INTERVAL` seconds while it runs. A process that ended frees its share: its
-file names its pid and the kernel's start time of that pid, and a file whose process is gone (or
-whose pid another process now has) is ignored and removed. A process that the notebook server
-hibernated (CUDA's process checkpoint: its GPU memory moved into host memory) has a
-``<pid>.hibernated`` file beside its entry and counts as holding nothing until it is woken.
+each of them take the whole slice. So each process that holds GPU memory (PyTorch, CuPy or JAX)
+keeps one small file in the container's ledger folder (``$GPUSHARE_LEDGER_DIR``, else
+``/tmp/gpushare-hub-ledger``: a container has its own ``/tmp``; ``/dev/shm`` is the pod's, and on MPS
+nodes the card's) saying what it holds, and its cap is the slice less what the others hold. A
+process that ended frees its share: its file names its pid and the kernel's start time of that
+pid, and a file whose process is gone (or whose pid another process now has) is ignored and
+removed. A hibernated process counts as holding nothing (``_gpushare_hub_hibernation.py``).
+
+Each entry also carries ``sync``, the newest request to publish that its process answered:
+``_gpushare_hub_ledgersync.py`` beside this file keeps the entries current (a start lock, requests
+to publish now, a follow loop), which closes the race of two processes started back to back.
 
 This holds among processes that run the hook unchanged. The user's own code can write these files
 or lift its own cap: the cooperative tier never held against that, and the device plugin's
@@ -29,29 +31,49 @@ import json
 import os
 import sys
 import threading
-import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Callable, Mapping  # noqa: UP035 - Python 3.8
+    from typing import Any, Mapping  # noqa: UP035 - Python 3.8
 
     Entry = tuple[int, int, str]  # (pid, bytes held, what the process is)
+    Seen = tuple[int, int, str, int]  # ... and the newest request it answered (-1: it answers none)
 
 LEDGER_VAR = "GPUSHARE_LEDGER_DIR"
 DEFAULT_DIR = "/tmp/gpushare-hub-ledger"
-# How often a running process publishes what it holds and takes its cap again, in seconds.
-INTERVAL = 0.5
+SYNC = ".sync"  # ``<pid>.sync``: that process starts and asks the others to publish now
 MAX_ENTRIES = 256
 MAX_BYTES = 4096
 MAX_WHAT = 80
 DEBUG_VAR = "GPUSHARE_HOOK_DEBUG"
 ENTRY_MODE = 0o644  # the other users' processes read it; only its owner writes it
-HIBERNATED = ".hibernated"  # beside ``<pid>.json``: the process's GPU memory is in host memory
 
 
 def _debug(message: str) -> None:
     if os.environ.get(DEBUG_VAR):
         sys.stderr.write(f"gpushare-hub ledger: {message}\n")
+
+
+def _beside(filename: str) -> Any:
+    """The hook's module in ``filename`` beside this file, loaded once under its own name."""
+    name = filename[:-3]
+    module = sys.modules.get(name)
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), filename)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        sys.modules[name] = module
+    return module
+
+
+if TYPE_CHECKING:
+    from gpushare_hub.isolation.hook import _gpushare_hub_hibernation as hibernation
+else:
+    hibernation = _beside("_gpushare_hub_hibernation.py")
+HIBERNATED = hibernation.HIBERNATED
 
 
 def _tmp_name(pid: int) -> str:
@@ -95,114 +117,62 @@ def describe(env: Mapping[str, str] | None = None, argv: list[str] | None = None
     return f"{name} (pid {os.getpid()})"[:MAX_WHAT]
 
 
-def _entry(raw: bytes, pid: int) -> tuple[str, int, str] | None:
-    """(start, bytes held, what) of one file's text, or None when it is not a ledger entry."""
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    if not isinstance(doc, dict):
-        return None
-    start, held, what = doc.get("start"), doc.get("held"), doc.get("what")
-    if doc.get("pid") != pid or not isinstance(start, str) or not isinstance(what, str):
-        return None
-    if not isinstance(held, int) or isinstance(held, bool) or held < 0:
-        return None
-    return start, held, what[:MAX_WHAT]
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def read_others(path: str, own: int, proc: str = "/proc") -> list[Entry]:
-    """The entries of the other live processes in ``path`` (a stale one's file is removed)."""
+def _doc(path: str, pid: int) -> dict[str, Any] | None:
+    """The JSON object of one ledger file of process ``pid`` (never through a link), or None."""
     try:
-        names = [n for n in os.listdir(path) if n.endswith(".json")]
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        doc = json.loads(raw.decode("utf-8")) if len(raw) <= MAX_BYTES else None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    ok = isinstance(doc, dict) and doc.get("pid") == pid and isinstance(doc.get("start"), str)
+    return doc if ok else None
+
+
+def scan(path: str, own: int, proc: str = "/proc") -> tuple[list[Seen], int]:
+    """The entries of the other live processes in ``path``, each with the newest request it
+    answered, and the newest request of another live process (0: none); a stale file is removed."""
+    try:
+        names = [n for n in os.listdir(path) if n.endswith((".json", SYNC))]
     except OSError:
-        return []
-    found = []
+        return [], 0
+    found, asked = [], 0
     for name in names[:MAX_ENTRIES]:
-        stem = name[: -len(".json")]
+        stem, _dot, kind = name.partition(".")
         # ASCII digits only (``"²".isdigit()`` is true), bounded: a pid has at most 7 digits.
         if not (0 < len(stem) <= 10 and stem.isascii() and stem.isdigit()) or int(stem) in (own, 0):
             continue
         pid = int(stem)
-        try:
-            fd = os.open(os.path.join(path, name), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                raw = f.read(MAX_BYTES + 1)
-        except OSError:
+        doc = _doc(os.path.join(path, name), pid)
+        if doc is None:
             continue
-        entry = _entry(raw, pid) if len(raw) <= MAX_BYTES else None
-        if entry is None:
-            continue
-        started, held, what = entry
+        started, token = doc["start"], _count(doc.get("sync"))
         if start_time(pid, proc) != started:  # the process ended: its share comes back
-            for stale in (name, f"{pid}{HIBERNATED}"):
+            for stale in (name, f"{pid}{HIBERNATED}") if kind == "json" else (name,):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(path, stale))
             continue
-        if hibernated_since(path, pid, started) is not None:  # its memory is in host memory
-            held, what = 0, f"{what} (hibernated)"[:MAX_WHAT]
-        found.append((pid, held, what))
-    return found
+        if kind != "json":
+            asked = max(asked, token or 0)
+            continue
+        held, what = _count(doc.get("held")), doc.get("what")
+        if held is None or not isinstance(what, str):
+            continue
+        answered = -1 if token is None else token
+        if hibernation.hibernated_since(path, pid, started) is not None:  # its memory is in host memory
+            held, what, answered = 0, f"{what[:MAX_WHAT]} (hibernated)", -1
+        found.append((pid, held, what[:MAX_WHAT], answered))
+    return found, asked
 
 
-def _marker(raw: bytes, pid: int, start: str) -> tuple[int, int] | None:
-    """(since, bytes held when hibernated) of a marker's text for that process, or None."""
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    if not isinstance(doc, dict) or doc.get("pid") != pid or doc.get("start") != start:
-        return None
-    since, held = doc.get("since"), doc.get("held")
-    if (
-        not isinstance(since, int)
-        or not isinstance(held, int)
-        or isinstance(since, bool)
-        or isinstance(held, bool)
-    ):
-        return None
-    return (since, held) if since >= 0 and held >= 0 else None
-
-
-def hibernation(path: str, pid: int, start: str) -> tuple[int, int] | None:
-    """(since, bytes held) where the process ``pid`` started at ``start`` is hibernated: the
-    notebook server moved its GPU memory into host memory and wrote ``<pid>.hibernated``; None
-    while it is awake."""
-    try:
-        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
-        fd = os.open(os.path.join(path, f"{pid}{HIBERNATED}"), flags)
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError:
-        return None
-    return _marker(raw, pid, start) if len(raw) <= MAX_BYTES else None
-
-
-def hibernated_since(path: str, pid: int, start: str) -> int | None:
-    found = hibernation(path, pid, start)
-    return found[0] if found is not None else None
-
-
-def mark_hibernated(path: str, pid: int, start: str, held: int, since: int) -> None:
-    """Say that process ``pid`` is hibernated, holding ``held`` bytes in host memory: the ledger
-    counts it at 0 (raises OSError when the folder cannot be written)."""
-    doc = {"pid": pid, "start": start, "held": int(held), "since": int(since)}
-    tmp = os.path.join(path, _tmp_name(pid))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), ENTRY_MODE)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(doc))
-        os.replace(tmp, os.path.join(path, f"{pid}{HIBERNATED}"))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def unmark_hibernated(path: str, pid: int) -> None:
-    """The process is awake again: the ledger counts what it holds."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(path, f"{pid}{HIBERNATED}"))
+def read_others(path: str, own: int, proc: str = "/proc") -> list[Entry]:
+    """The entries of the other live processes in ``path`` (a stale one's file is removed)."""
+    return [(pid, held, what) for pid, held, what, _answered in scan(path, own, proc)[0]]
 
 
 class Ledger:
@@ -216,18 +186,21 @@ class Ledger:
         self.start = start_time(self.pid, proc) or ""
         self.what = describe(env)
         self.held = 0
-        self._thread: threading.Thread | None = None
+        self.sync = 0  # the newest request to publish that this process answered
         # publish and forget under one lock: the daemon thread must not write the entry again
         # after the process's exit took it away.
         self._lock = threading.Lock()
         self._closed = False
 
     def others(self) -> list[Entry]:
+        return [(pid, held, what) for pid, held, what, _answered in self._scan()[0]]
+
+    def _scan(self) -> tuple[list[Seen], int]:
         try:
-            return read_others(self.path, self.pid, self.proc)
+            return scan(self.path, self.pid, self.proc)
         except Exception as err:
             _debug(f"could not read {self.path}: {err!r}")
-            return []
+            return [], 0
 
     def cap(self, others: list[Entry] | None = None) -> int:
         """What this process may hold: the slice less what the others hold (never below 0)."""
@@ -241,28 +214,34 @@ class Ledger:
             return
         with self._lock:
             if not self._closed:
-                self._write(max(0, int(held)))
+                self.held = max(0, int(held))
+                doc = {"pid": self.pid, "start": self.start, "held": self.held, "what": self.what}
+                self._put(f"{self.pid}.json", {**doc, "sync": self.sync})
 
-    def _write(self, held: int) -> None:
-        self.held = held
+    def _folder(self) -> None:
+        if not os.path.isdir(self.path):
+            os.makedirs(self.path, exist_ok=True)
+            os.chmod(self.path, 0o1777)  # every user of the container, as /tmp
+
+    def _put(self, name: str, doc: dict[str, Any]) -> bool:
+        """Write ``doc`` as the file ``name`` of the folder, atomically; whether it was written."""
         try:
-            if not os.path.isdir(self.path):
-                os.makedirs(self.path, exist_ok=True)
-                os.chmod(self.path, 0o1777)  # every user of the container, as /tmp
-            doc = {"pid": self.pid, "start": self.start, "held": self.held, "what": self.what}
+            self._folder()
             tmp = os.path.join(self.path, _tmp_name(self.pid))
             # The folder is every user's (1777): a name made here alone, never a planted link.
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), ENTRY_MODE)
             try:
                 with os.fdopen(fd, "w") as f:
                     f.write(json.dumps(doc))
-                os.replace(tmp, os.path.join(self.path, f"{self.pid}.json"))
+                os.replace(tmp, os.path.join(self.path, name))
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
+            return True
         except Exception as err:
             _debug(f"could not write to {self.path}: {err!r}")
+            return False
 
     def forget(self) -> None:
         """Take the entry away (at exit); nothing writes it again."""
@@ -270,36 +249,6 @@ class Ledger:
             return
         with self._lock:
             self._closed = True
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.path, f"{self.pid}.json"))
-
-    def follow(
-        self,
-        held: Callable[[], int],
-        apply: Callable[[int], object],
-        applied: int | None = None,
-        interval: float = INTERVAL,
-    ) -> None:
-        """From now on, every ``interval`` seconds: publish ``held()``, and ``apply(cap)`` when the
-        cap is not ``applied`` any more (in a daemon thread; the entry goes when the process exits)."""
-        if self._thread is not None:
-            return
-        import atexit
-
-        atexit.register(self.forget)
-
-        def loop() -> None:
-            last = applied
-            while True:
-                try:
-                    self.publish(held())
-                    cap = self.cap()
-                    if cap != last:
-                        apply(cap)
-                        last = cap
-                except Exception as err:  # the framework shutting down, or a broken ledger
-                    _debug(f"follow: {err!r}")
-                time.sleep(interval)
-
-        self._thread = threading.Thread(target=loop, name="gpushare-slice-ledger", daemon=True)
-        self._thread.start()
+            for name in (f"{self.pid}.json", f"{self.pid}{SYNC}"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.path, name))

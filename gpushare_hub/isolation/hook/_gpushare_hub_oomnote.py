@@ -44,7 +44,7 @@ TIERS = ("cooperative", "mps", "driver")
 # What stopped the allocation, by tier (and framework, for the frameworks' own caps).
 FRAMEWORK_CAPS = {
     "torch": "PyTorch's per-process fraction set by gpushare-hub's start-up hook",
-    "cupy": "CuPy's memory-pool limit (CUPY_GPU_MEMORY_LIMIT) set by gpushare-hub's device plugin",
+    "cupy": "CuPy's memory-pool limit (CUPY_GPU_MEMORY_LIMIT) kept to the slice by gpushare-hub",
     "jax": "JAX's memory fraction (XLA_PYTHON_CLIENT_MEM_FRACTION) set by gpushare-hub's device plugin",
 }
 HARD_CAPS = {"mps": "the MPS pinned-memory limit", "driver": "the driver's memory limit"}

@@ -12,7 +12,11 @@ which this file loads from this folder by path, under the module's own name in `
   allocation without starting CUDA; CuPy's and JAX's start caps; TensorFlow's opt-in
   ``memory_limit``;
 * ``_gpushare_hub_ledger.py``: the container ledger, which the caps load once a framework
-  starts using the GPU: every GPU process of the container counts against the one slice;
+  starts using the GPU: every GPU process of the container counts against the one slice; kept
+  current by ``_gpushare_hub_ledgersync.py`` (fresh entries at a start, caps that follow), with
+  ``_gpushare_hub_hibernation.py`` (a hibernated process holds nothing);
+* ``_gpushare_hub_cupyjax.py``: CuPy and JAX in the ledger (what they hold counts; CuPy's pool
+  limit follows the cap, JAX's cannot change after its start), loaded once one is imported;
 * ``_gpushare_hub_oomnote.py``: **out of memory, explained** (Python 3.11 and later): the
   note an out-of-memory error of PyTorch, CuPy or JAX gains, naming the slice, the cap that
   stopped the allocation, who holds the card and the way out (from the hub service's
@@ -191,6 +195,17 @@ def _nothing(_arg: Any) -> None:
     return None
 
 
+def _joins_ledger(limit_mib: int, framework: str) -> Callable[[Any], None]:
+    """An after-hook: CuPy or JAX counts in the container ledger (``_gpushare_hub_cupyjax.py``)."""
+
+    def after(module: Any) -> None:
+        shared = caps.container_ledger(limit_mib)
+        if shared is not None:
+            getattr(_load("_gpushare_hub_cupyjax"), "join_" + framework)(module, shared)
+
+    return after
+
+
 def install() -> ImportWatcher | None:
     """Watch for the frameworks this container's slice applies to; None when there is nothing to cap."""
     limit_mib = caps._positive_int(caps.LIMIT_VAR)
@@ -199,11 +214,13 @@ def install() -> ImportWatcher | None:
     watcher = ImportWatcher()
     torch = caps._Torch(limit_mib, caps._positive_int(caps.CARD_VAR), mps=bool(os.environ.get(caps.MPS_VAR)))
     watcher.watch("torch", torch.before, _then(torch.after, "torch cap"))
-    start_caps = not os.environ.get(caps.MPS_VAR) and os.environ.get(caps.LEDGER_VAR, "").strip()
+    in_ledger = bool(os.environ.get(caps.LEDGER_VAR, "").strip())
     for name in ("cupy", "jax"):
-        before = caps._left_at_start(limit_mib, name) if start_caps else _nothing
-        if oomhandler.NOTES or start_caps:
-            watcher.watch(name, before, _then(None, name))
+        before = (
+            caps._left_at_start(limit_mib, name, not os.environ.get(caps.MPS_VAR)) if in_ledger else _nothing
+        )
+        if oomhandler.NOTES or in_ledger:
+            watcher.watch(name, before, _then(_joins_ledger(limit_mib, name) if in_ledger else None, name))
     if os.environ.get(caps.TENSORFLOW_VAR, "").strip().lower() in ("1", "true", "yes"):
         watcher.watch("tensorflow", _nothing, caps._cap_tensorflow(limit_mib))
     for name in list(watcher.hooks):
