@@ -172,6 +172,11 @@ class NotebookNodes:
         }
         return ready >= set(self.nodes) and "serving nodes" in self.agent_log().read_text(errors="replace")
 
+    def claims_dir(self, node: str) -> Path:
+        """What the node's notebooks hold through the fake GPU framework: its plugin measures it
+        (the agent's folder, :meth:`NodeAgent.claims_dir`)."""
+        return self.state_dir / "nodes" / node / "usage-claims"
+
     def agent_log(self) -> Path:
         assert self.agent is not None
         return self.agent.log

@@ -21,7 +21,7 @@ import os
 import time
 from typing import Any
 
-from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.base.handlers import APIHandler
 from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from tornado import web
@@ -89,7 +89,7 @@ class WakingConnection(ZMQChannelsWebsocketConnection):
                 super().handle_incoming_message(msg)
 
 
-class HibernationHandler(JupyterHandler):
+class HibernationHandler(APIHandler):
     """``gpushare/api/hibernation`` and ``gpushare/api/hibernation/<kernel id>``."""
 
     @property
