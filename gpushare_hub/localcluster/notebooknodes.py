@@ -18,7 +18,7 @@ import os
 import random
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,12 @@ class NotebookNodes:
         images: Mapping[str, str] | None = None,
         model: str = "Tesla T4",
         mib: int = 15360,
+        plugin_args: Sequence[str] = (),
     ) -> None:
+        """``plugin_args``: more options for every node's device plugin, e.g.
+        ``["--overcommit=2", "--hibernation-host-memory-gib=64"]``."""
         self.cluster = cluster
+        self.plugin_args = list(plugin_args)
         self.images = dict(images) if images is not None else {NOTEBOOK_IMAGE: venv_bin()}
         self.model = model
         self.mib = mib
@@ -143,6 +147,7 @@ class NotebookNodes:
         ]
         argv += [f"--node={n}={decl}" for n, decl in self.nodes.items()]
         argv += [f"--image={image}={path}" for image, path in self.images.items()]
+        argv += [f"--plugin-arg={a}" for a in self.plugin_args]
         self.agent = self.cluster._run(name, argv)
         self.agent.wait_until(self._published, 120, "serving (every node's plugin published its cards)")
         return self.agent
