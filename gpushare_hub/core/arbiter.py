@@ -3,6 +3,7 @@
 The device plugin applies :func:`decide` every second or so to its book (:mod:`.overcommit`),
 what each notebook asks through its door, and what it measures of each pod. The rules:
 
+* a pod without a door, or over several cards, is always awake;
 * a pod seen for the first time is awake where its slice fits beside the card's awake slices,
   else hibernated (it landed while a wake took the room: it must ask to wake before it works);
 * awake -> hibernated: its ask says hibernated (and not wake) *and* a measurement taken since
@@ -43,6 +44,7 @@ class Measured:
 class Slice:
     key: str  # namespace/name
     cards: Mapping[str, int]  # card UUID -> MiB
+    door: bool = True  # Allocate gave it a door: it can ask (else it never hibernates)
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,9 @@ class Decision:
 
 
 def _hibernates(sl: Slice, real: Mapping[str, int]) -> bool:
-    """Slices over several cards, or on no card of ours, never hibernate: always awake."""
-    return len(sl.cards) == 1 and next(iter(sl.cards)) in real
+    """Slices over several cards, on no card of ours, or of pods without a door (served before
+    the node was overcommitted, whole cards) never hibernate: always awake."""
+    return sl.door and len(sl.cards) == 1 and next(iter(sl.cards)) in real
 
 
 def _fixed(slices: Mapping[str, Slice], real: Mapping[str, int]) -> dict[str, int]:
@@ -130,9 +133,7 @@ class _Tick:
         self.pods: dict[str, PodRecord] = {}
         self.unasked: list[Unasked] = []
         self.over: set[str] = set()
-        singles = {
-            u: sl for u, sl in s.slices.items() if len(sl.cards) == 1 and next(iter(sl.cards)) in s.real
-        }
+        singles = {u: sl for u, sl in s.slices.items() if _hibernates(sl, s.real)}
         for uid, rec in book.pods.items():
             if uid in singles:
                 ((card, mib),) = singles[uid].cards.items()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gpushare_hub.core.arbiter import Decision, Measured, Situation, Slice, decide
 from gpushare_hub.core.cards import cards_to_annotation
@@ -59,7 +59,7 @@ class HibernationKeeper:
         self.book: Book | None = None
         self.over: frozenset[tuple[str, str]] = frozenset()
         self._asks: dict[str, Ask] = {}  # the last readable ask of each pod
-        self._answered: dict[str, Answer] = {}
+        self._answered: dict[str, tuple[Answer, Ask | None]] = {}  # and the ask it answered
         self._published: str | None = None
         self._warned: set[tuple[str, bool]] = set()  # (pod UID, fitted)
         self._poked = 0.0
@@ -102,7 +102,8 @@ class HibernationKeeper:
             keys[p.uid] = p.pod
             if p.slice_mib > 0:
                 cards.setdefault(p.uid, {})[p.card] = p.slice_mib
-        slices = {uid: Slice(keys[uid], c) for uid, c in cards.items()}
+        doors = self.doors.opened()
+        slices = {uid: Slice(keys[uid], c, door=uid in doors) for uid, c in cards.items()}
         measured = {}
         for p in report.pods:
             sl = slices.get(p.uid)
@@ -127,7 +128,9 @@ class HibernationKeeper:
         if self.book is None:
             self.book = self.restore()
         s = self.situation()
-        if s is None:
+        if s is None:  # no reading yet: declare the cards as the book left them
+            if not self.state.declared:
+                self.state.declared = self.declared(self.book, self.real(), self._book_slices(self.book))
             self.reporter.poke()
             return None
         asks_changed = s.asks != self._seen_asks
@@ -136,8 +139,10 @@ class HibernationKeeper:
         self.book = d.book
         self.over = frozenset((uid, r.card) for uid, r in d.book.pods.items() if uid in d.over)
         for uid, answer in d.answers.items():
-            if self._answered.get(uid) != answer and self.doors.answer(uid, answer):
-                self._answered[uid] = answer
+            # Written again after each new ask, so that an answer not older than the ask answers it.
+            said = (answer, s.asks.get(uid))
+            if self._answered.get(uid) != said and self.doors.answer(uid, answer):
+                self._answered[uid] = said
         self._answered = {u: a for u, a in self._answered.items() if u in d.answers}
         self._warn(d)
         self._publish(d, s)
@@ -170,15 +175,21 @@ class HibernationKeeper:
                 log.warning("could not post the Warning event on pod %s: %s", u.key, err)
         self._warned = {w for w in self._warned if w[0] in d.book.pods}
 
-    def declared(self, d: Decision, s: Situation) -> dict[str, int]:
+    @staticmethod
+    def _book_slices(book: Book) -> dict[str, Slice]:
+        return {uid: Slice(uid, {r.card: r.mib}) for uid, r in book.pods.items()}
+
+    def declared(
+        self, book: Book, real_mib: Mapping[str, int], slices: Mapping[str, Slice]
+    ) -> dict[str, int]:
         """Each card's units as declared to the extender."""
         mib = self.state.settings.names.mib_per_unit
         held: dict[str, int] = {}
-        for sl in s.slices.values():
+        for sl in slices.values():
             for card, m in sl.cards.items():
                 held[card] = held.get(card, 0) + m
-        need = {u: max(0, held.get(u, 0) - real) for u, real in s.real.items()}
-        counted = counted_hibernated(d.book.hibernated_mib(), need, self.oc.host_mib)
+        need = {u: max(0, held.get(u, 0) - real) for u, real in real_mib.items()}
+        counted = counted_hibernated(book.hibernated_mib(), need, self.oc.host_mib)
         short = {u for u, n in need.items() if n > counted.get(u, 0)}
         for u in sorted(short - self._short):
             log.warning(
@@ -191,11 +202,12 @@ class HibernationKeeper:
             )
         self._short = short
         return {
-            u: declared_mib(real, counted.get(u, 0), self.oc.factor, mib) // mib for u, real in s.real.items()
+            u: declared_mib(real, counted.get(u, 0), self.oc.factor, mib) // mib
+            for u, real in real_mib.items()
         }
 
     def _publish(self, d: Decision, s: Situation) -> None:
-        self.state.declared = self.declared(d, s)
+        self.state.declared = self.declared(d.book, s.real, s.slices)
         book = book_annotation(d.book, self.oc, d.card_sums(s.real, s.slices))
         cards = cards_to_annotation(self.state.published_cards())
         text = book + cards

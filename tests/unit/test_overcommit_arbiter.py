@@ -272,3 +272,11 @@ def test_whatever_the_asks_and_measurements_the_awake_slices_fit_the_card(rounds
             assert ans.grant == (d.book.pods[u].state == AWAKE)
             assert not (ans.hibernate_now and ans.state != AWAKE)
         book = read_book(book_annotation(d.book, Overcommit(2.0, 1 << 20), {})) if restart else d.book
+
+
+def test_a_pod_without_a_door_is_always_awake():
+    """Served before the node was overcommitted, or a whole card: it cannot ask to wake."""
+    pods = {**slices("a", "b"), "old": Slice("jhub/old", {CARD: 10 * GIB}, door=False)}
+    d = step(Book(), 0, pods, {"old": SLEEPING}, {"old": quiet(5)})
+    assert states(d) == {"a": AWAKE, "b": HIBERNATED} and "old" not in d.answers
+    assert d.card_sums(REAL, pods)[CARD].awake_mib == 15 * GIB

@@ -269,3 +269,33 @@ def test_a_keeper_never_raises_on_a_hostile_door(tmp_path):
     (door / "ask.json").mkdir()
     assert node.round() is not None
     assert node.answer("alice")["state"] == "awake"
+
+
+def test_each_new_ask_gets_an_answer_written_after_it(tmp_path):
+    """The notebook takes an answer not older than its ask as the answer to it: the plugin writes
+    again after each new ask, even when what it says is the same."""
+    node = Node(tmp_path)
+    node.state.allocate(ids_of(node.state, 5))
+    node.used = {"alice": (4000, 0)}
+    node.round()
+    answer = node.state.doors.answer_dir(UIDS["alice"]) / "answer.json"
+    first = answer.stat().st_ino
+    node.round()
+    assert answer.stat().st_ino == first  # nothing new asked, nothing written
+    node.ask("alice", wake=True)  # awake already: the answer is the same grant
+    node.round()
+    assert answer.stat().st_ino != first and node.answer("alice")["grant"] is True
+
+
+def test_before_any_reading_the_cards_are_declared_as_the_book_left_them(tmp_path):
+    node = Node(tmp_path)
+    doc = {
+        "pods": {
+            UIDS[n]: {"state": s, "since": 1, "card": node.uuid, "mib": 5120}
+            for n, s in (("alice", "hibernated"), ("bob", "awake"), ("carol", "awake"), ("dave", "awake"))
+        },
+        "line": {},
+    }
+    node.sink.annotations[HIBERNATION_ANNOTATION] = json.dumps(doc)
+    assert node.keeper.tick() is None  # the usage loop has read nothing yet
+    assert [c.units for c in node.state.published_cards()] == [20]
