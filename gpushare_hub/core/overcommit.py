@@ -16,8 +16,10 @@ MiB after any reserve). This module holds the arithmetic and the wire shapes; th
 * **The book** (:class:`Book`, the Node annotation ``gpushare-hub.io/hibernation``, written by the
   plugin and read back at its start): each pod's state, since when, card and slice, and each
   card's line of pods waiting to wake.
-* **The door**: the notebook writes ``ask.json`` (:func:`read_ask`; untrusted, at most
-  :data:`MAX_ASK_BYTES`), the plugin answers ``answer.json`` (:class:`Answer`).
+* **The door**: the notebook writes ``ask.json`` (:func:`ask_json`; the plugin reads it with
+  :func:`read_ask`, untrusted, at most :data:`MAX_ASK_BYTES`), the plugin answers ``answer.json``
+  (:class:`Answer`, read by the notebook with :func:`read_answer`), written again after each new
+  ask: an answer whose file is not older than the ask answers it.
 """
 
 from __future__ import annotations
@@ -131,6 +133,11 @@ class Ask:
     idle_seconds: float = 0.0  # how long the server's least idle kernel has run nothing
 
 
+def ask_json(ask: Ask) -> str:
+    """``ask.json`` as the notebook writes it."""
+    return json.dumps({"hibernated": ask.hibernated, "wake": ask.wake, "idle_seconds": ask.idle_seconds})
+
+
 def read_ask(raw: bytes) -> Ask | None:
     """``ask.json``'s text, or None where it is too long, not JSON or not of the shape."""
     if len(raw) > MAX_ASK_BYTES:
@@ -172,6 +179,25 @@ class Answer:
             },
             sort_keys=True,
         )
+
+
+def read_answer(raw: bytes) -> Answer | None:
+    """``answer.json`` as the notebook reads it, or None where it is not of the shape."""
+    if len(raw) > MAX_ASK_BYTES:
+        return None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("state") not in (AWAKE, HIBERNATED):
+        return None
+    place, ahead, words = doc.get("place"), doc.get("ahead"), doc.get("words", "")
+    grant, now = doc.get("grant"), doc.get("hibernate_now", False)
+    if not isinstance(grant, bool) or not isinstance(now, bool) or not isinstance(words, str):
+        return None
+    if any(v is not None and type(v) is not int for v in (place, ahead)):
+        return None
+    return Answer(doc["state"], grant, place, ahead, words[:500], now)
 
 
 @dataclass(frozen=True)

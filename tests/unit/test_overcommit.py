@@ -18,11 +18,13 @@ from gpushare_hub.core.overcommit import (
     CardSums,
     Overcommit,
     PodRecord,
+    ask_json,
     book_annotation,
     counted_hibernated,
     declared_mib,
     held_units,
     overcommit_problem,
+    read_answer,
     read_ask,
     read_book,
 )
@@ -220,3 +222,19 @@ def test_the_answer_has_the_contracts_keys():
         "words": "waiting",
         "hibernate_now": False,
     }
+
+
+def test_the_notebooks_side_writes_asks_and_reads_answers_the_plugins_way():
+    ask = Ask(True, True, 61.5)
+    assert read_ask(ask_json(ask).encode()) == ask
+    answer = Answer("hibernated", False, 1, 0, "waiting for 5 GiB on your card: 0 ahead", False)
+    assert read_answer(answer.to_json().encode()) == answer
+    for raw in (
+        b"",
+        b"[]",
+        b'{"state": "asleep", "grant": true}',
+        b'{"state": "awake", "grant": 1}',
+        b'{"state": "awake", "grant": true, "place": 1.5}',
+        b"x" * 5000,
+    ):
+        assert read_answer(raw) is None
