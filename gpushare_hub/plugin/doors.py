@@ -72,6 +72,10 @@ class Doors:
                     continue
         return out
 
+    def asks(self, uid: str) -> bool:
+        """Whether the pod's door holds an ask at all (readable or not)."""
+        return self.valid(uid) and os.path.lexists(self.door(uid) / ASK_FILE)
+
     def ask(self, uid: str) -> Ask | None:
         """The pod's ask, or None where there is none or it cannot be read (too long, a link,
         not a file, malformed)."""

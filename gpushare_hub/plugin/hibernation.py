@@ -113,6 +113,8 @@ class HibernationKeeper:
             ask = self.doors.ask(uid)
             if ask is not None:
                 self._asks[uid] = ask
+            elif not self.doors.asks(uid):  # taken back; one that cannot be read leaves the last
+                self._asks.pop(uid, None)
         self._asks = {u: a for u, a in self._asks.items() if u in slices}
         return Situation(
             real,

@@ -262,10 +262,16 @@ def test_a_keeper_never_raises_on_a_hostile_door(tmp_path):
     node = Node(tmp_path)
     node.state.allocate(ids_of(node.state, 5))
     door = node.state.doors.door(UIDS["alice"])
+    node.ask("alice", wake=True)
+    node.round()
+    assert node.keeper._asks[UIDS["alice"]].wake
     for raw in (b"\x00" * 10, b"[" * 4000, b'{"hibernated": "yes"}', b"{}" * 3000):
         (door / "ask.json").write_bytes(raw)
         assert node.round() is not None
+        assert node.keeper._asks[UIDS["alice"]].wake  # the last readable ask stands
     (door / "ask.json").unlink()
+    node.round()
+    assert UIDS["alice"] not in node.keeper._asks  # taken back
     (door / "ask.json").mkdir()
     assert node.round() is not None
     assert node.answer("alice")["state"] == "awake"
