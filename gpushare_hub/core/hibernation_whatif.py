@@ -36,8 +36,9 @@ from .bounds import l2
 from .demand import Demand
 from .errors import GPUShareError
 from .ledger import Ledger, Placement
+from .overcommit import MAX_OVERCOMMIT
 
-MAX_FACTOR = 4.0
+MAX_FACTOR = MAX_OVERCOMMIT
 
 
 class HibernationError(GPUShareError, ValueError):

@@ -62,6 +62,11 @@ MPS_SERVERS_ANNOTATION = f"{PREFIX}/mps-servers"
 # the plugin's own spec, applied by the runtime) or "legacy" (NVIDIA_VISIBLE_DEVICES, read by the
 # NVIDIA runtime as containerd's default runtime).
 DEVICE_MODE_ANNOTATION = f"{PREFIX}/device-mode"
+# Written by the device plugin on a node with an overcommit factor above 1 (core/overcommit.py):
+# the factor, the host memory set aside, each card's real/awake/hibernated MiB, each pod's state
+# (awake or hibernated, since, card, MiB) and each card's line of pods waiting to wake. Read back
+# by the plugin at its start.
+HIBERNATION_ANNOTATION = f"{PREFIX}/hibernation"
 
 # --- In CDI specs --------------------------------------------------------------------------
 # The device plugin's own CDI spec (in /var/run/cdi): kind gpushare-hub.io/gpu, one device per
@@ -120,6 +125,13 @@ ANSWER_DIR_ENV = "GPUSHARE_ANSWER_DIR"
 # by the node's processes (gpushare_hub/demo/fakegpu), where hibernation's simulated driver works.
 SIM_USAGE_DIR_ENV = "GPUSHARE_SIM_USAGE_DIR"
 CONTAINER_LEDGER_DIR = "/tmp/gpushare-hub-ledger"
+# Set by Allocate on a node with an overcommit factor above 1: the container's door to the device
+# plugin (read-write; the notebook writes ask.json there) and the plugin's answers (read-only;
+# answer.json), two host folders of the plugin's mounted at these paths (core/overcommit.py).
+DOOR_DIR_ENV = "GPUSHARE_DOOR_DIR"
+ANSWER_DIR_ENV = "GPUSHARE_ANSWER_DIR"
+DOOR_CONTAINER_PATH = "/run/gpushare-hub/door"
+ANSWER_CONTAINER_PATH = "/run/gpushare-hub/answer"
 
 # --- On events -----------------------------------------------------------------------------
 # The card an event is about (the device plugin's Warnings).
@@ -133,6 +145,7 @@ MPS_MISMATCH_REASON = "GPUShareMPSUserMismatch"  # an MPS server runs as another
 NODE_UNREADABLE_REASON = "GPUShareNodeUnreadable"  # a Node's card inventory cannot be read
 DEVICE_MODE_REASON = "GPUShareDeviceModeUnavailable"  # the node can hand out cards in no device mode
 NODE_CONFIG_REASON = "GPUShareNodeConfigInvalid"  # the node's options in the plugin's ConfigMap are wrong
+WOKE_UNASKED_REASON = "GPUShareWokeWithoutGrant"  # a hibernated pod used the GPU before its wake's grant
 # Reasons of the hub service's events on a user's GPU pods (Normal, or Warning before an action).
 IDLE_WARNING_REASON = "GPUShareIdleWarning"  # idle on the GPU: the slice will be returned
 IDLE_NOTIFIED_REASON = "GPUShareIdle"  # idle on the GPU (the rule only tells)

@@ -57,6 +57,9 @@ class Decisions:
         self.line = WaitingLine()  # spawns served in the order they were made
         self.node_labels: dict[str, Mapping[str, str]] = {}  # where a waiting spawn's selector may run
         self.node_taints: dict[str, tuple[Taint, ...]] = {}  # and which nodes its tolerations allow
+        # Nodes whose cards hold more slices than their memory (the plugin's overcommit): room
+        # there comes back when an idle notebook hibernates, which no event tells kube-scheduler.
+        self.overcommitted: set[str] = set()
 
     def placer(self, policy: str | None = None) -> Placer:
         name = policy or self.default_policy
@@ -87,6 +90,11 @@ class Decisions:
         failed = {n: explain(v, demand, placer.names) for n, v in not_now.items()}
         unresolvable = {n: explain(v, demand, placer.names) for n, v in never.items()}
         held = sorted(n for n, v in not_now.items() if v.transient)
+        for node in sorted(set(not_now) & self.overcommitted - set(held)):
+            failed[node] += (
+                f"; node {node} overcommits its cards: room comes back there when an idle notebook hibernates"
+            )
+            held.append(node)
         # First come, first served: a node's room goes to the spawns made earlier that wait for
         # it (the words name no other user's pod).
         created = args.pod.creation_timestamp

@@ -4,7 +4,10 @@ wait with a GPU demand and leave it once bound or gone; nodes bring their labels
 
 from __future__ import annotations
 
+import json
+
 from gpushare_hub.core import GPUShareError, NodeObject, PodObject
+from gpushare_hub.core.names import HIBERNATION_ANNOTATION
 from gpushare_hub.core.queue import waits_for_gpu_only
 
 from .decisions import Decisions
@@ -54,6 +57,20 @@ class LineKeeper:
         if etype == "DELETED":
             self.decisions.node_labels.pop(obj.name, None)
             self.decisions.node_taints.pop(obj.name, None)
+            self.decisions.overcommitted.discard(obj.name)
         else:
             self.decisions.node_labels[obj.name] = dict(obj.labels)
             self.decisions.node_taints[obj.name] = obj.taints
+            if overcommits(obj.annotations.get(HIBERNATION_ANNOTATION)):
+                self.decisions.overcommitted.add(obj.name)
+            else:
+                self.decisions.overcommitted.discard(obj.name)
+
+
+def overcommits(raw: str | None) -> bool:
+    """Whether a Node's hibernation annotation says its cards hold more than their memory."""
+    try:
+        factor = json.loads(raw or "{}").get("factor", 1)
+    except (ValueError, AttributeError, RecursionError):
+        return False
+    return isinstance(factor, int | float) and not isinstance(factor, bool) and factor > 1

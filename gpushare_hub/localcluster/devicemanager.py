@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,10 +57,19 @@ class _Registration(pbg.RegistrationServicer):
 class DeviceManager:
     """Registration server and plugin client for one node's device-plugins folder."""
 
-    def __init__(self, node: str, folder: Path, resource: str = "aliyun.com/gpu-mem") -> None:
+    def __init__(
+        self,
+        node: str,
+        folder: Path,
+        resource: str = "aliyun.com/gpu-mem",
+        on_devices: Callable[[str, int, int], None] | None = None,
+    ) -> None:
         """``resource``: the one resource served here (the notebooks ask GPU memory); a plugin's
         registrations of other resources (gpushare's aliyun.com/gpu-count) are acknowledged
-        and left unused."""
+        and left unused. ``on_devices(resource, devices, healthy)``: called when ListAndWatch
+        changes the count, as a kubelet then writes the Node's capacity and allocatable (an
+        overcommitted node's plugin offers more devices than its cards' units)."""
+        self.on_devices = on_devices
         self.node = node
         self.folder = folder
         self.resource = resource
@@ -112,12 +121,19 @@ class DeviceManager:
             self._preferred = request.options.get_preferred_allocation_available
         threading.Thread(target=self._list_and_watch, args=(channel,), daemon=True).start()
 
+    def _counts(self) -> tuple[int, int]:
+        return len(self.devices), sum(1 for h in self.devices.values() if h == "Healthy")
+
     def _list_and_watch(self, channel: grpc.Channel) -> None:
         stub = pbg.DevicePluginStub(channel)
         try:
             for resp in stub.ListAndWatch(pb.Empty()):
                 with self._lock:
+                    before = self._counts()
                     self.devices = {d.ID: d.health for d in resp.devices}
+                    after = self._counts()
+                if self.on_devices is not None and after != before:
+                    self.on_devices(self.resource, *after)
                 self.registered.set()
         except grpc.RpcError as err:
             if self._channel is channel:

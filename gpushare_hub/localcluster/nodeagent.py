@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -73,6 +74,8 @@ RBAC_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    # the kubelet's part: the Node's GPU memory capacity, as its plugin's ListAndWatch offers it
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
 ]
 
 
@@ -159,20 +162,6 @@ def sim_usage_env(claims_dir: Path, pod_uid: str) -> dict[str, str]:
 class NodeSpec:
     name: str
     cards: str  # the plugin's --simulate declaration, e.g. "1x Tesla T4:15360"
-    plugin_args: tuple[str, ...] = ()  # more of the node's plugin's flags, e.g. --overcommit=2
-
-
-def with_plugin_args(nodes: list[NodeSpec], given: list[str]) -> list[NodeSpec]:
-    """``nodes`` with each ``NAME=FLAG`` of ``given`` added to that node's plugin flags."""
-    extra: dict[str, list[str]] = {}
-    for text in given:
-        name, sep, flag = text.partition("=")
-        if not sep or not flag.startswith("--") or name not in {n.name for n in nodes}:
-            raise GPUShareError(
-                f"--plugin-arg {text!r}: write NODE=--FLAG for a --node, e.g. nb-1=--overcommit=2"
-            )
-        extra.setdefault(name, []).append(flag)
-    return [NodeSpec(n.name, n.cards, (*n.plugin_args, *extra.get(n.name, ()))) for n in nodes]
 
 
 def parse_node(text: str) -> NodeSpec:
@@ -192,6 +181,7 @@ class NodeAgent:
         log_dir: Path,
         plugin_kubeconfig: str,
         poll: float = 0.25,
+        plugin_args: Sequence[str] = (),
     ) -> None:
         from kubernetes import client, config
 
@@ -202,9 +192,13 @@ class NodeAgent:
         self.state_dir = state_dir
         self.log_dir = log_dir
         self.plugin_kubeconfig = plugin_kubeconfig
+        self.plugin_args = list(plugin_args)  # more options for every node's plugin, e.g. --overcommit=2
         self.poll = poll
         self.names = DEFAULT_NAMES
-        self.managers = {n: DeviceManager(n, state_dir / "nodes" / n / "device-plugins") for n in self.nodes}
+        self.managers = {
+            n: DeviceManager(n, state_dir / "nodes" / n / "device-plugins", on_devices=self._capacity(n))
+            for n in self.nodes
+        }
         self.plugins: dict[str, Component] = {}
         self.records: dict[str, Record] = {}  # holder -> record
         self.children: dict[str, subprocess.Popen[bytes]] = {}
@@ -215,6 +209,16 @@ class NodeAgent:
         self.finished: set[str] = set()  # holders whose container ran and ended: never again
         self.listed: set[str] = set()  # nodes whose pods have been listed since the start
         self._retry_at: dict[str, float] = {}  # holder -> when to ask the plugin again
+
+    def _capacity(self, node: str) -> Callable[[str, int, int], None]:
+        def write(resource: str, devices: int, healthy: int) -> None:
+            body = {"status": {"capacity": {resource: str(devices)}, "allocatable": {resource: str(healthy)}}}
+            try:
+                self.core.patch_node_status(node, body)
+            except Exception as err:  # the next change writes it again
+                log.warning("node %s: could not write its %s capacity (%s)", node, resource, err)
+
+        return write
 
     # ---- state folder -----------------------------------------------------------------------
     def _record_path(self, holder: str) -> Path:
@@ -277,7 +281,9 @@ class NodeAgent:
                     # applies no CDI device, so the card goes as NVIDIA_VISIBLE_DEVICES.
                     "--device-mode=legacy",
                     f"--cdi-dir={self.state_dir / 'nodes' / name / 'cdi'}",
-                    *spec.plugin_args,
+                    # Overcommit's doors, when a test turns it on, default to the node's
+                    # <state>/nodes/<name>/hibernation (beside the usage claims).
+                    *self.plugin_args,
                 ],
                 self.log_dir / f"device-plugin-{name}.log",
             ).start()
@@ -596,21 +602,32 @@ def main(argv: list[str] | None = None) -> int:
         "--node", action="append", default=[], required=True, help="NAME=CARDS, e.g. nb-1='1x Tesla T4:15360'"
     )
     p.add_argument("--image", action="append", default=[], help="NAME=BIN_DIR of an image the agent runs")
-    p.add_argument(
-        "--plugin-arg", action="append", default=[], help="NODE=--FLAG for that node's device plugin"
-    )
     p.add_argument("--state-dir", required=True, type=Path, help="what the agent started (survives it)")
     p.add_argument("--log-dir", required=True, type=Path, help="the plugins' and the containers' logs")
+    p.add_argument(
+        "--plugin-arg",
+        action="append",
+        default=[],
+        help="an option for every node's device plugin, e.g. --plugin-arg=--overcommit=2",
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        nodes = with_plugin_args([parse_node(n) for n in args.node], args.plugin_arg)
+        nodes = [parse_node(n) for n in args.node]
         images = [parse_image(i) for i in args.image]
     except GPUShareError as err:
         print(f"gpushare-localcluster agent: {err}", file=sys.stderr)
         return 2
-    agent = NodeAgent(args.kubeconfig, nodes, images, args.state_dir, args.log_dir, args.plugin_kubeconfig)
+    agent = NodeAgent(
+        args.kubeconfig,
+        nodes,
+        images,
+        args.state_dir,
+        args.log_dir,
+        args.plugin_kubeconfig,
+        plugin_args=args.plugin_arg,
+    )
 
     def stop(*_: object) -> None:
         agent.stop_event.set()

@@ -18,7 +18,7 @@ import os
 import random
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,30 +90,30 @@ class NotebookNodes:
         images: Mapping[str, str] | None = None,
         model: str = "Tesla T4",
         mib: int = 15360,
+        plugin_args: Sequence[str] = (),
         name: str = "node-agent",
         label_value: str = "true",
     ) -> None:
-        """``name``: the agent's (its state folder and process); ``label_value``: the nodes'
-        :data:`LABEL` (another value keeps a test's nodes apart from the session's)."""
+        """``plugin_args``: more options for every node's device plugin, e.g.
+        ``["--overcommit=2", "--hibernation-host-memory-gib=64"]``; ``name``: the agent's (its
+        state folder and process); ``label_value``: the nodes' :data:`LABEL` (another value keeps
+        a test's nodes apart from the session's)."""
         self.cluster = cluster
+        self.plugin_args = list(plugin_args)
         self.name = name
         self.label_value = label_value
         self.images = dict(images) if images is not None else {NOTEBOOK_IMAGE: venv_bin()}
         self.model = model
         self.mib = mib
         self.nodes: dict[str, str] = {}  # name -> the plugin's --simulate declaration
-        self.plugin_args: dict[str, tuple[str, ...]] = {}  # name -> more flags for its plugin
         self.loopback_base = free_loopback_base()  # pods of node N get IPs 127.<base>.N.x
         self.state_dir = cluster.workdir / name
         self.agent: Component | None = None
         self._restarts = 0
         cluster.on_stop(self._cleanup)
 
-    def add(
-        self, count: int, cards: int = 1, prefix: str = "nb-", plugin_args: tuple[str, ...] = ()
-    ) -> list[str]:
+    def add(self, count: int, cards: int = 1, prefix: str = "nb-") -> list[str]:
         """``count`` nodes labelled :data:`LABEL` with ``cards`` cards each; waits until Ready.
-        ``plugin_args``: more flags for their device plugins (e.g. ``--overcommit=2``).
 
         Start (or restart) the agent afterwards: it serves the nodes known when it starts.
         """
@@ -131,7 +131,6 @@ class NotebookNodes:
             body["metadata"]["annotations"].pop(CARDS_ANNOTATION)
             self.cluster.core_api().create_node(body)
             self.nodes[name] = f"{cards}x {self.model}:{self.mib}"
-            self.plugin_args[name] = tuple(plugin_args)
             names.append(name)
         self.cluster.wait_nodes_ready(names)
         return names
@@ -157,8 +156,8 @@ class NotebookNodes:
             f"--log-dir={self.cluster.logs}",
         ]
         argv += [f"--node={n}={decl}" for n, decl in self.nodes.items()]
-        argv += [f"--plugin-arg={n}={flag}" for n, flags in self.plugin_args.items() for flag in flags]
         argv += [f"--image={image}={path}" for image, path in self.images.items()]
+        argv += [f"--plugin-arg={a}" for a in self.plugin_args]
         self.agent = self.cluster._run(name, argv)
         self.agent.wait_until(self._published, 120, "serving (every node's plugin published its cards)")
         return self.agent

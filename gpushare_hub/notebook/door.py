@@ -19,34 +19,26 @@ measures the pod's memory gone, and a process woken without a grant is caught by
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from gpushare_hub.core.names import ANSWER_DIR_ENV, DOOR_DIR_ENV
+from gpushare_hub.core.overcommit import (
+    ANSWER_FILE,
+    ASK_FILE,
+    MAX_ASK_BYTES,
+    Answer,
+    Ask,
+    ask_json,
+    read_answer,
+)
 
-ASK, ANSWER = "ask.json", "answer.json"
 UNKNOWN = "unknown"
 NO_ANSWER = "waiting for the node's device plugin to answer (it has written no readable answer yet)"
-MAX_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class Answer:
-    """The plugin's last answer (an absent or unreadable one: ``unknown``, no grant: a wake waits
-    for the plugin, which measures the card, rather than guess)."""
-
-    state: str = UNKNOWN
-    grant: bool = False
-    place: int | None = None
-    ahead: int | None = None
-    words: str = ""
-    hibernate_now: bool = False
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+STALE = "waiting for the node's device plugin to answer this server's ask"
+# No answer (none yet, unreadable, or older than the ask it should answer): a wake waits for the
+# plugin, which measures the card, rather than guess.
+NOT_ANSWERED = Answer(UNKNOWN, False)
 
 
 class Door:
@@ -64,38 +56,34 @@ class Door:
 
     def tell(self, hibernated: bool, wake: bool, idle_seconds: float) -> None:
         """Write ``ask.json`` (atomically; only when it says something new, or the idle time moved
-        by a minute, so that the plugin's reading stays cheap)."""
+        by a minute, so that the plugin's reading stays cheap). The plugin writes its answer again
+        after each new ask: an answer older than the ask is not the answer to it."""
         idle = int(max(0, idle_seconds))
         told = self._told
         if told is not None and told[:2] == (hibernated, wake) and abs(told[2] - idle) < 60:
             return
-        doc = {"hibernated": hibernated, "wake": wake, "idle_seconds": idle}
         tmp = os.path.join(self.door_dir, f".ask.{os.getpid()}.tmp")
         try:
             with open(tmp, "w") as f:
-                json.dump(doc, f)
-            os.replace(tmp, os.path.join(self.door_dir, ASK))
+                f.write(ask_json(Ask(hibernated, wake, idle)))
+            os.replace(tmp, os.path.join(self.door_dir, ASK_FILE))
             self._told = (hibernated, wake, idle)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
     def answer(self) -> Answer:
+        """The plugin's answer to the last ask (:data:`NOT_ANSWERED` when there is none yet)."""
         try:
-            fd = os.open(os.path.join(self.answer_dir, ANSWER), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            fd = os.open(
+                os.path.join(self.answer_dir, ANSWER_FILE), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+            )
             with os.fdopen(fd, "rb") as f:
-                raw = f.read(MAX_BYTES + 1)
-            doc = json.loads(raw) if len(raw) <= MAX_BYTES else None
-        except (OSError, ValueError):
-            return Answer()
-        if not isinstance(doc, dict):
-            return Answer()
-        words = doc.get("words")
-        return Answer(
-            state=doc["state"] if doc.get("state") in ("awake", "hibernated") else UNKNOWN,
-            grant=doc.get("grant") is True,
-            place=_int(doc.get("place")),
-            ahead=_int(doc.get("ahead")),
-            words=words[:300] if isinstance(words, str) else "",
-            hibernate_now=doc.get("hibernate_now") is True,
-        )
+                answered = os.fstat(f.fileno()).st_mtime_ns
+                raw = f.read(MAX_ASK_BYTES + 1)
+        except OSError:
+            return NOT_ANSWERED
+        with contextlib.suppress(OSError):
+            if answered < os.stat(os.path.join(self.door_dir, ASK_FILE)).st_mtime_ns:
+                return Answer(UNKNOWN, False, words=STALE)
+        return read_answer(raw) or NOT_ANSWERED

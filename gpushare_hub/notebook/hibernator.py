@@ -244,7 +244,7 @@ class Hibernator:
         if answer.state == "awake" or answer.grant:
             return ""
         if answer.state == UNKNOWN:
-            return NO_ANSWER
+            return answer.words or NO_ANSWER
         return answer.words or "waiting for the node to grant the room on your card"
 
     def _places(self) -> None:

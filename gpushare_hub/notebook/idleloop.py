@@ -63,8 +63,11 @@ async def answer_door(hib: Hibernator, ids: list[str], now: float) -> None:
                 await hib.hibernate(kid)
     idle = [s for s in (idle_seconds(hib.kernel(kid), now) for kid in ids) if s is not None]
     asleep = any(hib.sleep_of(kid).state == HIBERNATED for kid in ids)
+    # A server that landed while its card's awake room was taken starts recorded hibernated: it
+    # asks for its slice at once (its first CUDA use without the grant would be caught).
+    landed_asleep = not asleep and hib.door.answer().state == "hibernated"
     hib.door.tell(
         hibernated=asleep and not hib.awake_processes(),
-        wake=bool(hib.line),
+        wake=bool(hib.line) or landed_asleep,
         idle_seconds=min(idle, default=0.0),
     )

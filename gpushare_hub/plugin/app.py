@@ -27,6 +27,7 @@ from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.isolation import COOPERATIVE, MPS
 from gpushare_hub.core.names import DEVICE_MODE_REASON, NODE_CONFIG_REASON
 from gpushare_hub.core.objects import PodObject
+from gpushare_hub.core.overcommit import Overcommit, overcommit_problem
 from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
 from gpushare_hub.kube.kubeconfig import connection_problem
@@ -98,6 +99,10 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
         "idle-memory-mib": "GPUShareDevicePlugin.idle_memory_mib",
         "usage-claims-dir": "GPUShareDevicePlugin.usage_claims_dir",
         "metrics-port": "GPUShareDevicePlugin.metrics_port",
+        "overcommit": "GPUShareDevicePlugin.overcommit",
+        "hibernation-host-memory-gib": "GPUShareDevicePlugin.hibernation_host_memory_gib",
+        "hibernation-min-idle": "GPUShareDevicePlugin.hibernation_min_idle",
+        "hibernation-dir": "GPUShareDevicePlugin.hibernation_dir",
         "log-level": "Application.log_level",
     }
 
@@ -139,6 +144,34 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
         self.tensorflow_memory_limit = opts.get("tensorflowMemoryLimit", self.tensorflow_memory_limit)
         self.compute_share = opts.get("computeShare", self.compute_share)
         self.isolation_tier = opts.get("isolationTier", self.isolation_tier)
+        self.overcommit = opts.get("overcommit", self.overcommit)
+        self.hibernation_host_memory_gib = opts.get(
+            "hibernationHostMemoryGiB", self.hibernation_host_memory_gib
+        )
+        self.hibernation_min_idle = opts.get("hibernationMinIdle", self.hibernation_min_idle)
+
+    def overcommit_settings(self) -> Overcommit:
+        """The node's overcommit, checked: :class:`CannotStart` naming the node, the value and the fix."""
+        problem = overcommit_problem(
+            self.node_name,
+            self.overcommit,
+            self.hibernation_host_memory_gib,
+            self.hibernation_min_idle,
+            self.usage_interval,
+        )
+        if problem:
+            raise CannotStart(problem, 2)
+        return Overcommit(self.overcommit, self.hibernation_host_memory_gib * 1024, self.hibernation_min_idle)
+
+    def hibernation_folder(self) -> str:
+        """The pods' doors: --hibernation-dir, else beside the simulated claims, else the default."""
+        from .doors import DEFAULT_HIBERNATION_DIR
+
+        if self.hibernation_dir:
+            return str(self.hibernation_dir)
+        if self.backend == "simulated" and self.usage_claims_dir:
+            return str(Path(self.usage_claims_dir).parent / "hibernation")
+        return DEFAULT_HIBERNATION_DIR
 
     def tier(self) -> str:
         """The tier this node claims; :class:`CannotStart` when the settings contradict it."""
@@ -204,6 +237,10 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             idle_memory_mib=self.idle_memory_mib,
             claimed=claimed,
         )
+        if state.doors is not None:
+            from .hibernation import start_keeper
+
+            start_keeper(state, reporter, KubeUsageSink(api, self.node_name), stop)
         threading.Thread(
             target=reporter.run, args=(stop, self.usage_interval), name="usage", daemon=True
         ).start()
@@ -214,7 +251,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
 
     def start_selftest(self, api: RestClient, state: PluginState) -> None:
         """The isolation self-test, once, in a daemon thread (it may take a minute)."""
-        from gpushare_hub.core.cards import Node
         from gpushare_hub.isolation.usage import slices_on_node
 
         from .kube import KubeUsageSink
@@ -227,9 +263,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
         except Exception as err:
             logging.getLogger("gpushare.plugin").warning("no isolation self-test: cannot list pods (%s)", err)
             return
-        for _key, cards in slices_on_node(
-            pods, Node(self.node_name, tuple(state.inventory())), names
-        ).values():
+        for _key, cards in slices_on_node(pods, state.ledger_node(), names).values():
             for uuid, mib in cards.items():
                 used[uuid] = used.get(uuid, 0) + mib // names.mib_per_unit
         card = probe_card(state.inventory(), used, names.mib_per_unit)
@@ -301,6 +335,8 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             plugin_dir=self.plugin_dir,
             served_file=self.served_file or str(Path(self.plugin_dir) / "gpushare-hub-served.json"),
             isolation=self.isolation(),
+            overcommit=self.overcommit_settings(),
+            hibernation_dir=self.hibernation_folder(),
         )
 
     def settle_mode(self, api: RestClient, backend: Backend, state: PluginState) -> None:
@@ -330,6 +366,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
         from .kube import KubePods
 
         api = self.connect()
+        self.overcommit_settings()  # refused before anything is installed
         try:
             self.install_hook()
             state = PluginState(backend, KubePods(api), self.plugin_settings(self.resource_names()))
@@ -407,7 +444,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             except GPUShareError as err:
                 log.warning("could not make the CDI spec again: %s", err)
         try:
-            publish_node(api, self.node_name, state.inventory(), state.settings.names)
+            publish_node(api, self.node_name, state.published_cards(), state.settings.names)
             publish_isolation(
                 api,
                 self.node_name,

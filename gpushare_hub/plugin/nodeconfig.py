@@ -21,6 +21,9 @@ Known options:
   (breaks notebooks that call ``set_memory_growth``);
 * ``computeShare``: on MPS nodes, each container's compute share of the card's SMs (default
   true; false: time-sliced);
+* ``overcommit``, ``hibernationHostMemoryGiB``, ``hibernationMinIdle``: a card holds more slices
+  than its memory, idle notebooks hibernated (the factor, 1 to 4; the host GiB set aside for
+  hibernated copies; the seconds idle before a notebook is hibernated for another), checked at start;
 * ``isolationTier``: the tier of memory isolation this node enforces, ``cooperative``, ``mps``
   or ``driver`` (default: ``mps`` where MPS is on, else ``cooperative``).
 
@@ -41,7 +44,9 @@ from gpushare_hub.core.shapes import check_depth, shown
 from .devicemode import CDI, LEGACY, MODES
 
 BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit", "computeShare")
-KNOWN = {"reserveFraction", "isolationTier", "deviceMode", *BOOLEANS}
+NUMBERS = ("overcommit",)
+WHOLE_NUMBERS = ("hibernationHostMemoryGiB", "hibernationMinIdle")
+KNOWN = {"reserveFraction", "isolationTier", "deviceMode", *BOOLEANS, *NUMBERS, *WHOLE_NUMBERS}
 # The Warning event on the Node when the plugin refuses its options and stops.
 MAX_DEPTH = 4  # the options are flat; a value is never an object
 
@@ -86,6 +91,17 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
             check_tier(merged["isolationTier"], f"{where}: isolationTier")
         except InvalidObject as err:
             raise NodeConfigError(str(err)) from err
+    for key in NUMBERS:
+        v = merged.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise NodeConfigError(f"{where}: {key} must be a number (JSON), e.g. 2, got {shown(v)}")
+        if key in merged:
+            merged[key] = float(v)
+    for key in WHOLE_NUMBERS:
+        if key in merged and (isinstance(merged[key], bool) or not isinstance(merged[key], int)):
+            raise NodeConfigError(
+                f"{where}: {key} must be a whole number (JSON), e.g. 64, got {shown(merged[key])}"
+            )
     for key in BOOLEANS:
         if key in merged and not isinstance(merged[key], bool):
             raise NodeConfigError(f"{where}: {key} must be true or false (JSON), got {shown(merged[key])}")

@@ -164,6 +164,39 @@ class PluginOptions(Configurable):
         fake torch writes them). Read at every usage reading and added to --usage-file's; claims
         of processes that are gone are ignored.""",
     ).tag(config=True)
+    overcommit = Float(
+        1.0,
+        help="""Overcommit (hibernation, device-plugin path only): how many times its memory a card's
+        slices may hold together, awake or hibernated, from 1 (off) to 4. Above 1 the kubelet is
+        offered that many times each card's units, the extender is told each card holds its memory
+        plus the hibernated slices counted on it (never more than factor x), and a notebook's
+        idle kernels, checkpointed into host memory by its Jupyter extension, make room for
+        others: the plugin grants each wake, in the order asked, only while the card's awake
+        slices fit its memory. Needs --hibernation-host-memory-gib and the usage loop.
+        Per node: 'overcommit' in --node-config.""",
+    ).tag(config=True)
+    hibernation_host_memory_gib = Int(
+        0,
+        help="""Overcommit: the GiB of host memory set aside on this node for hibernated copies
+        (required above 0 when --overcommit is above 1). The hibernated slices counted on the
+        node never exceed it, so the extender never places on room that only they would make.
+        Per node: 'hibernationHostMemoryGiB' in --node-config.""",
+    ).tag(config=True)
+    hibernation_min_idle = Int(
+        300,
+        help="""Overcommit: seconds a notebook must have run nothing (its own word) and done no GPU
+        work (the plugin's measurement) before it is hibernated to let a neighbour wake; a
+        notebook busy in the last this-many seconds is never hibernated for someone else.
+        Per node: 'hibernationMinIdle' in --node-config.""",
+    ).tag(config=True)
+    hibernation_dir = Unicode(
+        "",
+        help="""Overcommit: host folder of the pods' doors, <dir>/doors/<pod UID> (mounted read-write
+        at /run/gpushare-hub/door: the notebook's ask.json) and <dir>/answers/<pod UID> (read-only
+        at /run/gpushare-hub/answer: the plugin's answer.json). The DaemonSet must mount it at the
+        same path. Empty: /var/lib/gpushare-hub/hibernation, or on the simulated backend with
+        --usage-claims-dir, 'hibernation' beside that folder.""",
+    ).tag(config=True)
     metrics_port = Int(
         0,
         min=0,

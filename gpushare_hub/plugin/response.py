@@ -22,6 +22,8 @@
   v2"), no ``libnvidia-ml.so.1``, NVML refusing the limit. So they are set only where the admin
   says the node enforces them (``isolationTier: driver``). ``GPUSHARE_ISOLATION_TIER`` names the
   tier the node claims (the self-test reads it).
+* **Door** (nodes with an overcommit factor above 1): the pod's door and answer folders
+  (:mod:`.doors`), ``GPUSHARE_DOOR_DIR`` and ``GPUSHARE_ANSWER_DIR``.
 * **Device mode** (see :mod:`.devicemode`): in ``cdi`` mode the card is named as the CDI device
   ``gpushare-hub.io/gpu=<UUID>`` of the plugin's own spec, and ``NVIDIA_VISIBLE_DEVICES`` is
   ``void`` so that a container run by the NVIDIA runtime (a ``runtimeClassName: nvidia`` pod, or
@@ -35,12 +37,19 @@ Host layout on an MPS node, shared with the control-daemon DaemonSet (one daemon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpushare_hub.core import computeshare
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.isolation import COOPERATIVE, DRIVER
-from gpushare_hub.core.names import CARD_UUIDS_ENV, CDI_KIND
+from gpushare_hub.core.names import (
+    ANSWER_CONTAINER_PATH,
+    ANSWER_DIR_ENV,
+    CARD_UUIDS_ENV,
+    CDI_KIND,
+    DOOR_CONTAINER_PATH,
+    DOOR_DIR_ENV,
+)
 from gpushare_hub.isolation.selftest import DRIVER_VAR, TIER_VAR
 
 from .matching import Waiting, container_env
@@ -117,6 +126,17 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         cdi = cdi_names(w.cards or (w.uuid,))  # every card of a 2-card pod
         env[VISIBLE_VAR] = NO_CARD
     return ContainerResponse(envs=env, mounts=tuple(mounts), cdi_devices=cdi)
+
+
+def with_door(response: ContainerResponse, door: str, answers: str) -> ContainerResponse:
+    """On an overcommitted node: the pod's door (read-write) and answer folder (read-only), host
+    folders of the plugin's, and their paths in the container (core/overcommit.py)."""
+    mounts = (
+        Mount(DOOR_CONTAINER_PATH, door, read_only=False),
+        Mount(ANSWER_CONTAINER_PATH, answers, read_only=True),
+    )
+    envs = {**response.envs, DOOR_DIR_ENV: DOOR_CONTAINER_PATH, ANSWER_DIR_ENV: ANSWER_CONTAINER_PATH}
+    return replace(response, envs=envs, mounts=response.mounts + mounts)
 
 
 def cdi_names(cards: tuple[str, ...]) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpushare_hub.core.overcommit import Overcommit
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 from .response import Isolation
@@ -22,3 +23,7 @@ class Settings:
     # Containers served but whose pod is not marked assigned yet, kept across plugin restarts.
     served_file: str = ""
     isolation: Isolation = field(default_factory=Isolation)
+    # A card holds more slices than its memory, idle ones hibernated (factor 1: off), and where
+    # the pods' doors are (plugin/doors.py).
+    overcommit: Overcommit = field(default_factory=Overcommit)
+    hibernation_dir: str = ""

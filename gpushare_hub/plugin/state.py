@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
+from pathlib import Path
 
 from gpushare_hub.core.cards import Card, Node
+from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.objects import PodObject
+from gpushare_hub.core.overcommit import held_units
 from gpushare_hub.core.records import Ignored, IgnoredRecord
 
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .backends import Backend
 from .devices import device_ids, preferred, units_of
+from .doors import Doors
 from .matching import COUNT, MEMORY, NoMatch, Waiting, match, waiting_containers
-from .response import ContainerResponse, container_response, whole_card_response
+from .response import ContainerResponse, container_response, whole_card_response, with_door
 from .served import ServedContainers
 from .settings import Settings
 
@@ -61,8 +66,13 @@ class PluginState:
         self._lock = threading.Lock()
         self._warned: set[tuple[str, Ignored]] = set()  # ignored records already logged
         self.served = ServedContainers(settings.served_file)
+        # Overcommit (core/overcommit.py): each card's units as declared to the extender (set by the
+        # hibernation keeper; real until then), and the pods' doors.
+        self.declared: dict[str, int] = {}
+        oc = settings.overcommit
+        self.doors = Doors(Path(settings.hibernation_dir)) if oc.on and settings.hibernation_dir else None
         self._ids = {
-            MEMORY: frozenset(i for c in self.cards for i in device_ids(c)),
+            MEMORY: frozenset(i for c in self.cards for i in device_ids(self.held(c))),
             COUNT: frozenset(c.uuid for c in self.cards),
         }
 
@@ -94,11 +104,25 @@ class PluginState:
     def inventory(self) -> list[Card]:
         return [self.card(c.uuid) for c in self.cards]
 
+    def held(self, card: Card) -> Card:
+        """The card with the units its slices may hold together: factor x its units on an
+        overcommitted node (what the kubelet is offered), its units elsewhere."""
+        return replace(card, units=held_units(card.units, self.settings.overcommit.factor))
+
+    def ledger_node(self) -> Node:
+        """This node with every card at its held units: what pods' records are read against."""
+        return Node(self.settings.node, tuple(self.held(c) for c in self.inventory()))
+
+    def published_cards(self) -> list[Card]:
+        """The cards as the Node declares them to the extender (gpushare-hub.io/cards): on an
+        overcommitted node each at its memory plus the hibernated slices counted on it."""
+        return [replace(c, units=self.declared.get(c.uuid, c.units)) for c in self.inventory()]
+
     def devices(self) -> list[pb.Device]:
         out: list[pb.Device] = []
         for c in self.cards:
             state = "Healthy" if self.health[c.uuid] else "Unhealthy"
-            out.extend(pb.Device(ID=i, health=state) for i in device_ids(c))
+            out.extend(pb.Device(ID=i, health=state) for i in device_ids(self.held(c)))
         return out
 
     def count_devices(self) -> list[pb.Device]:
@@ -120,9 +144,12 @@ class PluginState:
 
     def _waiting(self) -> list[Waiting]:
         ignored: list[IgnoredRecord] = []
-        node = Node(self.settings.node, tuple(self.inventory()))
         out = waiting_containers(
-            self.pods.pods_on_node(self.settings.node), node, self.served.keys, self.settings.names, ignored
+            self.pods.pods_on_node(self.settings.node),
+            self.ledger_node(),
+            self.served.keys,
+            self.settings.names,
+            ignored,
         )
         for rec in ignored:
             if (rec.uid, rec.reason) not in self._warned:
@@ -166,6 +193,8 @@ class PluginState:
                     f"{self.settings.node} is unhealthy; it is not handed out. Delete the pod so that "
                     "it is placed on a healthy card"
                 )
+            if self.doors is not None and resource == MEMORY:
+                self._open_door(w)
             served = self.served
             served.keys.add((w.uid, w.served_key))
             rest = [x for x in waiting if x.uid == w.uid and (x.uid, x.served_key) not in served.keys]
@@ -173,6 +202,17 @@ class PluginState:
                 served.unmarked[w.uid] = w.pod
             served.save()
         return w
+
+    def _open_door(self, w: Waiting) -> None:
+        assert self.doors is not None
+        try:
+            self.doors.open(w.uid)
+        except (OSError, ValueError) as err:
+            raise GPUShareError(
+                f"pod {w.pod} container {w.container}: cannot make its hibernation door under "
+                f"{self.doors.root} on node {self.settings.node} ({err}); mount that host folder into "
+                "the plugin's container (--hibernation-dir), or run the node with --overcommit 1"
+            ) from err
 
     def _response(self, w: Waiting, resource: str) -> ContainerResponse:
         if resource == COUNT:
@@ -183,6 +223,8 @@ class PluginState:
             return response
         card = self.card(w.uuid)
         response = container_response(w, card, self.settings.names.mib_per_unit, self.settings.isolation)
+        if self.doors is not None:
+            response = with_door(response, str(self.doors.door(w.uid)), str(self.doors.answer_dir(w.uid)))
         log.info(
             "allocated %s units of card %d (%s) to pod %s container %s",
             w.units,

@@ -13,14 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import replace
 from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpushare_hub.core.cards import Node
 from gpushare_hub.core.names import MPS_SERVERS_ANNOTATION, OVER_SLICE_REASON, USAGE_ANNOTATION
 from gpushare_hub.core.usage import read_usage
 from gpushare_hub.isolation.usage import IDLE_MEMORY_MIB, UsageReport, is_active, usage_report
@@ -69,6 +68,12 @@ class UsageReporter:
         self.idle_memory_mib = idle_memory_mib
         self.clock = clock
         self.latest: UsageReport | None = None
+        # The latest reading as measured (before any slice is reported as 0) and when it began.
+        self.reading: tuple[UsageReport, float] | None = None
+        # Overcommit: (pod UID, card) of pods reported over their slice with 0 allowed (they use
+        # the GPU while recorded hibernated and the card has no room: core/arbiter.py).
+        self.zero_slices: Callable[[], Collection[tuple[str, str]]] | None = None
+        self._poke = threading.Event()
         self._published: UsageReport | None = None  # what the Node shows
         self._warned: set[tuple[str, str]] = set()  # (pod UID, card)
         self._idle_since: dict[tuple[str, str], int] | None = None  # (pod UID, card) -> Unix seconds
@@ -111,15 +116,21 @@ class UsageReporter:
         if self._idle_since is None:
             self._idle_since = self._restore(node)
         backend = self.state.backend
+        began = self.clock()
         report = usage_report(
             backend.processes(),
             self.state.pods.pods_on_node(node),
-            Node(node, tuple(self.state.inventory())),
+            self.state.ledger_node(),
             self.state.settings.names,
             unsampled=backend.unsampled_cards(),
             claimed=self.claimed() if self.claimed else None,
         )
         report = self._with_idle(report)
+        self.reading = (report, began)
+        zero = set(self.zero_slices()) if self.zero_slices else set()
+        if zero:
+            rows = tuple(replace(p, slice_mib=0) if (p.uid, p.card) in zero else p for p in report.pods)
+            report = replace(report, pods=rows)
         self.latest = report
         if report.differs(self._published, WRITE_TOLERANCE_MIB):
             annotations = {
@@ -139,13 +150,21 @@ class UsageReporter:
         self._warned &= {(p.uid, p.card) for p in report.pods}  # forget pods that are gone
         return report
 
+    def poke(self) -> None:
+        """Read again now rather than at the end of the interval (the hibernation keeper waits
+        for a measurement)."""
+        self._poke.set()
+
     def run(self, stop: threading.Event, interval: float) -> None:
         while not stop.is_set():
             try:
                 self.poll()
             except Exception as err:
                 log.warning("reading GPU memory usage failed: %s; retrying in %.0f s", err, interval)
-            stop.wait(interval)
+            until = time.monotonic() + interval
+            while not stop.is_set() and not self._poke.is_set() and time.monotonic() < until:
+                stop.wait(min(0.5, max(0.0, until - time.monotonic())))
+            self._poke.clear()
 
 
 class UsageCollector(Collector):

@@ -46,8 +46,10 @@ PLUGIN_ARGS = (
 
 @pytest.fixture
 def oc_nodes(local_cluster: Any, gpushare: Any) -> NotebookNodes:
-    nodes = NotebookNodes(local_cluster, name="node-agent-oc", label_value="overcommit")
-    nodes.add(1, cards=1, prefix="oc-", plugin_args=PLUGIN_ARGS)
+    nodes = NotebookNodes(
+        local_cluster, plugin_args=PLUGIN_ARGS, name="node-agent-oc", label_value="overcommit"
+    )
+    nodes.add(1, cards=1, prefix="oc-")
     nodes.start()
     return nodes
 

@@ -65,3 +65,38 @@ def test_without_a_registered_plugin_allocate_says_where_it_waits(tmp_path):
             dm.allocate("uid/x", 1)
     finally:
         dm.stop()
+
+
+def test_an_overcommitted_plugins_devices_become_the_nodes_capacity_and_its_door_is_mounted(tmp_path):
+    """As a kubelet writes the Node's capacity from ListAndWatch: factor 2 offers 2 x 15 units
+    per card; Allocate's door and answers come back as mounts the agent rewrites for the notebook."""
+    from gpushare_hub.core.overcommit import Overcommit
+
+    backend = SimulatedBackend("1x Tesla T4:15360", "nb-1")
+    uuid = backend.discover()[0].uuid
+    uid = "00000001-0000-4000-8000-000000000001"
+    pods = MemoryPods([placed("nb", uuid, 5, node="nb-1", uid=uid)])
+    seen: list[tuple[str, int, int]] = []
+    dm = DeviceManager("nb-1", tmp_path / "device-plugins", on_devices=lambda *a: seen.append(a))
+    dm.start()
+    settings = Settings(
+        node="nb-1",
+        plugin_dir=str(dm.folder),
+        overcommit=Overcommit(2.0, 65536, 300),
+        hibernation_dir=str(tmp_path / "hibernation"),
+    )
+    runner = Runner(PluginState(backend, pods, settings))
+    thread = threading.Thread(target=runner.run, kwargs={"poll": 0.1}, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(lambda: len(dm.devices) == 30, timeout=20), "the plugin did not register"
+        assert seen == [("aliyun.com/gpu-mem", 30, 30)]
+        alloc = dm.allocate(f"{uid}/notebook", 5)
+        mounts = {m.container_path: m.host_path for m in alloc.mounts}
+        assert mounts["/run/gpushare-hub/door"] == str(tmp_path / "hibernation" / "doors" / uid)
+        assert mounts["/run/gpushare-hub/answer"] == str(tmp_path / "hibernation" / "answers" / uid)
+        assert alloc.envs["GPUSHARE_DOOR_DIR"] == "/run/gpushare-hub/door"
+    finally:
+        runner.shutdown()
+        thread.join(timeout=10)
+        dm.stop()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpushare_hub.plugin.nodeconfig import KNOWN, NodeConfigError, options_for
+from gpushare_hub.plugin.nodeconfig import KNOWN, NUMBERS, WHOLE_NUMBERS, NodeConfigError, options_for
 
 pytestmark = pytest.mark.unit
 CM = "ConfigMap gpushare/plugin"
@@ -27,6 +27,10 @@ CM = "ConfigMap gpushare/plugin"
         ('{"reserveFraction": true}', "ConfigMap gpushare/plugin: reserveFraction must be a number"),
         (json.dumps({"mps": "y" * 10_000}), f"{CM}: mps must be true or false (JSON), got 'yyy"),
         ('{"isolationTier": 7}', f"{CM}: isolationTier is 7, which is not an isolation tier"),
+        ('{"overcommit": "2"}', f"{CM}: overcommit must be a number (JSON), e.g. 2, got '2'"),
+        ('{"overcommit": true}', f"{CM}: overcommit must be a number (JSON), e.g. 2, got True"),
+        ('{"hibernationHostMemoryGiB": 6.5}', f"{CM}: hibernationHostMemoryGiB must be a whole number"),
+        ('{"hibernationMinIdle": "5m"}', f"{CM}: hibernationMinIdle must be a whole number"),
     ],
 )
 def test_refusals_name_the_config_map_the_key_and_the_fix(raw, message):
@@ -53,7 +57,8 @@ def test_any_config_map_gives_known_options_of_the_right_types_or_a_refusal(data
         return
     assert set(opts) <= KNOWN
     assert opts.get("deviceMode", "auto") in ("auto", "cdi", "legacy")
-    assert all(
-        isinstance(opts[k], bool) for k in opts if k not in ("reserveFraction", "isolationTier", "deviceMode")
-    )
+    others = ("reserveFraction", "isolationTier", "deviceMode", *NUMBERS, *WHOLE_NUMBERS)
+    assert all(isinstance(opts[k], bool) for k in opts if k not in others)
+    assert all(type(opts[k]) is float for k in NUMBERS if k in opts)
+    assert all(type(opts[k]) is int for k in WHOLE_NUMBERS if k in opts)
     assert 0 <= opts.get("reserveFraction", 0) <= 0.99

@@ -123,3 +123,26 @@ def test_bad_image_and_node_options_name_the_form_to_write(bad):
         parse_image(bad)
     with pytest.raises(GPUShareError, match="NAME=CARDS"):
         parse_node(bad)
+
+
+def test_an_overcommitted_nodes_door_and_answers_are_host_folders_for_a_local_notebook():
+    """The device plugin's Allocate on a node with --overcommit above 1 mounts two folders; the
+    local notebook finds them through the environment, rewritten to their host paths."""
+    pod = kubespawner_pod()
+    spec = process_spec(
+        pod,
+        pod["spec"]["containers"][0],
+        IMAGE,
+        "127.0.0.9",
+        "/h",
+        device_env={
+            "GPUSHARE_DOOR_DIR": "/run/gpushare-hub/door",
+            "GPUSHARE_ANSWER_DIR": "/run/gpushare-hub/answer",
+        },
+        mounts=[
+            Mount("/state/nodes/nb-1/hibernation/doors/u-1", "/run/gpushare-hub/door"),
+            Mount("/state/nodes/nb-1/hibernation/answers/u-1", "/run/gpushare-hub/answer"),
+        ],
+    )
+    assert spec.env["GPUSHARE_DOOR_DIR"] == "/state/nodes/nb-1/hibernation/doors/u-1"
+    assert spec.env["GPUSHARE_ANSWER_DIR"] == "/state/nodes/nb-1/hibernation/answers/u-1"

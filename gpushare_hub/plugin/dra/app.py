@@ -26,9 +26,10 @@ from traitlets import Float, Unicode
 
 from gpushare_hub.core.draslice import SizesError, parse_sizes, resource_slice
 from gpushare_hub.core.names import DRA_DRIVER
+from gpushare_hub.core.overcommit import Overcommit
 from gpushare_hub.kube.rest import RestClient
 
-from ..app import GPUShareDevicePlugin
+from ..app import CannotStart, GPUShareDevicePlugin
 from ..health import watch_health
 from ..state import PluginState
 from .cdiclaims import leftover_specs
@@ -78,6 +79,18 @@ class GPUShareDRAPlugin(GPUShareDevicePlugin):
         if not self.served_file:  # the device plugin's record; unused here, kept out of the kubelet's folder
             self.served_file = str(Path(self.dra_plugin_dir) / "served.json")
         super().start()
+
+    def overcommit_settings(self) -> Overcommit:
+        """Overcommit is the device plugin's (docs/dra.md): refused here, naming the fix."""
+        if self.overcommit != 1.0:
+            raise CannotStart(
+                f"node {self.node_name}: --overcommit {self.overcommit!r} is for the device-plugin path "
+                "(gpushare-device-plugin) only; on the DRA path hibernation works inside each pod but a "
+                "card holds no more than its memory: give --overcommit 1, or serve this node with the "
+                "device plugin",
+                2,
+            )
+        return Overcommit()
 
     def serve(self, api: RestClient, state: PluginState) -> None:
         names = state.settings.names

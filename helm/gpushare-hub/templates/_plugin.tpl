@@ -28,6 +28,7 @@ tolerations:
 - --node-config={{ .Release.Namespace }}/gpushare-node-options
 - --hook-host-path={{ .Values.devicePlugin.hookHostPath }}
 - --mps-root={{ .Values.devicePlugin.mpsRoot }}
+- --hibernation-dir={{ .Values.devicePlugin.hibernationDir }}
 - --usage-interval={{ .Values.devicePlugin.usageInterval }}
 - --idle-memory-mib={{ .Values.devicePlugin.idleMemoryMiB }}
 - --metrics-port={{ .Values.devicePlugin.metricsPort }}
@@ -85,6 +86,7 @@ resources:
 - {name: pyhook, mountPath: {{ . }}}
 {{- end }}
 - {name: mps, mountPath: {{ .Values.devicePlugin.mpsRoot }}, readOnly: true}
+- {name: hibernation, mountPath: {{ .Values.devicePlugin.hibernationDir }}}
 # The plugin's CDI spec (cdi mode), written where the runtime reads specs.
 - {name: cdi, mountPath: {{ .Values.devicePlugin.cdiDir | default "/var/run/cdi" }}}
 {{- if ne .Values.devicePlugin.deviceMode "legacy" }}
@@ -104,6 +106,8 @@ resources:
 {{- end }}
 - name: mps
   hostPath: {path: {{ .Values.devicePlugin.mpsRoot }}, type: DirectoryOrCreate}
+- name: hibernation
+  hostPath: {path: {{ .Values.devicePlugin.hibernationDir }}, type: DirectoryOrCreate}
 - name: cdi
   hostPath: {path: {{ .Values.devicePlugin.cdiDir | default "/var/run/cdi" }}, type: DirectoryOrCreate}
 {{- if ne .Values.devicePlugin.deviceMode "legacy" }}
