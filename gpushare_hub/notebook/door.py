@@ -34,6 +34,7 @@ from gpushare_hub.core.overcommit import (
 )
 
 UNKNOWN = "unknown"
+IDLE_STEP = 5  # seconds
 NO_ANSWER = "waiting for the node's device plugin to answer (it has written no readable answer yet)"
 STALE = "waiting for the node's device plugin to answer this server's ask"
 # No answer (none yet, unreadable, or older than the ask it should answer): a wake waits for the
@@ -56,11 +57,12 @@ class Door:
 
     def tell(self, hibernated: bool, wake: bool, idle_seconds: float) -> None:
         """Write ``ask.json`` (atomically; only when it says something new, or the idle time moved
-        by a minute, so that the plugin's reading stays cheap). The plugin writes its answer again
-        after each new ask: an answer older than the ask is not the answer to it."""
+        by :data:`IDLE_STEP` seconds: the plugin compares it with its minimum idle time). The
+        plugin writes its answer again after each new ask: an answer older than the ask is not the
+        answer to it."""
         idle = int(max(0, idle_seconds))
         told = self._told
-        if told is not None and told[:2] == (hibernated, wake) and abs(told[2] - idle) < 60:
+        if told is not None and told[:2] == (hibernated, wake) and abs(told[2] - idle) < IDLE_STEP:
             return
         tmp = os.path.join(self.door_dir, f".ask.{os.getpid()}.tmp")
         try:

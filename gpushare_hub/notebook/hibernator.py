@@ -207,7 +207,7 @@ class Hibernator:
                 sleep.state = WAITING
                 while True:
                     self._places()
-                    blocker = self._inside_slice(kernel_id) or self._not_granted()
+                    blocker = self._inside_slice(kernel_id) or self._not_granted(sleep.why)
                     if blocker:
                         sleep.state, sleep.why = WAITING, blocker
                     elif self.line[0] == kernel_id:
@@ -234,9 +234,10 @@ class Hibernator:
                 self.line.remove(kernel_id)
             self._places()
 
-    def _not_granted(self) -> str:
+    def _not_granted(self, said: str = "") -> str:
         """Words for why the node's plugin has not granted the wake yet, or ``""`` (granted, the
-        server's slice still counts awake, or the node does not overcommit)."""
+        server's slice still counts awake, or the node does not overcommit). While the plugin
+        has not answered the latest ask, what it ``said`` before stands."""
         if self.door is None:
             return ""
         self.door.tell(hibernated=True, wake=True, idle_seconds=0)
@@ -244,7 +245,7 @@ class Hibernator:
         if answer.state == "awake" or answer.grant:
             return ""
         if answer.state == UNKNOWN:
-            return answer.words or NO_ANSWER
+            return said or answer.words or NO_ANSWER
         return answer.words or "waiting for the node to grant the room on your card"
 
     def _places(self) -> None:

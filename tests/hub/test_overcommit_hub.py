@@ -166,7 +166,10 @@ def test_a_card_holds_four_5_gib_notebooks_by_hibernating_idle_kernels(local_clu
                     )
                     await asyncio.sleep(2)
                     out, error = await a.run("print(x.sum(), before)", timeout=300)
-                    assert error is None and out.strip() == f"{SUM} computed before hibernation", (out, error)
+                    # The cell's output said why it waited, then the kernel ran it.
+                    lines = out.strip().splitlines()
+                    assert error is None and lines[-1] == f"{SUM} computed before hibernation", (out, error)
+                    assert any(w.startswith("gpushare: waiting for 5 GiB on your card") for w in lines), out
                     assert kernels(hub, BOB, tokens[BOB])[b.kernel_id]["state"] == "hibernated"
                     assert kernels(hub, CAROL, tokens[CAROL])[c.kernel_id]["state"] == "awake"
                     out, error = await busy
