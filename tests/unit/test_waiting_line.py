@@ -198,3 +198,32 @@ def test_taints_and_tolerations_are_read_leniently_and_bounded():
     assert len(read_pod(pod).tolerations) == 64
     pod["spec"]["tolerations"] = "junk"
     assert read_pod(pod).tolerations == ()
+
+
+def test_a_spawn_waiting_on_an_overcommitting_node_is_retried_shortly_not_parked():
+    """Room on a node that overcommits its cards comes back when an idle notebook hibernates (the
+    plugin raises the card's declared size), which no event tells kube-scheduler: the spawn that
+    waits there is answered with an error, retried after kube-scheduler's backoff, not parked for
+    minutes. A plain full node still parks it."""
+    import json
+
+    from gpushare_hub.core.names import HIBERNATION_ANNOTATION
+    from gpushare_hub.extender.line import LineKeeper
+
+    d = full_but(0)
+    keeper = LineKeeper(d, "gpushare-scheduler")
+    waiting = made("ona", 5, "01")
+    out = d.filter(args(waiting, NODES))
+    assert out.passed == [] and out.error == "", out  # full, nothing overcommitted: parked
+    node = node_obj("gpu-1", 1)
+    node["metadata"]["annotations"][HIBERNATION_ANNOTATION] = json.dumps({"factor": 2.0})
+    keeper.on_node("MODIFIED", read_nodes([node])[0])
+    out = d.filter(args(waiting, NODES))
+    assert out.passed == [] and out.error.startswith("retrying shortly: "), out
+    assert (
+        "node gpu-1 overcommits its cards: room comes back there when an idle notebook hibernates"
+        in out.error
+    )
+    node["metadata"]["annotations"][HIBERNATION_ANNOTATION] = "not json"  # a broken one: as if none
+    keeper.on_node("MODIFIED", read_nodes([node])[0])
+    assert d.filter(args(waiting, NODES)).error == ""
