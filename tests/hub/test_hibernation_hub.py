@@ -28,7 +28,9 @@ TAKE = (
 SUM = 7 * 3 * 1024**3
 
 
-def hibernation(hub: Any, token: str, kernel_id: str = "", body: dict[str, str] | None = None) -> tuple[int, Any]:
+def hibernation(
+    hub: Any, token: str, kernel_id: str = "", body: dict[str, str] | None = None
+) -> tuple[int, Any]:
     url = f"{hub.url}/user/{USER}/gpushare/api/hibernation" + (f"/{kernel_id}" if kernel_id else "")
     return hub.request("POST" if body is not None else "GET", url, token, body)  # type: ignore[no-any-return]
 
