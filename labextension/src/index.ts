@@ -4,7 +4,8 @@
  *
  * Everything comes from the server extension's `<base>gpushare/api/status` (Python:
  * gpushare_hub/notebook/status.py), read every 10 s; the status line's words are made there. The
- * panel's Keep button is in keep.ts, its self-test in selftest.ts.
+ * item adds what hibernation says (hibernation.ts), and the panel lists the kernels (kernels.ts);
+ * the panel's Keep button is in keep.ts, its self-test in selftest.ts.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
@@ -13,7 +14,9 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
+import { HibernationWatch } from './hibernation';
 import { IdleReturn, KeepState, pressKeep, renderKeep } from './keep';
+import { renderKernels } from './kernels';
 import { renderSelfTest, runSelfTest, SelfTestState } from './selftest';
 
 const POLL_MS = 10_000;
@@ -148,7 +151,8 @@ function renderPanel(
   status: Status | null,
   error: string,
   selftest: SelfTestState,
-  keep: KeepState
+  keep: KeepState,
+  kernels: (body: HTMLElement) => void
 ): void {
   body.replaceChildren();
   const h = document.createElement('h2');
@@ -159,6 +163,7 @@ function renderPanel(
     p.className = 'gpushare-problem';
     p.textContent = error || 'reading the status ...';
     body.append(p);
+    kernels(body);
     return;
   }
   const summary = document.createElement('p');
@@ -226,6 +231,7 @@ function renderPanel(
     p.append(a, document.createTextNode(' (stop this server first, or start a named one).'));
     body.append(p);
   }
+  kernels(body);
   if (slice.card_uuids && slice.card_uuids.length) {
     renderSelfTest(body, selftest);
   }
@@ -277,15 +283,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    // The notebook each kernel runs, by JupyterLab's own list of sessions.
+    const names = (): Map<string, string> => {
+      const found = new Map<string, string>();
+      for (const s of app.serviceManager.sessions.running()) {
+        if (s.kernel) {
+          found.set(s.kernel.id, s.path || s.name);
+        }
+      }
+      return found;
+    };
     const show = () => {
       const degraded = last === null || !!last.problem;
-      item.node.textContent = last ? last.text : `GPU status unavailable: ${error}`;
-      item.node.title = (last ? last.problem || last.slice.summary || '' : error) + ' (click for details)';
+      const sleep = hibernation.itemWords();
+      const text = last ? last.text : `GPU status unavailable: ${error}`;
+      item.node.textContent = sleep ? `${text} · ${sleep}` : text;
+      const why = last ? last.problem || last.slice.summary || '' : error;
+      item.node.title = [why, hibernation.tooltip(names())].filter(Boolean).join('\n') + ' (click for details)';
       item.toggleClass('gpushare-degraded', degraded);
       if (panel && !panel.isDisposed) {
-        renderPanel(panel.content.node.firstElementChild as HTMLElement, last, error, selftest, keep);
+        const body = panel.content.node.firstElementChild as HTMLElement;
+        renderPanel(body, last, error, selftest, keep, b => renderKernels(b, hibernation, names()));
       }
     };
+    const hibernation = new HibernationWatch(settings, show);
     const poll = async () => {
       try {
         last = await readStatus(settings);
@@ -316,6 +337,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar.registerStatusItem('gpushare-hub-statusbar:item', { item, align: 'left', rank: 100 });
     void poll();
     window.setInterval(() => void poll(), POLL_MS);
+    void hibernation.poll();
+    app.serviceManager.sessions.runningChanged.connect(() => show());
   }
 };
 
