@@ -5,7 +5,8 @@
   message that came after it are sent on, in order. While the wake waits, the cell's output says
   why (a ``stderr`` stream message, as Jupyter Server's own warnings are shown).
 * ``GET <base>gpushare/api/hibernation``: whether hibernation works here, the hub's
-  ``hibernate_after``, and each kernel (:func:`~gpushare_hub.notebook.sleepstate.kernel_json`).
+  ``hibernate_after``, and each kernel (:func:`~gpushare_hub.notebook.sleepstate.kernel_json`),
+  named by the notebook its session runs (Jupyter Server's session manager).
 * ``POST <base>gpushare/api/hibernation/<kernel id>`` with ``{"action": "hibernate" | "wake" |
   "keep-awake" | "allow-sleep"}``: the status bar's buttons.
 * :func:`run_loop`: every few seconds, :meth:`Hibernator.tick` with the hub's ``hibernate_after``
@@ -19,6 +20,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -102,8 +104,9 @@ class HibernationHandler(APIHandler):
         self.finish(json.dumps(doc))
 
     @web.authenticated
-    def get(self, kernel_id: str = "") -> None:
-        self._send(document(self.hibernator, self.settings.get(AFTER_SETTING)))
+    async def get(self, kernel_id: str = "") -> None:
+        names = await notebook_paths(self.settings.get("session_manager"))
+        self._send(document(self.hibernator, self.settings.get(AFTER_SETTING), names))
 
     @web.authenticated
     async def post(self, kernel_id: str = "") -> None:
@@ -155,19 +158,41 @@ def action_of(body: bytes) -> str:
     return str(action)
 
 
-def document(hib: Hibernator | None, after: int | None) -> dict[str, Any]:
-    """``GET gpushare/api/hibernation``."""
+async def notebook_paths(sessions: Any) -> dict[str, str]:
+    """Each kernel's notebook (its session's path), by Jupyter Server's session manager; ``{}``
+    without one or when it cannot list them."""
+    if sessions is None:
+        return {}
+    try:
+        listed = await sessions.list_sessions()
+    except Exception as err:  # a name is a nicety: the kernels are listed without one
+        log.debug("gpushare: no session names: %r", err)
+        return {}
+    names: dict[str, str] = {}
+    for s in listed if isinstance(listed, list) else []:
+        if not isinstance(s, dict) or not isinstance(s.get("kernel"), dict):
+            continue
+        kid, path = s["kernel"].get("id"), s.get("path") or s.get("name")
+        if isinstance(kid, str) and isinstance(path, str):
+            names[kid] = path
+    return names
+
+
+def document(
+    hib: Hibernator | None, after: int | None, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``GET gpushare/api/hibernation``; ``names``: each kernel's notebook (:func:`notebook_paths`)."""
     now = time.time()
     if hib is None:
         why = "this server has no GPU slice"
-        return {"available": False, "why_not": why, "hibernate_after": None, "kernels": []}
+        return {"available": False, "why_not": why, "hibernate_after": None, "summary": "", "kernels": []}
     kernels = [hib.sleep_of(k) for k in hib.kernels.list_kernel_ids()]
     return {
         "available": True,
         "why_not": "",
         "hibernate_after": after,
         "summary": summary(kernels),
-        "kernels": [kernel_json(k, now) for k in kernels],
+        "kernels": [{**kernel_json(k, now), "name": (names or {}).get(k.kernel_id, k.name)} for k in kernels],
     }
 
 

@@ -3,7 +3,9 @@
  * cap in force, how many others share the card), and a panel with the details.
  *
  * Everything comes from the server extension's `<base>gpushare/api/status` (Python:
- * gpushare_hub/notebook/status.py), read every 10 s; the status line's words are made there.
+ * gpushare_hub/notebook/status.py), read every 10 s; the status line's words are made there. The
+ * item adds what hibernation says (hibernation.ts), and the panel lists the kernels (kernels.ts);
+ * the panel's Keep button is in keep.ts, its self-test in selftest.ts.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { MainAreaWidget } from '@jupyterlab/apputils';
@@ -12,9 +14,12 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
+import { HibernationWatch } from './hibernation';
+import { IdleReturn, KeepState, pressKeep, renderKeep } from './keep';
+import { renderKernels } from './kernels';
+import { renderSelfTest, runSelfTest, SelfTestState } from './selftest';
+
 const POLL_MS = 10_000;
-const SELFTEST_ROUTE = 'gpushare/api/selftest';
-const KEEP_ROUTE = 'gpushare/api/keep';
 const ROUTE = 'gpushare/api/status';
 
 interface Slice {
@@ -59,7 +64,7 @@ interface Allocation {
   compute?: { share?: number | null; words?: string } | null;
   sm_util?: number | null;
   // The hub service's idle rule, while this slice is idle on the GPU.
-  idle_return?: { action?: string; phase?: string; can_keep?: boolean; kept?: boolean; words?: string } | null;
+  idle_return?: IdleReturn | null;
 }
 
 interface Larger {
@@ -91,93 +96,6 @@ async function readStatus(settings: ServerConnection.ISettings): Promise<Status>
     throw new Error(`the notebook server answered HTTP ${response.status}`);
   }
   return (await response.json()) as Status;
-}
-
-interface FrameworkRun {
-  name?: string;
-  held?: boolean;
-  stopped_at_mib?: number | null;
-  cap?: string | null;
-  hard_cap_held?: boolean | null;
-  error?: string | null;
-}
-
-interface SelfTestRun {
-  error?: string;
-  ok?: boolean;
-  observed_tier?: string;
-  claimed_tier?: string | null;
-  slice_mib?: number;
-  frameworks?: FrameworkRun[];
-  checked?: string;
-}
-
-/** Keep: ask the hub service (through this server) to put off returning the idle slice. */
-async function pressKeep(settings: ServerConnection.ISettings): Promise<string> {
-  const url = URLExt.join(settings.baseUrl, KEEP_ROUTE);
-  let response: Response;
-  try {
-    response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
-  } catch (err) {
-    return 'notebook server unreachable';
-  }
-  let body: { message?: string; seconds_left?: number } | null = null;
-  try {
-    body = await response.json();
-  } catch (err) {
-    body = null;
-  }
-  if (!response.ok) {
-    return body?.message || `the notebook server answered HTTP ${response.status}`;
-  }
-  const minutes = Math.round((body?.seconds_left ?? 0) / 60);
-  return `Kept: your GPU slice stays for at least ${minutes} min more.`;
-}
-
-/** Run gpushare-selftest in this server (POST; it may take a minute). */
-async function runSelfTest(settings: ServerConnection.ISettings): Promise<SelfTestRun> {
-  const url = URLExt.join(settings.baseUrl, SELFTEST_ROUTE);
-  let response: Response;
-  try {
-    response = await ServerConnection.makeRequest(url, { method: 'POST' }, settings);
-  } catch (err) {
-    return { error: 'notebook server unreachable' };
-  }
-  let body: unknown = null;
-  try {
-    body = await response.json();
-  } catch (err) {
-    body = null;
-  }
-  if (!response.ok) {
-    const message = (body as { message?: string } | null)?.message;
-    return { error: message || `the notebook server answered HTTP ${response.status}` };
-  }
-  return (body ?? { error: 'no answer' }) as SelfTestRun;
-}
-
-function describeRun(run: SelfTestRun): string[] {
-  if (run.error) {
-    return [`self-test not run: ${run.error}`];
-  }
-  const lines = [
-    `${run.ok ? 'OK' : 'NOT OK'}: observed ${run.observed_tier ?? 'unknown'}` +
-      (run.claimed_tier ? `, the node claims ${run.claimed_tier}` : '') +
-      (run.checked ? ` (${run.checked})` : '')
-  ];
-  for (const f of run.frameworks ?? []) {
-    if (f.error) {
-      lines.push(`${f.name}: ${f.error}`);
-      continue;
-    }
-    const at = f.stopped_at_mib !== null && f.stopped_at_mib !== undefined ? ` at ${f.stopped_at_mib} MiB` : '';
-    const hard = f.hard_cap_held ? '; held with its own cap lifted' : '; its own cap lifted, it got past';
-    lines.push(`${f.name}: ${f.held ? 'held' : 'not held'}${at}${f.cap ? ` by the ${f.cap} cap` : ''}${hard}`);
-  }
-  if ((run.frameworks ?? []).length === 0) {
-    lines.push('no GPU framework (PyTorch, CuPy, JAX) is installed here to try');
-  }
-  return lines;
 }
 
 /**
@@ -228,68 +146,13 @@ function capsInForce(slice: Slice): string[] {
   return caps;
 }
 
-interface SelfTestState {
-  running: boolean;
-  run: SelfTestRun | null;
-  start: () => void;
-}
-
-function renderSelfTest(body: HTMLElement, state: SelfTestState): void {
-  const box = document.createElement('div');
-  box.id = 'gpushare-selftest-box';
-  const button = document.createElement('button');
-  button.id = 'gpushare-run-selftest';
-  button.className = 'jp-Button jp-mod-styled jp-mod-accept';
-  button.textContent = state.running ? 'Self-test running …' : 'Run the self-test';
-  button.disabled = state.running;
-  button.title = 'Allocate past the slice with each framework installed here (never more than the slice + 1 GiB)';
-  button.addEventListener('click', () => state.start());
-  box.append(button);
-  if (state.run) {
-    const out = document.createElement('pre');
-    out.id = 'gpushare-selftest-result';
-    out.textContent = describeRun(state.run).join('\n');
-    box.append(out);
-  }
-  body.append(box);
-}
-
-interface KeepState {
-  said: string;
-  press: () => void;
-}
-
-function renderKeep(body: HTMLElement, alloc: Allocation, keep: KeepState): void {
-  const ret = alloc.idle_return;
-  if (!ret || !(ret.can_keep || keep.said)) {
-    return;
-  }
-  const box = document.createElement('div');
-  box.id = 'gpushare-keep-box';
-  if (ret.can_keep) {
-    const button = document.createElement('button');
-    button.id = 'gpushare-keep';
-    button.className = 'jp-Button jp-mod-styled jp-mod-warn';
-    button.textContent = 'Keep my GPU slice';
-    button.title = 'Put off returning this idle slice (once); using the GPU also keeps it';
-    button.addEventListener('click', () => keep.press());
-    box.append(button);
-  }
-  if (keep.said) {
-    const p = document.createElement('p');
-    p.id = 'gpushare-keep-result';
-    p.textContent = keep.said;
-    box.append(p);
-  }
-  body.append(box);
-}
-
 function renderPanel(
   body: HTMLElement,
   status: Status | null,
   error: string,
   selftest: SelfTestState,
-  keep: KeepState
+  keep: KeepState,
+  kernels: (body: HTMLElement) => void
 ): void {
   body.replaceChildren();
   const h = document.createElement('h2');
@@ -300,6 +163,7 @@ function renderPanel(
     p.className = 'gpushare-problem';
     p.textContent = error || 'reading the status ...';
     body.append(p);
+    kernels(body);
     return;
   }
   const summary = document.createElement('p');
@@ -354,7 +218,7 @@ function renderPanel(
     p.textContent = status.problem;
     body.append(p);
   }
-  renderKeep(body, alloc, keep);
+  renderKeep(body, alloc.idle_return, keep);
   const larger = (status.hub?.larger_free ?? [])[0];
   const spawn = hubPath(status.hub?.spawn_url);
   if (larger && spawn) {
@@ -367,6 +231,7 @@ function renderPanel(
     p.append(a, document.createTextNode(' (stop this server first, or start a named one).'));
     body.append(p);
   }
+  kernels(body);
   if (slice.card_uuids && slice.card_uuids.length) {
     renderSelfTest(body, selftest);
   }
@@ -418,15 +283,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    // The notebook each kernel runs, by JupyterLab's own list of sessions.
+    const names = (): Map<string, string> => {
+      const found = new Map<string, string>();
+      for (const s of app.serviceManager.sessions.running()) {
+        if (s.kernel) {
+          found.set(s.kernel.id, s.path || s.name);
+        }
+      }
+      return found;
+    };
     const show = () => {
       const degraded = last === null || !!last.problem;
-      item.node.textContent = last ? last.text : `GPU status unavailable: ${error}`;
-      item.node.title = (last ? last.problem || last.slice.summary || '' : error) + ' (click for details)';
+      const sleep = hibernation.itemWords();
+      const text = last ? last.text : `GPU status unavailable: ${error}`;
+      item.node.textContent = sleep ? `${text} · ${sleep}` : text;
+      const why = last ? last.problem || last.slice.summary || '' : error;
+      item.node.title = [why, hibernation.tooltip(names())].filter(Boolean).join('\n') + ' (click for details)';
       item.toggleClass('gpushare-degraded', degraded);
       if (panel && !panel.isDisposed) {
-        renderPanel(panel.content.node.firstElementChild as HTMLElement, last, error, selftest, keep);
+        const body = panel.content.node.firstElementChild as HTMLElement;
+        renderPanel(body, last, error, selftest, keep, b => renderKernels(b, hibernation, names()));
       }
     };
+    const hibernation = new HibernationWatch(settings, show);
     const poll = async () => {
       try {
         last = await readStatus(settings);
@@ -457,6 +337,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar.registerStatusItem('gpushare-hub-statusbar:item', { item, align: 'left', rank: 100 });
     void poll();
     window.setInterval(() => void poll(), POLL_MS);
+    void hibernation.poll();
+    app.serviceManager.sessions.runningChanged.connect(() => show());
   }
 };
 
