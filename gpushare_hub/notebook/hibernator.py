@@ -41,6 +41,7 @@ from .sleepstate import AWAKE, HIBERNATED, HIBERNATING, REFUSED, WAITING, WAKING
 log = logging.getLogger("gpushare.hibernation")
 LIMIT_ENV = "GPUSHARE_MEMORY_LIMIT_MIB"  # the slice, as the start-up hook reads it
 RETRY_S = 1.0
+FRESH_S = 0.6  # longer than the container ledger's publication interval (0.5 s)
 
 
 def descendants(root: int, proc: str = "/proc") -> set[int]:
@@ -208,6 +209,11 @@ class Hibernator:
                 while True:
                     self._places()
                     blocker = self._inside_slice(kernel_id) or self._not_granted(sleep.why)
+                    if not blocker:
+                        # The ledger's entries are up to a publication interval old: what another
+                        # kernel took just now shows only then. Look again after one.
+                        await asyncio.sleep(FRESH_S)
+                        blocker = self._inside_slice(kernel_id)
                     if blocker:
                         sleep.state, sleep.why = WAITING, blocker
                     elif self.line[0] == kernel_id:

@@ -341,3 +341,48 @@ def test_on_an_overcommitting_node_a_wake_waits_for_the_plugins_grant_and_idle_k
     # A bad answer file is no answer: a wake waits for the plugin, and nothing crashes.
     (answer / "answer.json").write_text("{not json")
     assert hib._not_granted().startswith("waiting for the node's device plugin to answer")
+
+
+TAKER = """
+import sys, torch
+torch.cuda.init()
+kept = []
+print("ready", flush=True)
+for line in sys.stdin:
+    kept.append(torch.empty(int(line) * 1024**3, dtype=torch.uint8, device="cuda"))
+    print("took", flush=True)
+"""
+
+
+def test_a_wake_counts_what_a_neighbour_took_just_before_it_even_if_not_yet_published(node):
+    """The ledger's entries are up to half a second old: a kernel that took 4 GiB just before the
+    wake's check must still keep the hibernated kernel's 3 GiB out of the 5 GiB slice."""
+    sleeper = node["start"](3)
+    kernels = Kernels()
+    kernels.add("k1", sleeper.pid, idle_s=120)
+    hib = Hibernator(kernels, SimulatedCheckpoint(str(node["claims"])), node["env"])
+    asyncio.run(hib.tick(after_seconds=60))
+    assert hib.sleep_of("k1").state == HIBERNATED
+    taker = subprocess.Popen(
+        [sys.executable, "-c", TAKER], env=node["env"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert line(taker, 30) == "ready"
+        assert taker.stdin
+        taker.stdin.write("4\n")
+        taker.stdin.flush()
+        assert line(taker, 30) == "took"
+
+        async def wake_at_once() -> str:  # within the ledger's interval of the allocation
+            waking = hib.wake_soon("k1")
+            await asyncio.sleep(2.0)
+            assert not waking.done(), "woke past the slice"
+            waking.cancel()
+            return hib.sleep_of("k1").why
+
+        why = asyncio.run(wake_at_once())
+        assert "your other GPU processes hold 4.0 GiB" in why, why
+    finally:
+        taker.kill()
+        taker.communicate(timeout=10)
