@@ -17,6 +17,10 @@ else answers ``CUDA_ERROR_OUT_OF_MEMORY``; :meth:`unlock` lets the process run a
 whose environment names an MPS pipe folder with a running control daemon is refused
 (``CUDA_ERROR_NOT_SUPPORTED``): what the real driver does with MPS clients is not measured yet, and
 gpushare-hub keeps them awake.
+
+The copies take no time unless the folder's ``rates.json`` says how long the simulated card takes
+per GiB (``{"checkpoint_s_per_gib": 0.64, "restore_s_per_gib": 0.2}`` is what an H200 took), so
+that the demo and the tests can show a kernel waking.
 """
 
 from __future__ import annotations
@@ -127,10 +131,18 @@ class SimulatedCheckpoint:
         finally:
             os.close(fd)  # closing drops the flock
 
+    def _copy(self, claim: dict[str, Any] | None, rate: str) -> None:
+        """Take the time the card takes to copy the claim's memory (``rates.json``; none)."""
+        rates = self._read(os.path.join(self.folder, "rates.json")) or {}
+        per_gib = rates.get(rate)
+        if isinstance(per_gib, int | float) and not isinstance(per_gib, bool) and 0 < per_gib <= 30:
+            time.sleep(per_gib * _mib((claim or {}).get("mib")) / 1024)
+
     def checkpoint(self, pid: int) -> None:
         self._expect(pid, "cuCheckpointProcessCheckpoint", LOCKED)
         claim_path = self._path(pid, "json")
         claim = self._read(claim_path)
+        self._copy(claim, "checkpoint_s_per_gib")
         self._write(self._path(pid, "checkpoint"), {"state": CHECKPOINTED, "claim": claim})
         with contextlib.suppress(FileNotFoundError):
             os.unlink(claim_path)
@@ -145,6 +157,7 @@ class SimulatedCheckpoint:
             if need > free:
                 words = f"{need // MIB} MiB to restore, {max(0, free) // MIB} MiB free on the card"
                 raise CheckpointError(call, OUT_OF_MEMORY, words)
+            self._copy(claim, "restore_s_per_gib")
             self._write(self._path(pid, "json"), claim)
         self._write(self._path(pid, "checkpoint"), {"state": LOCKED, "claim": None})
 

@@ -7,9 +7,8 @@ slice (``wake waiting``, the kernel next in line and why) until ``small.ipynb`` 
 then it wakes and prints what it computed before.
 
 Screenshots (out/browser, see conftest.OUT): statusbar-awake.png, statusbar-hibernated.png,
-statusbar-waiting.png and statusbar-woken.png. The ``waking`` state itself lasts as long as the
-simulated driver's restore (milliseconds here), too short for the panel's one-second reading: no
-picture of it.
+statusbar-waiting.png, statusbar-waking.png (the simulated card copies at 4 s a GiB for that
+picture: ``rates.json`` in the node's claims folder) and statusbar-woken.png.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any
 
-from tests.support.hub_helpers import Kernel, start_server, stop_server
+from tests.support.hub_helpers import Kernel, pod_of, start_server, stop_server
 from tests.support.isolation import fake_site, upload
 
 from .conftest import OUT, login
@@ -157,8 +156,18 @@ def test_the_status_bar_shows_a_kernel_hibernated_waiting_for_room_and_woken(
         assert not cell.done(), "the cell ran before its kernel could wake"
         page.screenshot(path=str(OUT / "statusbar-waiting.png"))
 
-        # Woken: the other notebook frees its memory; the cell runs with what the kernel had.
+        # Waking: the other notebook frees its memory; the card copies the 3 GiB back at 4 s a
+        # GiB (the simulated card's rate, set for this picture; an H200 took 0.2 s a GiB).
+        claims = notebook_nodes.claims_dir(pod_of(local_cluster, USER)["spec"]["nodeName"])
+        (claims / "rates.json").write_text('{"restore_s_per_gib": 4}')
         run(loop, small, FREE_4)
+        page.wait_for_function(f"{state_of(big.kernel_id)} === 'waking'", timeout=30_000)
+        page.wait_for_function(f"({STATUS}).endsWith(' · waking…')", timeout=10_000)
+        assert row.locator(".gpushare-kernel-state").inner_text().startswith("waking"), row.inner_text()
+        page.screenshot(path=str(OUT / "statusbar-waking.png"))
+        (claims / "rates.json").unlink()
+
+        # Woken: the cell runs with what the kernel had.
         out, error = cell.result(timeout=180)
         assert error is None, error
         assert out.startswith("gpushare: waiting for 3.0 GiB inside your 5.0 GiB slice"), out
