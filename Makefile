@@ -118,7 +118,7 @@ test-setup:
 # The checks, in the background, and every tier but node (first version) as two pytest sessions side
 # by side (gpushare_hub/localcluster/sidebyside.py), each with its own cluster and hub: most tiers
 # wait on processes they started. The groups hold about equal time.
-MAIN_GROUPS := fuzz=tests/fuzz,tests/kubelet,tests/unit,tests/bench hub=tests/hub,tests/browser,tests/cluster,tests/chart
+MAIN_GROUPS := fuzz=tests/fuzz,tests/kubelet,tests/unit,tests/bench,tests/cluster hub=tests/hub,tests/browser,tests/chart
 test-main:
 	@$(STEP) "ruff, mypy, lint-imports" --kind check -- $(MAKE) --no-print-directory lint-checks >$(CHECK_LOG) 2>&1 & checks=$$!; \
 	  $(BIN)/python -m gpushare_hub.localcluster.sidebyside $(MAIN_GROUPS); rc=$$?; \
