@@ -23,6 +23,12 @@ from typing import Any
 from gpushare_hub.core.demand import Demand, demand_from_pod
 from gpushare_hub.core.digits import ascii_int
 from gpushare_hub.core.errors import GPUShareError
+from gpushare_hub.core.hibernated import (
+    CardHibernation,
+    NodeHibernation,
+    card_hibernation,
+    read_node_hibernation,
+)
 from gpushare_hub.core.isolation import NodeIsolation
 from gpushare_hub.core.ledger import TERMINAL_PHASES, Ledger
 from gpushare_hub.core.objects import NodeObject, PodObject
@@ -35,6 +41,7 @@ from .names import (
     GPU_MEM_ASSUME_TIME,
     GPU_MEM_IDX,
     GPU_MEM_POD,
+    HIBERNATION_ANNOTATION,
     HUB_SERVER_ANNOTATION,
     HUB_USER_ANNOTATION,
     SLICE_ANNOTATION,
@@ -58,6 +65,8 @@ class PodRow:
     sm_util: int | None = None  # percent of the card's SMs its processes keep busy (None: not measured)
     idle_since: int | None = None  # Unix seconds it has been idle on the GPU from (None: active, or unknown)
     over_slice: bool = False  # its processes hold more than its slice on the card
+    uid: str = ""  # the pod's UID (what a node's hibernation book names it by)
+    hibernated_since: int | None = None  # Unix seconds it is hibernated from (None: awake, or no overcommit)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,7 @@ class CardRow:
     used: int
     healthy: bool
     pods: tuple[PodRow, ...] = ()
+    hibernation: CardHibernation | None = None  # on a node that overcommits its cards
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,7 @@ class NodeFacts:
     address: str = "unknown"
     offers_gpu_memory: bool = True
     usage: NodeUsage | None = None  # None: the node's plugin publishes no usage
+    hibernation: NodeHibernation | None = None  # None: the node does not overcommit (or says so unreadably)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +227,7 @@ def node_facts(node: NodeObject, names: ResourceNames = DEFAULT_NAMES) -> NodeFa
         address=_address(node),
         offers_gpu_memory=_offers_gpu_memory(node, names),
         usage=read_usage(node.annotations.get(USAGE_ANNOTATION)),
+        hibernation=read_node_hibernation(node.annotations.get(HIBERNATION_ANNOTATION)),
     )
 
 
@@ -284,6 +296,7 @@ def pod_facts(
     row = PodRow(
         namespace=namespace,
         name=pod.name,
+        uid=pod.uid,
         units=demand.per_card * demand.count if demand is not None and demand.per_card is not None else 0,
         hub_user=ann.get(HUB_USER_ANNOTATION, ""),
         hub_server=ann.get(HUB_SERVER_ANNOTATION, ""),
@@ -362,7 +375,7 @@ def _holders(ledger: Ledger, rows: Mapping[str, PodRow]) -> dict[tuple[str, str]
     holders: dict[tuple[str, str], list[PodRow]] = {}
     for alloc in ledger.allocations():
         namespace, _, name = alloc.key.partition("/")
-        base = rows.get(alloc.key) or PodRow(namespace=namespace, name=name, units=0)
+        base = rows.get(alloc.key) or PodRow(namespace=namespace, name=name, units=0, uid=alloc.uid)
         for share in alloc.cards:
             holders.setdefault((alloc.node, share.uuid), []).append(replace(base, units=share.units))
     return holders
@@ -393,28 +406,29 @@ def _node_row(
     node = ledger.node(facts.name)
     problem = ledger.unreadable(facts.name)
     cards = sorted(node.cards, key=lambda c: c.index) if node is not None else []
-    return NodeRow(
-        name=facts.name,
-        address=facts.address,
-        cards=tuple(
+    mib = ledger.names.mib_per_unit
+    rows = []
+    for card in cards:
+        pods = _with_usage(holders.get((facts.name, card.uuid), []), card.uuid, facts.usage, mib)
+        pods = _with_hibernation(pods, card.uuid, facts.hibernation)
+        used = ledger.used(facts.name, card.uuid)
+        asleep = sum(p.units for p in pods if p.hibernated_since is not None)
+        rows.append(
             CardRow(
                 index=card.index,
                 uuid=card.uuid,
                 model=card.model,
                 units=card.units,
-                used=ledger.used(facts.name, card.uuid),
+                used=used,
                 healthy=card.healthy,
-                pods=_sorted(
-                    _with_usage(
-                        holders.get((facts.name, card.uuid), []),
-                        card.uuid,
-                        facts.usage,
-                        ledger.names.mib_per_unit,
-                    )
-                ),
+                pods=_sorted(pods),
+                hibernation=card_hibernation(facts.hibernation, card.uuid, used * mib, asleep * mib, mib),
             )
-            for card in cards
-        ),
+        )
+    return NodeRow(
+        name=facts.name,
+        address=facts.address,
+        cards=tuple(rows),
         unplaced=_sorted(unplaced),
         problem=f"card inventory unreadable: {problem}" if problem is not None else "",
         isolation=node.isolation if node is not None else NodeIsolation(),
@@ -440,6 +454,12 @@ def _with_usage(
             )
         )
     return out
+
+
+def _with_hibernation(rows: list[PodRow], card: str, hib: NodeHibernation | None) -> list[PodRow]:
+    if hib is None:
+        return rows
+    return [replace(p, hibernated_since=hib.hibernated_since(p.uid, card)) for p in rows]
 
 
 def _sorted(rows: Iterable[PodRow]) -> tuple[PodRow, ...]:

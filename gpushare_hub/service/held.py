@@ -41,6 +41,7 @@ class HeldSlice:
     sm_util: int | None = None
     over_slice: bool = False
     idle_since: int | None = None  # idle on the GPU since (None: working, or not measured)
+    hibernated_since: int | None = None  # hibernated since (None: awake, or the node does not overcommit)
 
     @property
     def key(self) -> str:
@@ -73,6 +74,7 @@ class HeldSlice:
             "gpu_idle_seconds": gpu_idle,
             "gpu_idle_since": self.idle_since,
             "gpu_idle": gpu_idle is not None and gpu_idle >= gpu_idle_after,
+            "hibernated_since": rfc3339(self.hibernated_since) or None,
         }
 
 
@@ -98,6 +100,7 @@ def held_slice(pod: PodRow, card: CardRow, node: str, hub: Mapping[tuple[str, st
         sm_util=pod.sm_util,
         over_slice=pod.over_slice,
         idle_since=pod.idle_since,
+        hibernated_since=pod.hibernated_since,
     )
 
 

@@ -169,6 +169,7 @@ def render_metrics(
         if check is not None:
             check_failed.labels(node["name"], str(check.get("claimed", ""))).set(0 if check.get("ok") else 1)
     longest_wait.set(longest_pending_seconds(doc))
+    hibernation_metrics(doc, reg)
     for group, (used, limit) in quota_use(doc, groups, per_group).items():
         quota_used.labels(group).set(used)
         quota_limit.labels(group).set(limit)
@@ -189,6 +190,43 @@ def render_metrics(
             budget_used.labels(user).set(gib_hours)
             budget_total.labels(user).set(total)
     return generate_latest(reg)
+
+
+def hibernation_metrics(doc: Mapping[str, Any], reg: CollectorRegistry) -> None:
+    """Hibernation (issue 46): per card of a node that overcommits its cards, its factor and the
+    MiB of its slices held and awake (as the ledger's ``hibernation``; one series per card, as
+    the other card series), and the slices hibernated now in all."""
+    held = Gauge(
+        f"{PREFIX}_card_held_mib",
+        "GPU memory of every slice on a card of an overcommitting node, awake or hibernated (MiB)",
+        CARD_LABELS,
+        registry=reg,
+    )
+    awake = Gauge(
+        f"{PREFIX}_card_awake_mib",
+        "GPU memory of the slices not hibernated on a card of an overcommitting node (MiB)",
+        CARD_LABELS,
+        registry=reg,
+    )
+    factor = Gauge(
+        f"{PREFIX}_card_overcommit_factor",
+        "How many times its memory a card's slices may hold together (its node's --overcommit)",
+        CARD_LABELS,
+        registry=reg,
+    )
+    hibernated = Gauge(
+        f"{PREFIX}_hibernated_slices", "Slices hibernated now (their memory in host memory)", registry=reg
+    )
+    for node in doc["nodes"]:
+        for card in node["cards"]:
+            hib = card.get("hibernation")
+            if hib is None:
+                continue
+            labels = (node["name"], card["uuid"], str(card["index"]), card["model"])
+            held.labels(*labels).set(hib["held_mib"])
+            awake.labels(*labels).set(hib["awake_mib"])
+            factor.labels(*labels).set(hib["factor"])
+    hibernated.set(sum(1 for a in doc["allocations"] if a.get("hibernated_since")))
 
 
 def per_user_budgets(

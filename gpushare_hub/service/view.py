@@ -97,6 +97,7 @@ def ledger_document(
                     "healthy": card.healthy,
                     "fragment": fragment,
                     "allocations": held,
+                    "hibernation": card.hibernation.to_json() if card.hibernation is not None else None,
                 }
             )
         if (filters.model or filters.user) and not cards and not node.problem:

@@ -1,21 +1,23 @@
 """The "GPU slices" dashboard in a browser: an admin opens it from the hub's Services menu and
-sees each card as a bar of users' slices, filters by user, and watches it update after another
-spawn without reloading; a node with a broken inventory is shown with its reason; a non-admin
-gets the 403 page naming the missing scope; a hub admin sees it without the service's scope, and
-the API takes their cookie only with the page's XSRF token. Screenshots: out/browser/ (see
-conftest.OUT)."""
+sees each card as a bar of users' slices, a card of an overcommitting node with its sums and a
+hibernated slice, filters by user, and watches it update after another spawn without reloading;
+a node with a broken inventory is shown with its reason; a non-admin gets the 403 page naming
+the missing scope; a hub admin sees it without the service's scope, and the API takes their
+cookie only with the page's XSRF token. Screenshots: out/browser/ (see conftest.OUT)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import time
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpushare_hub.core.cards import declared_cards
-from gpushare_hub.core.names import CARDS_ANNOTATION
+from gpushare_hub.core.names import CARDS_ANNOTATION, HIBERNATION_ANNOTATION
+from gpushare_hub.core.overcommit import HIBERNATED, Book, CardSums, Overcommit, PodRecord, book_annotation
 from tests.conftest import wait_for
 from tests.support.hub_helpers import (
     GPU_IDLE_AFTER,
@@ -59,6 +61,30 @@ def claim_usage(nodes: Any, cluster: Any, user: str, card: str, mib: int, util: 
     path = claims / f"{os.getpid()}.json"
     path.write_text(json.dumps({"card": card, "pod": pod["metadata"]["uid"], "mib": mib, "util": util}))
     return path
+
+
+def show_hibernation(page: Any, cluster: Any, amy: dict[str, str]) -> None:
+    pod = pod_of(cluster, "amy")
+    assert pod is not None
+    since = int(time.time()) - 600
+    book = Book({pod["metadata"]["uid"]: PodRecord(HIBERNATED, since, amy["card"], 5120)}, {})
+    annotation = book_annotation(
+        book, Overcommit(2.0, 65536, 300), {amy["card"]: CardSums(15360, 5120, 5120)}
+    )
+    api = cluster.core_api()
+    api.patch_node(amy["node"], {"metadata": {"annotations": {HIBERNATION_ANNOTATION: annotation}}})
+    try:
+        seg = page.locator(".seg.alloc[data-user=amy]")
+        page.wait_for_selector(".seg.alloc[data-user=amy].hibernated", timeout=30_000)
+        assert re.search(r"hibernated since \d\d:\d\d \(1[01] min\)", seg.inner_text()), seg.inner_text()
+        assert "awake" in page.locator(".seg.alloc[data-user=bo]").inner_text()
+        label = page.locator(f"[data-card='{amy['card']}'] .hibernation").inner_text()
+        assert "overcommit ×2 · held 10 / 30 GiB · awake 5 / 15 GiB" in label, label
+        assert page.locator("#hibernated-count").inner_text() == "1"
+        page.screenshot(path=str(OUT / "dashboard-hibernation.png"), full_page=True)
+    finally:
+        api.patch_node(amy["node"], {"metadata": {"annotations": {HIBERNATION_ANNOTATION: None}}})
+    page.wait_for_function("!document.querySelector('.seg.alloc.hibernated')", timeout=30_000)
 
 
 def add_broken_node(cluster: Any) -> None:
@@ -168,6 +194,10 @@ def test_admin_sees_bars_of_users_slices_filters_and_live_updates(
             assert users[("gpushare_user_slices_over_size", "amy")] == 1, text
         finally:
             claim.unlink()
+
+        # Hibernation: where the node's plugin overcommits (its book on the Node, written here as
+        # the plugin writes it), the card says its sums and amy's slice since when it sleeps.
+        show_hibernation(page, local_cluster, segs["amy"])
 
         # Filter by user: only amy's card, and on it only her slice stands out.
         page.select_option("#f-user", "amy")
