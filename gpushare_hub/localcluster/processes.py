@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gpushare_hub.isolation.processtree import descendants as descendants
 from gpushare_hub.service.address import free_port as free_port  # the harness's importers use it from here
 
 _LIVE: set[Component] = set()
@@ -40,32 +41,6 @@ def tail(path: Path, lines: int = 25) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text[-lines:])
-
-
-def descendants(pid: int, proc: str = "/proc") -> list[int]:
-    """The processes below ``pid`` (children, their children, ...), read from /proc (Linux)."""
-    parents: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir(proc)
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                stat = f.read()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 class Component:

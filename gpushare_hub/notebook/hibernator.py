@@ -26,44 +26,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from gpushare_hub.core.names import LEDGER_DIR_ENV
 from gpushare_hub.isolation.checkpoint import Checkpointer, CheckpointError
+from gpushare_hub.isolation.processtree import descendants
 
 from .door import NO_ANSWER, UNKNOWN, Door
+from .hostroom import no_room
 from .overslice import hibernation_module, ledger_module
-from .sleepstate import AWAKE, HIBERNATED, HIBERNATING, REFUSED, WAITING, WAKING, KernelSleep, Process, gib
+from .sleepstate import (
+    AWAKE,
+    HIBERNATED,
+    HIBERNATING,
+    REFUSED,
+    WAITING,
+    WAKING,
+    KernelSleep,
+    Process,
+    gib,
+    refusal_words,
+)
 
 log = logging.getLogger("gpushare.hibernation")
 LIMIT_ENV = "GPUSHARE_MEMORY_LIMIT_MIB"  # the slice, as the start-up hook reads it
 RETRY_S = 1.0
 FRESH_S = 0.6  # longer than the container ledger's publication interval (0.5 s)
-
-
-def descendants(root: int, proc: str = "/proc") -> set[int]:
-    """``root`` and every process below it (by ``/proc/<pid>/stat``'s parent)."""
-    parents: dict[int, int] = {}
-    with contextlib.suppress(OSError):
-        for name in os.listdir(proc):
-            if not name.isdigit():
-                continue
-            try:
-                with open(f"{proc}/{name}/stat", "rb") as f:
-                    stat = f.read(4096).decode("ascii", "replace")
-                parents[int(name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    found, frontier = {root}, [root]
-    while frontier:
-        pid = frontier.pop()
-        kids = [c for c, p in parents.items() if p == pid and c not in found]
-        found.update(kids)
-        frontier.extend(kids)
-    return found
 
 
 class Hibernator:
@@ -76,6 +67,7 @@ class Hibernator:
         env: Mapping[str, str],
         clock: Callable[[], float] = time.time,
         proc: str = "/proc",
+        cgroup: str = "/sys/fs/cgroup",
     ) -> None:
         self.kernels = kernels
         self.driver = driver
@@ -84,6 +76,7 @@ class Hibernator:
         self.slice_bytes = int(limit) << 20 if limit.isdigit() else 0
         self.clock = clock
         self.proc = proc
+        self.cgroup = Path(cgroup)  # the container's memory cgroup: room for the copies
         self.sleeps: dict[str, KernelSleep] = {}
         self.door = Door.from_env(env)  # on nodes that overcommit: wakes need the plugin's grant
         self.line: list[str] = []  # kernels waiting to wake, in the order asked
@@ -126,7 +119,7 @@ class Hibernator:
         module = ledger_module()
         if module is None:
             return []
-        mine = descendants(pid, self.proc)
+        mine = {pid, *descendants(pid, self.proc)}
         out = []
         for p, held, what in module.read_others(self.folder, 0, self.proc):
             start = module.start_time(p, self.proc)
@@ -158,6 +151,11 @@ class Hibernator:
                 return sleep
             found = self.gpu_processes(kernel_id)
             if not found:
+                return sleep
+            cramped = no_room(sum(p.held for p in found), self.cgroup)
+            if cramped:
+                sleep.state, sleep.why = REFUSED, cramped
+                sleep.refused_activity = str(getattr(k, "last_activity", ""))
                 return sleep
             sleep.state, sleep.why = HIBERNATING, ""
             locked: list[Process] = []
@@ -300,12 +298,3 @@ class Hibernator:
         from .idleloop import tick
 
         await tick(self, after_seconds)
-
-
-def refusal_words(err: CheckpointError) -> str:
-    """Why a kernel stays awake, for its user."""
-    if err.code == 801:
-        return f"the driver does not checkpoint this process ({err}); an MPS client stays awake"
-    if err.code == 909:
-        return f"it kept the GPU busy ({err})"
-    return f"the driver refused to checkpoint it ({err})"

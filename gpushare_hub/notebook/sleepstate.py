@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpushare_hub.core.durations import duration_words
+from gpushare_hub.isolation.checkpoint import NOT_SUPPORTED, TIMEOUT, CheckpointError
 
 AWAKE, HIBERNATING, HIBERNATED, WAKING, WAITING, REFUSED = (
     "awake",
@@ -106,3 +107,12 @@ def summary(kernels: list[KernelSleep]) -> str:
     if asleep:
         return f"{asleep} kernel{'s' if asleep > 1 else ''} hibernated"
     return ""
+
+
+def refusal_words(err: CheckpointError) -> str:
+    """Why a kernel stays awake, for its user."""
+    if err.code == NOT_SUPPORTED:
+        return f"the driver does not checkpoint this process ({err}); an MPS client stays awake"
+    if err.code == TIMEOUT:
+        return f"it kept the GPU busy ({err})"
+    return f"the driver refused to checkpoint it ({err})"
