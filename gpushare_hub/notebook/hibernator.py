@@ -244,7 +244,9 @@ class Hibernator:
         has not answered the latest ask, what it ``said`` before stands."""
         if self.door is None:
             return ""
-        self.door.tell(hibernated=True, wake=True, idle_seconds=0)
+        from .idleloop import tell_door
+
+        tell_door(self, self.clock())
         answer = self.door.answer()
         if answer.state == "awake" or answer.grant:
             return ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .sleepstate import AWAKE, HIBERNATED, REFUSED
+from .sleepstate import AWAKE, HIBERNATED, REFUSED, WAITING, WAKING
 
 if TYPE_CHECKING:
     from .hibernator import Hibernator
@@ -61,13 +61,24 @@ async def answer_door(hib: Hibernator, ids: list[str], now: float) -> None:
         for kid in ids:
             if not _busy(hib.kernel(kid)) and hib.sleep_of(kid).state in (AWAKE, REFUSED):
                 await hib.hibernate(kid)
-    idle = [s for s in (idle_seconds(hib.kernel(kid), now) for kid in ids) if s is not None]
-    asleep = any(hib.sleep_of(kid).state == HIBERNATED for kid in ids)
+    tell_door(hib, now, ids)
+
+
+def tell_door(hib: Hibernator, now: float, ids: list[str] | None = None) -> None:
+    """Tell the plugin where the server stands, the same way from every caller (the loop, a
+    wake), so that the ask changes only when the server's state does: every new ask makes the
+    plugin's answer old until it answers again. While a kernel asks to wake the idle time is not
+    told (it matters only for choosing neighbours to hibernate among awake servers)."""
+    assert hib.door is not None
+    ids = list(hib.kernels.list_kernel_ids()) if ids is None else ids
+    asleep = any(hib.sleep_of(kid).state in (HIBERNATED, WAITING, WAKING) for kid in ids)
     # A server that landed while its card's awake room was taken starts recorded hibernated: it
     # asks for its slice at once (its first CUDA use without the grant would be caught).
     landed_asleep = not asleep and hib.door.answer().state == "hibernated"
+    wake = bool(hib.line) or landed_asleep
+    idle = [s for s in (idle_seconds(hib.kernel(kid), now) for kid in ids) if s is not None]
     hib.door.tell(
         hibernated=asleep and not hib.awake_processes(),
-        wake=bool(hib.line) or landed_asleep,
-        idle_seconds=min(idle, default=0.0),
+        wake=wake,
+        idle_seconds=0.0 if wake else min(idle, default=0.0),
     )
