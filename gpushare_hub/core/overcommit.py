@@ -138,15 +138,21 @@ def ask_json(ask: Ask) -> str:
     return json.dumps({"hibernated": ask.hibernated, "wake": ask.wake, "idle_seconds": ask.idle_seconds})
 
 
-def read_ask(raw: bytes) -> Ask | None:
-    """``ask.json``'s text, or None where it is too long, not JSON or not of the shape."""
+def _door_object(raw: bytes) -> dict[str, Any] | None:
+    """A door file's JSON object (either side's), or None where it is too long or is not one."""
     if len(raw) > MAX_ASK_BYTES:
         return None
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
-    if not isinstance(doc, dict):
+    return doc if isinstance(doc, dict) else None
+
+
+def read_ask(raw: bytes) -> Ask | None:
+    """``ask.json``'s text, or None where it is too long, not JSON or not of the shape."""
+    doc = _door_object(raw)
+    if doc is None:
         return None
     hibernated, wake, idle = doc.get("hibernated"), doc.get("wake"), doc.get("idle_seconds", 0)
     if not isinstance(hibernated, bool) or not isinstance(wake, bool):
@@ -183,13 +189,8 @@ class Answer:
 
 def read_answer(raw: bytes) -> Answer | None:
     """``answer.json`` as the notebook reads it, or None where it is not of the shape."""
-    if len(raw) > MAX_ASK_BYTES:
-        return None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(doc, dict) or doc.get("state") not in (AWAKE, HIBERNATED):
+    doc = _door_object(raw)
+    if doc is None or doc.get("state") not in (AWAKE, HIBERNATED):
         return None
     place, ahead, words = doc.get("place"), doc.get("ahead"), doc.get("words", "")
     grant, now = doc.get("grant"), doc.get("hibernate_now", False)
