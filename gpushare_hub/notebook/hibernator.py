@@ -54,7 +54,7 @@ from .sleepstate import (
 log = logging.getLogger("gpushare.hibernation")
 LIMIT_ENV = "GPUSHARE_MEMORY_LIMIT_MIB"  # the slice, as the start-up hook reads it
 RETRY_S = 1.0
-FRESH_S = 0.6  # longer than the container ledger's publication interval (0.5 s)
+FRESH_S = 1.5  # three of the container ledger's publication intervals (0.5 s)
 
 
 class Hibernator:
@@ -139,6 +139,14 @@ class Hibernator:
             return []
         return [(p, h, w) for p, h, w in module.read_others(self.folder, 0, self.proc) if h > 0]
 
+    def _neighbours(self, kernel_id: str) -> bool:
+        """Whether the server has GPU processes outside this kernel, holding memory or not yet."""
+        module = ledger_module()
+        if module is None or not self.folder:
+            return False
+        mine = {p.pid for p in self.sleep_of(kernel_id).processes}
+        return any(p not in mine for p, _h, _w in module.read_others(self.folder, 0, self.proc))
+
     # ---- hibernating -----------------------------------------------------------------------
     async def hibernate(self, kernel_id: str) -> KernelSleep:
         """Checkpoint the kernel's GPU processes (nothing to do when it holds nothing)."""
@@ -207,9 +215,9 @@ class Hibernator:
                 while True:
                     self._places()
                     blocker = self._inside_slice(kernel_id) or self._not_granted(sleep.why)
-                    if not blocker:
-                        # The ledger's entries are up to a publication interval old: what another
-                        # kernel took just now shows only then. Look again after one.
+                    if not blocker and self._neighbours(kernel_id):
+                        # The ledger's entries are up to a publication interval old (more on a
+                        # loaded machine): what another process took just now shows only then.
                         await asyncio.sleep(FRESH_S)
                         blocker = self._inside_slice(kernel_id)
                     if blocker:
