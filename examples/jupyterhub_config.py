@@ -119,18 +119,21 @@ c.JupyterHub.load_roles = [
 # availability and their own slices. Call it after the spawner's settings and services.
 c.JupyterHub.load_groups["gpu-admins"] = {"users": []}
 # Slices idle on the GPU (no work, no more than an idle CUDA context held): users are warned in
-# JupyterLab and may press Keep once; after 2 h the rule acts. "notify" only tells; "stop" stops
-# the server; "park" restarts it on a CPU-only profile_list entry (home and image stay).
-c.GPUShareService.gpu_idle_action = "notify"
+# JupyterLab and may press Keep once; after 2 h the rule acts. "auto" (the default) hibernates
+# idle kernels on nodes whose driver can (see below) and only tells elsewhere; "notify" only
+# tells; "stop" stops the server; "park" restarts it on a CPU-only profile_list entry (home and
+# image stay).
+c.GPUShareService.gpu_idle_action = "auto"
 c.GPUShareService.gpu_idle_return_after = 2 * 3600
 c.GPUShareService.gpu_idle_exempt_groups = ["gpu-admins"]
 # c.GPUShareService.gpu_idle_action = "park"
 # c.GPUShareService.gpu_idle_park_profile = "cpu"  # a profile_list entry without a GPU
 # "hibernate" keeps the server running: the notebook server's extension hibernates each kernel
 # that ran nothing that long (its GPU memory copied into the pod's memory, the next cell restores
-# it); gpu_hibernation gives slice pods the memory for those copies.
-# c.GPUShareService.gpu_idle_action = "hibernate"
-# c.GPUShareSpawner.gpu_hibernation = True
+# it); gpu_hibernation gives slice pods the memory for those copies. "auto" does so where the
+# node's device plugin says its driver can (gpushare-hub.io/checkpoint: a 570+ driver, x86-64, no
+# MPS); "hibernate" everywhere.
+c.GPUShareSpawner.gpu_hibernation = True
 configure_hub(c, admin_groups=["gpu-admins"])
 
 # Check the catalogue now, so that a mistake stops the hub at start with the entry named.

@@ -19,6 +19,7 @@ from .jsonfields import load_annotation_json, whole_number
 from .names import (
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
+    CHECKPOINT_ANNOTATION,
     DEVICE_MODE_ANNOTATION,
     ISOLATION_ANNOTATION,
     ISOLATION_CHECK_ANNOTATION,
@@ -208,6 +209,11 @@ def node_from_k8s(obj: NodeObject, names: ResourceNames = DEFAULT_NAMES) -> Node
         labels=labels,
         allocator=bool(annotations.get(ALLOCATOR_ANNOTATION)),
         isolation=read_node_isolation(
-            name, annotations, ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION, DEVICE_MODE_ANNOTATION
+            name,
+            annotations,
+            ISOLATION_ANNOTATION,
+            ISOLATION_CHECK_ANNOTATION,
+            DEVICE_MODE_ANNOTATION,
+            CHECKPOINT_ANNOTATION,
         ),
     )

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames, computeshare
+from gpushare_hub.core import DEFAULT_NAMES, Demand, GPUShareError, ResourceNames, cardmemory, computeshare
 from gpushare_hub.core.cards import MODEL_MIB
 from gpushare_hub.core.declarations import known_mib
 from gpushare_hub.core.isolation import COOPERATIVE, TIERS, WORDS
@@ -86,6 +86,14 @@ class Slice:
     def compute_words(self) -> str:
         """What the form says of its compute (``compute: 34% of the card's SMs on MPS nodes, ...``)."""
         return computeshare.words(self.compute_share, self.memory_share, self.isolation)
+
+    @property
+    def usable_words(self) -> str:
+        """What the form says PyTorch gets of it (``PyTorch gets about 4.4 GiB of it ...``)."""
+        sizes = {MODEL_MIB[m] for m in self.models}
+        if len(sizes) == 1:
+            return cardmemory.words(self.gib, self.models[0], sizes.pop())
+        return cardmemory.words(self.gib, None, None)
 
     @property
     def whole(self) -> bool:

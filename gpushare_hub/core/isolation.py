@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import checkpointing
 from .errors import InvalidObject
 from .shapes import shown
 
@@ -93,6 +94,7 @@ class NodeIsolation:
     check: Check | None = None
     problem: str = ""  # an annotation that could not be read, in words (the node counts as cooperative)
     device_mode: str = ""  # how the node hands out cards: "cdi", "legacy", or "" (not said)
+    checkpoint: bool = False  # its driver can hibernate kernels (core/checkpointing.py)
 
     @property
     def effective(self) -> str:
@@ -110,14 +112,22 @@ DEVICE_MODES = ("cdi", "legacy")
 
 
 def read_node_isolation(
-    node: str, annotations: Mapping[str, Any], tier_key: str, check_key: str, mode_key: str = ""
+    node: str,
+    annotations: Mapping[str, Any],
+    tier_key: str,
+    check_key: str,
+    mode_key: str = "",
+    checkpoint_key: str = "",
 ) -> NodeIsolation:
-    """The node's tier and device mode from its annotations; a value that is not a tier is ignored,
-    with a problem naming it (the node then counts as ``cooperative``, which every node enforces);
-    a device mode that is not one is not shown."""
+    """The node's tier, device mode and checkpoint support from its annotations; a value that is
+    not a tier is ignored, with a problem naming it (the node then counts as ``cooperative``, which
+    every node enforces); a device mode that is not one is not shown; anything but ``yes`` is no
+    checkpoint."""
     mode = annotations.get(mode_key) if mode_key else None
     return replace(
-        _read_tier(node, annotations, tier_key, check_key), device_mode=mode if mode in DEVICE_MODES else ""
+        _read_tier(node, annotations, tier_key, check_key),
+        device_mode=mode if mode in DEVICE_MODES else "",
+        checkpoint=bool(checkpoint_key) and checkpointing.supported(annotations.get(checkpoint_key)),
     )
 
 

@@ -67,6 +67,9 @@ DEVICE_MODE_ANNOTATION = f"{PREFIX}/device-mode"
 # (awake or hibernated, since, card, MiB) and each card's line of pods waiting to wake. Read back
 # by the plugin at its start.
 HIBERNATION_ANNOTATION = f"{PREFIX}/hibernation"
+# Written by the device plugin: whether its driver can hibernate kernels (CUDA's process
+# checkpoint), "yes" or "no: <why>" (core/checkpointing.py); the idle action "auto" follows it.
+CHECKPOINT_ANNOTATION = f"{PREFIX}/checkpoint"
 
 # --- In CDI specs --------------------------------------------------------------------------
 # The device plugin's own CDI spec (in /var/run/cdi): kind gpushare-hub.io/gpu, one device per

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpushare_hub.core import cardmemory
 from gpushare_hub.core.names import LEDGER_DIR_ENV
 from gpushare_hub.isolation.checkpoint import Checkpointer, CheckpointError
 from gpushare_hub.isolation.processtree import descendants
@@ -53,6 +54,7 @@ from .sleepstate import (
 
 log = logging.getLogger("gpushare.hibernation")
 LIMIT_ENV = "GPUSHARE_MEMORY_LIMIT_MIB"  # the slice, as the start-up hook reads it
+CARD_ENV = "GPUSHARE_CARD_MEMORY_MIB"  # its card, as NVML gives it
 RETRY_S = 1.0
 FRESH_S = 1.5  # three of the container ledger's publication intervals (0.5 s)
 
@@ -74,6 +76,12 @@ class Hibernator:
         self.folder = env.get(LEDGER_DIR_ENV, "").strip()
         limit = env.get(LIMIT_ENV, "").strip()
         self.slice_bytes = int(limit) << 20 if limit.isdigit() else 0
+        # What the ledger's entries (each with its process's CUDA context) must fit in: the slice's
+        # part of what CUDA gives of the card (core/cardmemory.py), as the start-up hook counts it.
+        card, cuda = (env.get(k, "").strip() for k in (CARD_ENV, cardmemory.CARD_CUDA_ENV))
+        self.room_bytes = self.slice_bytes
+        if self.slice_bytes and card.isdigit() and cuda.isdigit():
+            self.room_bytes = cardmemory.usable_mib(int(limit), int(card), int(cuda)) << 20
         self.clock = clock
         self.proc = proc
         self.cgroup = Path(cgroup)  # the container's memory cgroup: room for the copies
@@ -273,7 +281,7 @@ class Hibernator:
             return ""
         others = self.awake_elsewhere(kernel_id)
         used = sum(h for h, _w in others)
-        if used + sleep.held <= self.slice_bytes:
+        if used + sleep.held <= self.room_bytes:
             return ""
         names = ", ".join(f"{w} {gib(h)}" for h, w in sorted(others, reverse=True)[:3])
         return (

@@ -13,6 +13,7 @@ import html
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpushare_hub.core import cardmemory
 from gpushare_hub.core.digits import ascii_int
 from gpushare_hub.core.names import CARD_UUIDS_ENV, LEDGER_DIR_ENV, SIM_USAGE_DIR_ENV
 
@@ -46,17 +47,29 @@ class SliceInfo:
     framework_caps: tuple[tuple[str, str, str], ...]  # (framework, variable, value)
     simulated: bool = False  # a simulated card (the demo, the tests): the fake torch's usage counts
     ledger: bool = False  # the start-up hook counts all the server's processes (GPUSHARE_LEDGER_DIR)
+    card_cuda_mib: int | None = None  # the card as CUDA gives it (GPUSHARE_CARD_CUDA_MIB)
+    context_mib: int = 0  # each GPU process's CUDA context (GPUSHARE_CONTEXT_MIB)
 
     @property
     def has_gpu(self) -> bool:
         return bool(self.card_uuids)
 
     @property
-    def torch_fraction(self) -> float | None:
-        """The fraction of the card the start-up hook gives PyTorch (none on MPS nodes: MPS caps)."""
+    def torch_cap_mib(self) -> int | None:
+        """What the start-up hook lets one PyTorch process hold alone in the slice: the slice's part
+        of what CUDA gives of the card, less the process's CUDA context (core/cardmemory.py)."""
         if self.mps_limit or self.limit_mib is None or not self.card_mib:
             return None
-        return min(1.0, self.limit_mib / self.card_mib)
+        cuda = self.card_cuda_mib or self.card_mib
+        return max(0, cardmemory.usable_mib(self.limit_mib, self.card_mib, cuda) - self.context_mib)
+
+    @property
+    def torch_fraction(self) -> float | None:
+        """That cap as a fraction of the card as CUDA gives it (none on MPS nodes: MPS caps)."""
+        cap = self.torch_cap_mib
+        if cap is None:
+            return None
+        return min(1.0, cap / (self.card_cuda_mib or self.card_mib or 1))
 
     def summary(self) -> str:
         """One line: ``5 GiB of card GPU-sim-nb-1-0 (15 GiB), PyTorch capped at 33.3%``."""
@@ -96,6 +109,8 @@ def read_slice(env: Mapping[str, str], hook_loaded: bool | None = None) -> Slice
         framework_caps=caps,
         simulated=bool(env.get(SIM_USAGE_DIR_ENV)),
         ledger=bool(env.get(LEDGER_DIR_ENV, "").strip()),
+        card_cuda_mib=_int(env, cardmemory.CARD_CUDA_ENV),
+        context_mib=_int(env, cardmemory.CONTEXT_ENV) or 0,
     )
 
 
@@ -109,6 +124,8 @@ def as_json(info: SliceInfo) -> dict[str, object]:
         "limit_mib": info.limit_mib,
         "card_mib": info.card_mib,
         "torch_fraction": info.torch_fraction,
+        "torch_cap_mib": info.torch_cap_mib,
+        "card_cuda_mib": info.card_cuda_mib or info.card_mib,
         "mps_limit": info.mps_limit,
         "hook_on_path": info.hook_on_path,
         "ledger": info.ledger,
@@ -132,7 +149,8 @@ def render_html(info: SliceInfo, lab_url: str, api_url: str) -> str:
         rows.append(
             (
                 "PyTorch cap (start-up hook)",
-                f"{info.torch_fraction:.1%} of the card = {info.limit_mib} MiB of {info.card_mib} MiB"
+                f"{info.torch_fraction:.1%} of the card = {info.torch_cap_mib} MiB of "
+                f"{info.card_cuda_mib or info.card_mib} MiB"
                 + ("" if info.hook_on_path else " (hook NOT on PYTHONPATH: not in force)"),
                 "gpushare-torch",
             )

@@ -13,6 +13,7 @@ For tests and the demo, declared cards go through the same code::
 from __future__ import annotations
 
 import logging
+import platform
 import signal
 import sys
 import threading
@@ -23,6 +24,8 @@ from typing import Any, cast
 from traitlets import default
 from traitlets.config import Application
 
+from gpushare_hub.core import checkpointing
+from gpushare_hub.core.cardmemory import sell_problem
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.isolation import COOPERATIVE, MPS
 from gpushare_hub.core.names import DEVICE_MODE_REASON, NODE_CONFIG_REASON
@@ -103,6 +106,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
         "hibernation-host-memory-gib": "GPUShareDevicePlugin.hibernation_host_memory_gib",
         "hibernation-min-idle": "GPUShareDevicePlugin.hibernation_min_idle",
         "hibernation-dir": "GPUShareDevicePlugin.hibernation_dir",
+        "context-mib": "GPUShareDevicePlugin.context_mib",
         "log-level": "Application.log_level",
     }
 
@@ -149,6 +153,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             "hibernationHostMemoryGiB", self.hibernation_host_memory_gib
         )
         self.hibernation_min_idle = opts.get("hibernationMinIdle", self.hibernation_min_idle)
+        self.context_mib = opts.get("contextMiB", self.context_mib)
 
     def overcommit_settings(self) -> Overcommit:
         """The node's overcommit, checked: :class:`CannotStart` naming the node, the value and the fix."""
@@ -194,6 +199,7 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             tensorflow_memory_limit=self.tensorflow_memory_limit,
             tier=self.tier(),
             compute_share=self.compute_share,
+            context_mib=self.context_mib,
         )
 
     def install_hook(self) -> None:
@@ -374,6 +380,16 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             raise CannotStart(str(err), 1) from err
         if not state.cards:
             raise CannotStart(f"no shareable card on {self.node_name} (MIG-enabled cards are skipped)", 1)
+        problem = sell_problem(
+            self.node_name,
+            state.cards,
+            self.reserve_fraction,
+            state.settings.names.mib_per_unit,
+            self.context_mib,
+        )
+        if problem:
+            self.warn_node(api, NODE_CONFIG_REASON, GPUShareError(problem))
+            raise CannotStart(problem, 2)
         self.settle_mode(api, backend, state)
         return backend, api, state
 
@@ -452,6 +468,9 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
                 multi_user=self.mps_multi_user,
                 tier=state.settings.isolation.tier,
                 mode=self.mode,
+                checkpoint=checkpointing.support(
+                    state.backend.driver_version(), platform.machine(), self.mps
+                ),
             )
         except Exception as err:
             log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)

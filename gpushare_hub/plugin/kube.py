@@ -12,6 +12,7 @@ from gpushare_hub.core.isolation import COOPERATIVE
 from gpushare_hub.core.names import (
     ALLOCATOR_ANNOTATION,
     CARDS_ANNOTATION,
+    CHECKPOINT_ANNOTATION,
     DEVICE_MODE_ANNOTATION,
     EVENT_CARD_ANNOTATION,
     GPU_MEM_ASSIGNED,
@@ -78,18 +79,29 @@ class KubePods(PodSource):
 
 
 def publish_isolation(
-    api: RestClient, node: str, mps: bool, multi_user: bool, tier: str = COOPERATIVE, mode: str = ""
+    api: RestClient,
+    node: str,
+    mps: bool,
+    multi_user: bool,
+    tier: str = COOPERATIVE,
+    mode: str = "",
+    checkpoint: str = "",
 ) -> None:
     """Label the node ``gpushare-hub.io/mps=true`` for the MPS control-daemon DaemonSet (and
     ``gpushare-hub.io/mps-multi-user=true`` where its daemons run ``-M``); the labels come off
     when MPS is switched off. Annotate the tier of isolation the node claims
     (``gpushare-hub.io/isolation``); a self-test of another claim no longer counts (it names
-    the tier it checked). Annotate the device mode (``gpushare-hub.io/device-mode``: cdi or legacy)."""
+    the tier it checked). Annotate the device mode (``gpushare-hub.io/device-mode``: cdi or legacy)
+    and whether the driver can hibernate kernels (``gpushare-hub.io/checkpoint``: yes or no: why)."""
     labels = {
         MPS_LABEL: "true" if mps else None,
         MPS_MULTI_USER_LABEL: "true" if mps and multi_user else None,
     }
-    annotations = {ISOLATION_ANNOTATION: tier, DEVICE_MODE_ANNOTATION: mode or None}
+    annotations = {
+        ISOLATION_ANNOTATION: tier,
+        DEVICE_MODE_ANNOTATION: mode or None,
+        CHECKPOINT_ANNOTATION: checkpoint or None,
+    }
     api.patch_merge(node_path(node), {"metadata": {"labels": labels, "annotations": annotations}})
 
 

@@ -24,6 +24,8 @@ Known options:
 * ``overcommit``, ``hibernationHostMemoryGiB``, ``hibernationMinIdle``: a card holds more slices
   than its memory, idle notebooks hibernated (the factor, 1 to 4; the host GiB set aside for
   hibernated copies; the seconds idle before a notebook is hibernated for another), checked at start;
+* ``contextMiB``: the MiB each GPU process of a slice keeps for its CUDA context, counted in the
+  slice by the start-up hook (default 560; core/cardmemory.py), checked at start;
 * ``isolationTier``: the tier of memory isolation this node enforces, ``cooperative``, ``mps``
   or ``driver`` (default: ``mps`` where MPS is on, else ``cooperative``).
 
@@ -45,7 +47,7 @@ from .devicemode import CDI, LEGACY, MODES
 
 BOOLEANS = ("mps", "mpsMultiUser", "cdi", "tensorflowMemoryLimit", "computeShare")
 NUMBERS = ("overcommit",)
-WHOLE_NUMBERS = ("hibernationHostMemoryGiB", "hibernationMinIdle")
+WHOLE_NUMBERS = ("hibernationHostMemoryGiB", "hibernationMinIdle", "contextMiB")
 KNOWN = {"reserveFraction", "isolationTier", "deviceMode", *BOOLEANS, *NUMBERS, *WHOLE_NUMBERS}
 # The Warning event on the Node when the plugin refuses its options and stops.
 MAX_DEPTH = 4  # the options are flat; a value is never an object
@@ -78,7 +80,8 @@ def options_for(node: str, data: Mapping[str, str], where: str) -> dict[str, Any
         unknown = set(value) - KNOWN
         if unknown:
             raise NodeConfigError(
-                f"{where} key {key!r}: unknown option(s) {shown(sorted(unknown))}; known: {sorted(KNOWN)}"
+                f"{where} key {key!r}: unknown option(s) {shown(sorted(unknown))}; "
+                f"known: {', '.join(sorted(KNOWN))}"
             )
         merged.update(value)
     if "reserveFraction" in merged:

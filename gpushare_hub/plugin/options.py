@@ -8,6 +8,7 @@ from __future__ import annotations
 from traitlets import Bool, Enum, Float, Int, Unicode
 from traitlets.config import Configurable
 
+from gpushare_hub.core.cardmemory import CONTEXT_MIB
 from gpushare_hub.isolation.usage import IDLE_MEMORY_MIB
 
 from .response import HOOK_HOST_PATH, MPS_ROOT
@@ -188,6 +189,15 @@ class PluginOptions(Configurable):
         work (the plugin's measurement) before it is hibernated to let a neighbour wake; a
         notebook busy in the last this-many seconds is never hibernated for someone else.
         Per node: 'hibernationMinIdle' in --node-config.""",
+    ).tag(config=True)
+    context_mib = Int(
+        CONTEXT_MIB,
+        help="""MiB each GPU process of a slice keeps outside its framework's allocator (its CUDA
+        context, modules, library workspaces): Allocate tells the start-up hook
+        (GPUSHARE_CONTEXT_MIB), which counts it per process in the container ledger, so that every
+        slice of a full card can hold what its caps allow (core/cardmemory.py). 560 covers the
+        522 MiB measured for PyTorch on an H200; 0 to 8192, and below one unit of memory.
+        Per node: 'contextMiB' in --node-config.""",
     ).tag(config=True)
     hibernation_dir = Unicode(
         "",

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from gpushare_hub.core import computeshare
+from gpushare_hub.core import cardmemory, computeshare
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.isolation import COOPERATIVE, DRIVER
 from gpushare_hub.core.names import (
@@ -80,6 +80,7 @@ class Isolation:
     tensorflow_memory_limit: bool = False
     tier: str = COOPERATIVE  # the tier the node claims (published on the Node, told to containers)
     compute_share: bool = True  # on MPS nodes: each container's share of the SMs (computeshare.py)
+    context_mib: int = cardmemory.CONTEXT_MIB  # each GPU process's CUDA context (core/cardmemory.py)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,11 @@ def container_response(w: Waiting, card: Card, mib_per_unit: int, iso: Isolation
         env[DRIVER_LIMITS_VAR] = str(limit_mib)
         env[DRIVER_REQUESTS_VAR] = str(limit_mib)
     env[TIER_VAR] = iso.tier
+    # What of the slice its frameworks can hold (core/cardmemory.py): the card as CUDA gives it,
+    # and each GPU process's context, which the start-up hook counts in the container ledger.
+    if card.mib:
+        env[cardmemory.CARD_CUDA_ENV] = str(cardmemory.cuda_mib(card.model, card.mib))
+    env[cardmemory.CONTEXT_ENV] = str(iso.context_mib)
     if iso.tensorflow_memory_limit:
         env["GPUSHARE_TENSORFLOW_MEMORY_LIMIT"] = "true"
     if iso.mps:

@@ -42,6 +42,7 @@ class HeldSlice:
     over_slice: bool = False
     idle_since: int | None = None  # idle on the GPU since (None: working, or not measured)
     hibernated_since: int | None = None  # hibernated since (None: awake, or the node does not overcommit)
+    checkpoint: bool = False  # its node's driver can hibernate kernels (the idle action "auto")
 
     @property
     def key(self) -> str:
@@ -78,7 +79,9 @@ class HeldSlice:
         }
 
 
-def held_slice(pod: PodRow, card: CardRow, node: str, hub: Mapping[tuple[str, str], HubServer]) -> HeldSlice:
+def held_slice(
+    pod: PodRow, card: CardRow, node: str, hub: Mapping[tuple[str, str], HubServer], checkpoint: bool = False
+) -> HeldSlice:
     """``pod``'s slice on ``card``, with its hub server's times (``hub``: by user and server)."""
     srv = hub.get((pod.hub_user, pod.hub_server))
     return HeldSlice(
@@ -101,6 +104,7 @@ def held_slice(pod: PodRow, card: CardRow, node: str, hub: Mapping[tuple[str, st
         over_slice=pod.over_slice,
         idle_since=pod.idle_since,
         hibernated_since=pod.hibernated_since,
+        checkpoint=checkpoint,
     )
 
 
@@ -109,7 +113,7 @@ def held_slices(report: Report, servers: Iterable[HubServer], user: str | None =
     and Keep, on every status bar's poll, read no one else's times)."""
     hub = {(s.user, s.server): s for s in servers if user is None or s.user == user}
     return [
-        held_slice(pod, card, node.name, hub)
+        held_slice(pod, card, node.name, hub, node.isolation.checkpoint)
         for node in report.nodes
         for card in node.cards
         for pod in card.pods

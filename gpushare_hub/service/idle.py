@@ -4,7 +4,8 @@ The device plugin publishes since when each pod has been idle on its card (``idl
 :mod:`gpushare_hub.isolation.usage`); each :class:`~gpushare_hub.service.held.HeldSlice`
 carries it as ``idle_since``. Here an :class:`IdleRule` (the service's settings) turns that into an
 :class:`IdleState` per slice: the action that applies (``notify``, ``hibernate``, ``stop`` or
-``park``), the deadline, and the words the user reads. Nothing here acts: the service does
+``park``; ``auto``, the default, is ``hibernate`` on a node whose driver can hibernate kernels and
+``notify`` elsewhere), the deadline, and the words the user reads. Nothing here acts: the service does
 (:mod:`gpushare_hub.service.idlepolicy` and :mod:`gpushare_hub.service.enforcer`).
 
 ``hibernate`` is not the service's to do: the notebook server's extension checkpoints each kernel
@@ -34,7 +35,8 @@ from .hubservers import rfc3339
 
 NONE = "none"  # an idle slice of these users or slices is left alone
 HIBERNATE = "hibernate"  # the notebook hibernates its idle kernels; the server keeps running
-ACTIONS = (NONE, NOTIFY, HIBERNATE, STOP, PARK)
+AUTO = "auto"  # hibernate where the slice's node can (its plugin says so), else notify
+ACTIONS = (NONE, NOTIFY, HIBERNATE, STOP, PARK, AUTO)
 # Where a user's groups ask different actions, the mildest applies: a group is a grant.
 MILDNESS = {NONE: 0, NOTIFY: 1, HIBERNATE: 2, PARK: 3, STOP: 4}
 
@@ -46,7 +48,7 @@ IDLE, WARNING, DUE = "idle", "warning", "due"
 class IdleRule:
     """The service's idle settings (``GPUShareService.gpu_idle_*``)."""
 
-    action: str = NOTIFY
+    action: str = AUTO
     per_group: Mapping[str, str] = field(default_factory=dict)
     per_slice: Mapping[str, str] = field(default_factory=dict)
     exempt_groups: Collection[str] = ()
@@ -55,22 +57,28 @@ class IdleRule:
     keep_seconds: int = 3600  # Keep postpones the deadline to this long after it is pressed
     park_profile: str = ""
 
-    def action_for(self, groups: Iterable[str], slice_slug: str) -> str:
+    def action_for(self, groups: Iterable[str], slice_slug: str, checkpoint: bool = False) -> str:
         """Exempt groups first, then the slice's action, then the mildest of the user's groups'
-        actions, then the default."""
+        actions, then the default. ``auto`` is ``hibernate`` where the slice's node can
+        (``checkpoint``: its plugin says its driver can), else ``notify``."""
         groups = list(groups)
         if any(g in self.exempt_groups for g in groups):
             return NONE
-        if slice_slug in self.per_slice:
-            return self.per_slice[slice_slug]
-        asked = [self.per_group[g] for g in groups if g in self.per_group]
-        return min(asked, key=MILDNESS.__getitem__) if asked else self.action
 
-    def hibernate_after(self, groups: Iterable[str], slice_slug: str) -> int | None:
+        def resolved(action: str) -> str:
+            return (HIBERNATE if checkpoint else NOTIFY) if action == AUTO else action
+
+        if slice_slug in self.per_slice:
+            return resolved(self.per_slice[slice_slug])
+        asked = [resolved(self.per_group[g]) for g in groups if g in self.per_group]
+        return min(asked, key=MILDNESS.__getitem__) if asked else resolved(self.action)
+
+    def hibernate_after(self, groups: Iterable[str], slice_slug: str, checkpoint: bool = False) -> int | None:
         """Seconds a kernel may run nothing before the notebook hibernates it, where the action
-        for ``groups`` and ``slice_slug`` is ``hibernate``; else None (``api/v1/me``'s
-        ``hibernate_after``)."""
-        return self.return_after if self.action_for(groups, slice_slug) == HIBERNATE else None
+        for ``groups`` and ``slice_slug`` (on a node that can, or not) is ``hibernate``; else None
+        (``api/v1/me``'s ``hibernate_after``)."""
+        hibernates = self.action_for(groups, slice_slug, checkpoint) == HIBERNATE
+        return self.return_after if hibernates else None
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,7 @@ def idle_states(
         if not user or since is None:
             continue
         idle = max(0, now - since)
-        action = rule.action_for(groups.get(user, []), a.slice)
+        action = rule.action_for(groups.get(user, []), a.slice, a.checkpoint)
         if action == NONE:
             continue
         # Named by the card's hand-out time as the API says it: the book's keys across versions.

@@ -21,7 +21,7 @@ from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS
 from gpushare_hub.core.catalogue import Catalogue, read_catalogue
 
-from .idle import ACTIONS, NOTIFY
+from .idle import ACTIONS, AUTO
 
 
 class ServiceSettings(QuotaSettings, Application):
@@ -113,17 +113,19 @@ class ServiceSettings(QuotaSettings, Application):
     )
     gpu_idle_action = Enum(
         list(ACTIONS),
-        default_value=NOTIFY,
+        default_value=AUTO,
         config=True,
         help="""
         What happens to a slice idle on the GPU for gpu_idle_return_after seconds: "notify" (an
         event on the pod and a line in the log; the user reads it in api/v1/me and the notebook's
         status bar), "stop" (the hub stops the server), "park" (the hub stops it and starts it
         again on gpu_idle_park_profile, a CPU-only profile: the user's home and image stay, only
-        the GPU goes back) or "none". Before "stop" and "park" the user is warned
-        gpu_idle_warn_before seconds ahead and may press Keep once per idle stretch. Never while
-        the GPU is in use: any GPU work, or holding more than the device plugin's
-        --idle-memory-mib, ends the idle stretch.
+        the GPU goes back), "none", or "auto" (the default): "hibernate" on nodes whose device
+        plugin says their driver can hibernate kernels (the Node's gpushare-hub.io/checkpoint is
+        "yes": a 570 or newer driver on x86-64, without MPS), "notify" elsewhere. Before "stop"
+        and "park" the user is warned gpu_idle_warn_before seconds ahead and may press Keep once
+        per idle stretch. Never while the GPU is in use: any GPU work, or holding more than the
+        device plugin's --idle-memory-mib, ends the idle stretch.
 
         "hibernate" works per kernel, and not in this service: the notebook server's extension
         (api/v1/me gives it hibernate_after) hibernates each kernel that has run nothing for
@@ -138,7 +140,8 @@ class ServiceSettings(QuotaSettings, Application):
         value_trait=Enum(list(ACTIONS)),
         config=True,
         help="""Per hub group, the action for its members' slices; the mildest of a user's groups
-        applies (none < notify < hibernate < park < stop: a group is a grant).""",
+        applies (none < notify < hibernate < park < stop: a group is a grant; "auto" counts as
+        what it is on the slice's node).""",
     )
     gpu_idle_action_per_slice = Dict(
         key_trait=Unicode(),

@@ -24,9 +24,9 @@ from .progress import waiting_ahead
 
 # How the availability note looks beside a slice's name on KubeSpawner's form.
 FORM_STYLE = (
-    "<style>.gpushare-availability,.gpushare-isolation,.gpushare-compute{font-size:75%;font-weight:normal}"
+    "<style>.gpushare-availability,.gpushare-isolation,.gpushare-compute,.gpushare-usable{font-size:75%;font-weight:normal}"
     ".gpushare-free{color:#3c763d}.gpushare-unavailable{color:#a94442}"
-    ".gpushare-unknown,.gpushare-isolation,.gpushare-compute{color:#777}</style>\n"
+    ".gpushare-unknown,.gpushare-isolation,.gpushare-compute,.gpushare-usable{color:#777}</style>\n"
 )
 
 
@@ -126,7 +126,12 @@ class SpawnForm(BudgetView, LedgerView):
                     f' <span class="gpushare-isolation" data-gpushare-isolation="{tier}"'
                     f' title="{escape(LIMIT_TITLES[bool(s.isolation)])}">· {escape(s.limit_words)}</span>'
                     f' <span class="gpushare-compute" title="{escape(COMPUTE_TITLE)}">'
-                    f"· {escape(s.compute_words)}</span>",
+                    f"· {escape(s.compute_words)}</span>"
+                    + (
+                        f' <span class="gpushare-usable">· {escape(s.usable_words)}</span>'
+                        if s.usable_words
+                        else ""
+                    ),
                 }
             shown.append(p)
         last: Any = getattr(self, "user_options", None)

@@ -29,6 +29,8 @@ interface Slice {
   card_gib?: number | null;
   limit_mib?: number | null;
   card_mib?: number | null;
+  torch_cap_mib?: number | null;
+  card_cuda_mib?: number | null;
   torch_fraction?: number | null;
   mps_limit?: string | null;
   hook_on_path?: boolean;
@@ -133,7 +135,8 @@ function capsInForce(slice: Slice): string[] {
   if (slice.torch_fraction !== null && slice.torch_fraction !== undefined) {
     const pct = (slice.torch_fraction * 100).toFixed(1);
     caps.push(
-      `PyTorch ${pct}% of the card = ${slice.limit_mib} MiB of ${slice.card_mib} MiB` +
+      `PyTorch ${pct}% of the card = ${slice.torch_cap_mib ?? slice.limit_mib} MiB of ` +
+        `${slice.card_cuda_mib ?? slice.card_mib} MiB` +
         (slice.hook_on_path ? ' (start-up hook loaded)' : ' (start-up hook NOT loaded: not in force)')
     );
   }

@@ -57,6 +57,15 @@ def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_tak
             "· compute: 40% of the card's SMs on MPS nodes, else time-sliced",
             "· compute: a share of the SMs in proportion to its memory on MPS nodes, else time-sliced",
         ], compute
+        # And what PyTorch gets of it on its card (issue 47): the card's driver reserve and a
+        # CUDA context per process count in the slice.
+        usable = [span.inner_text().strip() for span in page.locator("span.gpushare-usable").all()]
+        assert usable == [
+            "· PyTorch gets about 4.3 GiB of it (the rest holds the CUDA context)",
+            "· PyTorch gets about 6.3 GiB of it (the rest holds the CUDA context)",
+            "· PyTorch gets the slice less the card's driver reserve and about 0.55 GiB per GPU process "
+            "for its CUDA context",
+        ], usable
         page.screenshot(path=str(OUT / "spawn-before.png"), full_page=True)
         assert before == {
             "t4-5g": "2 free",

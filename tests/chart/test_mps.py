@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpushare_hub.core import computeshare
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.names import MPS_LABEL, MPS_MULTI_USER_LABEL
 from gpushare_hub.plugin.matching import Waiting
@@ -48,7 +49,7 @@ def test_off_by_default(helm: Helm):
 
 def test_enabled_one_daemonset_per_mode_on_the_nodes_the_plugin_labels(helm: Helm):
     docs = helm.template(
-        "--set", "mps.enabled=true", "--set", "mps.shmSize=1g",
+        "--set", "mps.enabled=true", "--set", "mps.shmSize=1g", "--set", "mps.maxSliceMemory=7G",
         "--set", "devicePlugin.runtimeClassName=nvidia",
     )  # fmt: skip
     ds = daemonsets(docs)
@@ -99,6 +100,8 @@ def test_its_own_image_root_and_tolerations_when_set(helm: Helm):
         'mps.tolerations=[{"operator": "Exists"}]',
         "--set",
         "mps.shmSize=8g",
+        "--set",
+        "mps.maxSliceMemory=7G",
     )
     for ds in daemonsets(docs).values():
         pod = ds["spec"]["template"]["spec"]
@@ -118,7 +121,9 @@ def test_mps_on_needs_a_size_for_each_cards_shared_memory(helm: Helm):
         )  # fmt: skip
         assert proc.returncode != 0
         assert "mps.shmSize" in proc.stderr and "mps.enabled" in proc.stderr, proc.stderr
-    docs = helm.template("--set", "mps.enabled=true", "--set", "mps.shmSize=2g")
+    docs = helm.template(
+        "--set", "mps.enabled=true", "--set", "mps.shmSize=2g", "--set", "mps.maxSliceMemory=7G"
+    )
     assert {n: env_of(ds)["MPS_SHM_SIZE"] for n, ds in daemonsets(docs).items()} == {
         SINGLE: "2g",
         MULTI: "2g",
@@ -134,8 +139,18 @@ def test_mps_on_needs_a_size_for_each_cards_shared_memory(helm: Helm):
         (["--set-string", "mps.shmSize=0"], ["/mps/shmSize", "pattern"]),  # tmpfs size=0: no limit at all
         (["--set", "mps.multiUser=true"], ["/mps", "multiUser"]),
         (["--set", "mps.maxSliceMemory=7GiB"], ["/mps/maxSliceMemory", "pattern"]),
+        (["--set", "mps.maxComputeShare=150"], ["/mps/maxComputeShare"]),
+        (["--set-string", "mps.maxComputeShare=47%"], ["/mps/maxComputeShare"]),
     ],
-    ids=["wrong-type", "tmpfs-size", "tmpfs-unbounded", "unknown-key", "limit-unit"],
+    ids=[
+        "wrong-type",
+        "tmpfs-size",
+        "tmpfs-unbounded",
+        "unknown-key",
+        "limit-unit",
+        "share-over-100",
+        "share-unit",
+    ],
 )
 def test_the_schema_refuses_bad_mps_values(helm: Helm, setting, words):
     proc = helm.run("template", "x", str(CHART), *setting, check=False)
@@ -148,6 +163,11 @@ STUBS = {
     # The driver's tools, logging what they are asked.
     "nvidia-smi": """
 if [ "$1" = --query-gpu=uuid ]; then printf '%s\\n' $STUB_CARDS; exit 0; fi
+# Each card's memory as NVML gives it: a T4 (15360 MiB), then an A10 (23028 MiB).
+if [ "$3" = --query-gpu=memory.total ]; then
+    case $2 in GPU-1*) echo 15360 ;; *) echo 23028 ;; esac
+    exit 0
+fi
 echo "nvidia-smi $*" >> "$STUB_LOG"
 """,
     "nvidia-cuda-mps-control": """
@@ -169,7 +189,9 @@ echo "control $cmd pipe=$CUDA_MPS_PIPE_DIRECTORY" >> "$STUB_LOG"
 
 
 class ScriptRun:
-    def __init__(self, tmp: Path, multi_user: bool, shm_size: str = "", max_slice: str = "") -> None:
+    def __init__(
+        self, tmp: Path, multi_user: bool, shm_size: str = "", max_slice: str = "", max_share: str = ""
+    ) -> None:
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
         for name, body in STUBS.items():
@@ -185,6 +207,7 @@ class ScriptRun:
             "MPS_SHM_SIZE": shm_size,
             "MPS_CHECK_INTERVAL": "1",
             "MPS_DEFAULT_PINNED_MEM_LIMIT": max_slice,
+            "MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE": max_share,
             "MPS_READY_FILE": str(self.ready),
             "STUB_CARDS": " ".join(CARDS),
             "STUB_LOG": str(self.log),
@@ -265,34 +288,63 @@ def test_a_tmpfs_on_each_cards_shm_when_sized(tmp_path: Path):
         run.proc.wait()
 
 
-def test_the_largest_slice_is_each_daemons_ceiling_when_set(helm: Helm, tmp_path: Path):
-    """mps.maxSliceMemory becomes each daemon's default pinned limit, set before any client runs
-    (a client cannot raise its own limit above it: measured on an H100,
-    docs/measurements/2026-11-22-isolation-h100.md)."""
+def test_mps_on_needs_the_largest_slice_for_the_daemons_ceilings(helm: Helm):
+    """Without mps.maxSliceMemory no daemon would have a ceiling, and any notebook could set
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 and take the card: the chart refuses, naming it."""
+    proc = helm.run(
+        "template", "x", str(CHART), f"--kube-version={KUBE_VERSION}",
+        "--set", "mps.enabled=true", "--set", "mps.shmSize=1g", check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "mps.maxSliceMemory" in proc.stderr and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in proc.stderr, (
+        proc.stderr
+    )
+
+
+def test_the_largest_slice_is_each_daemons_memory_and_compute_ceiling(helm: Helm, tmp_path: Path):
+    """mps.maxSliceMemory becomes each daemon's default pinned limit and its share of each card the
+    default active thread percentage, both set before any client runs (a client cannot raise
+    either above them: docs/measurements/2026-11-22-isolation-h100.md for memory,
+    2026-11-28-mps-compute-share-h200.md for the share). The share is per card, rounded up as
+    Allocate rounds: 7 GiB is 47% of a T4 (15360 MiB) and 32% of an A10 (23028 MiB)."""
     docs = helm.template(
         "--set", "mps.enabled=true", "--set", "mps.shmSize=1g", "--set", "mps.maxSliceMemory=7G"
     )
     assert {env_of(ds)["MPS_DEFAULT_PINNED_MEM_LIMIT"] for ds in daemonsets(docs).values()} == {"7G"}
+    assert {env_of(ds)["MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE"] for ds in daemonsets(docs).values()} == {""}
     run = ScriptRun(
         tmp_path, multi_user=False, max_slice=env_of(daemonsets(docs)[SINGLE])["MPS_DEFAULT_PINNED_MEM_LIMIT"]
     )
     try:
         run.wait_ready()
         lines = run.lines()
-        for uuid in CARDS:
+        for uuid, share in zip(CARDS, (47, 32), strict=True):
             pipe = f"pipe={run.root}/{uuid}/pipe"
             started = lines.index(next(x for x in lines if x.startswith("daemon -d ") and pipe in x))
             limit = lines.index(f"control set_default_device_pinned_mem_limit 0 7G {pipe}")
-            assert limit > started
+            ceiling = lines.index(f"control set_default_active_thread_percentage {share} {pipe}")
+            assert started < limit and started < ceiling
+            # The ceiling is what Allocate gives the largest slice on that card, or just below it.
+            card_units = {47: 15, 32: 22}[share]
+            assert 0 <= computeshare.proportional(7, card_units) - share <= 1
     finally:
         run.proc.kill()
         run.proc.wait()
-    # Unset (the default): no ceiling is sent.
-    (tmp_path / "unset").mkdir()
-    other = ScriptRun(tmp_path / "unset", multi_user=False)
+
+
+def test_an_explicit_compute_ceiling_wins(helm: Helm, tmp_path: Path):
+    docs = helm.template(
+        "--set", "mps.enabled=true", "--set", "mps.shmSize=1g", "--set", "mps.maxSliceMemory=7G",
+        "--set", "mps.maxComputeShare=50",
+    )  # fmt: skip
+    assert {env_of(ds)["MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE"] for ds in daemonsets(docs).values()} == {"50"}
+    run = ScriptRun(tmp_path, multi_user=True, max_slice="7G", max_share="50")
     try:
-        other.wait_ready()
-        assert not [x for x in other.lines() if "pinned_mem_limit" in x]
+        run.wait_ready()
+        for uuid in CARDS:
+            assert (
+                f"control set_default_active_thread_percentage 50 pipe={run.root}/{uuid}/pipe" in run.lines()
+            )
     finally:
-        other.proc.kill()
-        other.proc.wait()
+        run.proc.kill()
+        run.proc.wait()

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpushare_hub.localcluster.hub import LocalHub
 from tests.conftest import wait_for
-from tests.support.hub_helpers import SERVICE, pod_of, stop_server
+from tests.support.hub_helpers import SERVICE, pod_of, spawn_form, stop_server
 
 
 def slice_note(page: str, slug: str) -> str:
@@ -24,25 +24,6 @@ def slice_note(page: str, slug: str) -> str:
         start = page.find("<form")
         raise AssertionError(f"no availability note for {slug} in the form:\n{page[start : start + 4000]}")
     return m.group(1)
-
-
-def spawn_form(hub: LocalHub, user: str) -> str:
-    """The spawn page as ``user`` sees it: logged in through the login form (the hub serves its
-    HTML pages to a cookie, not to an API token)."""
-    import requests
-
-    with requests.Session() as s:
-        s.get(f"{hub.url}/hub/login", timeout=30).raise_for_status()
-        r = s.post(
-            f"{hub.url}/hub/login",
-            data={"username": user, "password": "any", "_xsrf": s.cookies.get("_xsrf", "")},
-            timeout=30,
-        )
-        assert r.status_code == 200, (r.status_code, r.text[:500])
-        r = s.get(f"{hub.url}/hub/spawn/{user}", timeout=60)
-    page = r.content.decode("utf-8")
-    assert r.status_code == 200 and "<form" in page, (r.status_code, page[:500])
-    return page
 
 
 class Progress(threading.Thread):

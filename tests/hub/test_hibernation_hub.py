@@ -69,7 +69,8 @@ def test_a_hibernated_kernel_frees_the_card_and_the_next_cell_wakes_it_with_its_
                         hibernation, hub, token, k.kernel_id, {"action": "hibernate"}
                     )
                 assert status == 200 and doc["state"] == "hibernated", (status, doc)
-                assert doc["pids"] == [pid] and doc["held_mib"] == 3072, doc
+                # What it held: its 3 GiB and its CUDA context (560 MiB, core/cardmemory.py).
+                assert doc["pids"] == [pid] and doc["held_mib"] == 3072 + 560, doc
                 assert "the next cell wakes it with every variable" in doc["words"], doc
                 # The card holds nothing of it: the device plugin measures the claim gone.
                 assert not (claims / f"{pid}.json").exists()

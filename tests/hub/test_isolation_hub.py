@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from gpushare_hub.core import cardmemory
 from gpushare_hub.localcluster.hub import LocalHub
 from gpushare_hub.localcluster.notebooknodes import venv_bin
 from tests.support.hub_helpers import Kernel, run_in_kernel, start_server, stop_server
@@ -82,15 +83,17 @@ def recorded(text: str) -> list[list[Any]]:
 
 
 def assert_capped(events: list[list[Any]], card_mib: int, where: str) -> None:
-    fraction = SLICE_MIB / card_mib
-    # Before torch ran, the allocator setting had the slice's fraction of the card ...
-    assert events[0] == ["import", f"per_process_memory_fraction:{fraction:.6f}"], (where, events)
-    # ... and when CUDA started, the exact fraction was set before the first allocation.
-    assert ["set_fraction", round(fraction, 4), 0] in events, (where, events)
-    assert events.index(["set_fraction", round(fraction, 4), 0]) < events.index(["alloc", 1024]), (
-        where,
-        events,
-    )
+    # What PyTorch may hold of a 5 GiB slice of a T4 (core/cardmemory.py): the slice's part of
+    # the 15110 MiB CUDA gives (Allocate's GPUSHARE_CARD_CUDA_MIB), less the process's context.
+    cap_mib = cardmemory.framework_mib(SLICE_MIB, "Tesla-T4", card_mib)
+    cuda_mib = cardmemory.cuda_mib("Tesla-T4", card_mib)
+    # Before torch ran, the allocator setting had that share of CUDA's memory ...
+    assert events[0] == ["import", f"per_process_memory_fraction:{cap_mib / cuda_mib:.6f}"], (where, events)
+    # ... and when CUDA started, the exact fraction of the total CUDA reports (here the fake's,
+    # the card's) was set before the first allocation.
+    exact = ["set_fraction", round(cap_mib / card_mib, 4), 0]
+    assert exact in events, (where, events)
+    assert events.index(exact) < events.index(["alloc", 1024]), (where, events)
 
 
 @contextmanager
@@ -149,19 +152,24 @@ def test_two_kernels_of_a_5_gib_notebook_share_its_slice_and_a_killed_ones_share
                 assert error is None and out.startswith("took 3 pid "), (out, error)
                 first_pid = int(out.split()[-1])
 
-                # The second kernel's cap is what the first left: 3 GiB more is refused, and the
-                # note says who holds the rest of the slice.
+                # The second kernel's cap is what the first left, each kernel's CUDA context
+                # counted (560 MiB each, core/cardmemory.py): of the slice's 5036 MiB of a T4 the
+                # first holds 3 GiB + 560 MiB, the second may take 844 MiB. 3 GiB more is
+                # refused, and the note says who holds the rest of the slice.
                 out, error = await b.run(TAKE.format(gib=3))
                 assert error is not None and error["ename"] == "OutOfMemoryError", (out, error)
                 shown = ANSI.sub("", "\n".join(error["traceback"]))
-                assert "other GPU processes hold 3 GiB of the slice: notebook-a.ipynb" in shown, shown
-                out, error = await b.run(TAKE.format(gib=1.5))
-                assert error is None and out.startswith("took 1.5"), (out, error)
-                # Together 4.5 GiB: a little more in the first kernel is refused too.
+                held = "hold 3.55 GiB of the slice (each with its CUDA context): notebook-a.ipynb"
+                assert held in shown, shown
+                out, error = await b.run(TAKE.format(gib=0.5))
+                assert error is None and out.startswith("took 0.5"), (out, error)
+                # The slice is full: a little more in the first kernel is refused too.
                 out, error = await a.run(TAKE.format(gib=1))
                 assert error is not None and error["ename"] == "OutOfMemoryError", (out, error)
                 shown = ANSI.sub("", "\n".join(error["traceback"]))
-                assert "hold 1.5 GiB of the slice: notebook-b.ipynb" in shown, shown
+                assert "hold 1.05 GiB of the slice (each with its CUDA context): notebook-b.ipynb" in shown, (
+                    shown
+                )
 
                 # The first kernel dies without a word (as the out-of-memory killer would end it):
                 # its 3 GiB come back to the second.

@@ -192,3 +192,33 @@ def test_refused_node_options_stop_the_plugin_with_a_warning_on_its_node(
     finally:
         plugin.start()
         assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)
+
+
+def test_a_reserve_that_leaves_a_card_no_slice_stops_the_plugin_naming_the_node(
+    local_cluster, device_manager, plugin
+):
+    """reserveFraction 0.95 keeps 768 MiB of a T4 to sell: not one GiB unit. The plugin stops
+    (exit 2) naming the node, the card and the most it may keep back, here and on its Node."""
+    api = local_cluster.core_api()
+    api.create_namespaced_config_map(
+        "default",
+        {"metadata": {"name": "gpushare-plugin-greedy"}, "data": {NODE: '{"reserveFraction": 0.95}'}},
+    )
+    plugin.kill()
+    plugin.start("--node-config=default/gpushare-plugin-greedy")
+    try:
+        assert plugin.comp is not None
+        assert wait_for(lambda: not plugin.comp.alive(), timeout=30), "the plugin ran on selling nothing"
+        assert plugin.comp.proc.returncode == 2
+        message = (
+            f"node {NODE}: card 0 (Tesla-T4, 15360 MiB) keeps no slice to sell with reserveFraction 0.95 "
+            "(not even 1024 MiB is left); lower reserveFraction in the node's options to at most 0.93"
+        )
+        assert message in plugin.comp.log.read_text()
+        events = api.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={NODE},reason=GPUShareNodeConfigInvalid"
+        ).items
+        assert f"device plugin not started: {message}" in [e.message for e in events]
+    finally:
+        plugin.start()
+        assert wait_for(lambda: device_manager.units() == (30, 30), timeout=30)

@@ -81,7 +81,10 @@ def test_a_5_gib_slice_gets_the_hook_mounted_read_only_and_the_hook_caps_pytorch
         [sys.executable, "-c", "import torch; torch.cuda.empty(4096)"], env=proc_env, check=True, timeout=60
     )
     events = [json.loads(line) for line in log.read_text().splitlines()]
-    assert events[-2:] == [["set_fraction", 0.3333, 0], ["alloc", 4096]]
+    # The slice's part of what CUDA gives of a T4 (5036 of 15110 MiB), less a CUDA context
+    # (560 MiB): 4476 MiB of the 15360 MiB the fake torch reports (core/cardmemory.py).
+    assert env["GPUSHARE_CARD_CUDA_MIB"] == "15110" and env["GPUSHARE_CONTEXT_MIB"] == "560"
+    assert events[-2:] == [["set_fraction", round(4476 / 15360, 4), 0], ["alloc", 4096]]
 
 
 def report_runtime(api, runtime: str) -> None:

@@ -152,7 +152,8 @@ def test_chart_installs_and_runs_on_the_real_node(stack: RealStack) -> None:
     # The MPS control daemons need a GPU; their DaemonSet is rendered and admitted here.
     rendered = stack.run(
         "helm", "template", "gpushare-hub", "helm/gpushare-hub", f"--namespace={GPUSHARE_NAMESPACE}",
-        "--set=mps.enabled=true", "--set=mps.shmSize=1g", "--show-only=templates/mps-control-daemon.yaml",
+        "--set=mps.enabled=true", "--set=mps.shmSize=1g", "--set=mps.maxSliceMemory=7G",
+        "--show-only=templates/mps-control-daemon.yaml",
         f"--kube-version={stack.cluster.version()['gitVersion']}",
     )  # fmt: skip
     path = stack.cluster.workdir / "mps.yaml"

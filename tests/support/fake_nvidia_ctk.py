@@ -1,6 +1,7 @@
 """A stand-in for the host's ``nvidia-ctk`` in unit tests (no GPU, no toolkit here): ``cdi generate``
 writes what the real one writes for the UUIDs in $FAKE_CTK_DEVICES (kind from --vendor/--class, a
-device per UUID and one named ``all``, the driver's library and the ldcache hook in the common edits);
+device per UUID and one named ``all`` with every card's node, the driver's library and the ldcache
+hook in the common edits);
 ``cdi transform root`` takes --from off every path. Each call's arguments go to $FAKE_CTK_CALLS.
 $FAKE_CTK_EXIT makes every call fail as the real one does without a driver."""
 
@@ -31,7 +32,16 @@ if args[:2] == ["cdi", "generate"]:
     spec = {
         "cdiVersion": "0.5.0",
         "kind": f"{opt['vendor']}/{opt['class']}",
-        "devices": [*devices, {"name": "all"}],
+        # "all": every card's device node (the real one refuses a device without edits).
+        "devices": [
+            *devices,
+            {
+                "name": "all",
+                "containerEdits": {
+                    "deviceNodes": [n for d in devices for n in d["containerEdits"]["deviceNodes"]]
+                },
+            },
+        ],
         "containerEdits": {
             "mounts": [{"hostPath": opt["driver-root"] + LIB, "containerPath": LIB}],
             "hooks": [hook],

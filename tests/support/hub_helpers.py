@@ -155,3 +155,22 @@ async def _run_code(hub: LocalHub, user: str, token: str, code: str) -> str:
 def run_in_kernel(hub: LocalHub, user: str, token: str, code: str) -> str:
     """Run ``code`` in a new kernel of the user's notebook server (through the proxy); its stdout."""
     return asyncio.run(_run_code(hub, user, token, code))
+
+
+def spawn_form(hub: LocalHub, user: str) -> str:
+    """The spawn page as ``user`` sees it: logged in through the login form (the hub serves its
+    HTML pages to a cookie, not to an API token)."""
+    import requests
+
+    with requests.Session() as s:
+        s.get(f"{hub.url}/hub/login", timeout=30).raise_for_status()
+        r = s.post(
+            f"{hub.url}/hub/login",
+            data={"username": user, "password": "any", "_xsrf": s.cookies.get("_xsrf", "")},
+            timeout=30,
+        )
+        assert r.status_code == 200, (r.status_code, r.text[:500])
+        r = s.get(f"{hub.url}/hub/spawn/{user}", timeout=60)
+    page = r.content.decode("utf-8")
+    assert r.status_code == 200 and "<form" in page, (r.status_code, page[:500])
+    return page

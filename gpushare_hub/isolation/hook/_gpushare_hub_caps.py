@@ -7,6 +7,11 @@ environment:
 * ``GPUSHARE_MEMORY_LIMIT_MIB``: the slice (set by the plugin's Allocate);
 * ``GPUSHARE_CARD_MEMORY_MIB``: the card's memory, to turn the slice into a fraction
   before CUDA starts;
+* ``GPUSHARE_CARD_CUDA_MIB`` and ``GPUSHARE_CONTEXT_MIB``: the card as CUDA gives it (less than
+  NVML's size: 15110 of a T4's 15360 MiB) and what each GPU process keeps for its CUDA context
+  (core/cardmemory.py): the slice's processes together, contexts counted, hold at most the
+  slice's part of CUDA's memory (:func:`usable_bytes`), so every slice of a full card gets what
+  its caps allow;
 * ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``: set on MPS nodes, where MPS itself caps every
   process, so no fraction of the card is set before torch runs (a fraction of an MPS-reported
   total would cap twice); the container ledger's cap (in bytes) still applies at CUDA's start;
@@ -42,6 +47,8 @@ if TYPE_CHECKING:
 
 LIMIT_VAR = "GPUSHARE_MEMORY_LIMIT_MIB"
 CARD_VAR = "GPUSHARE_CARD_MEMORY_MIB"
+CARD_CUDA_VAR = "GPUSHARE_CARD_CUDA_MIB"  # core/cardmemory.py CARD_CUDA_ENV
+CONTEXT_VAR = "GPUSHARE_CONTEXT_MIB"  # core/cardmemory.py CONTEXT_ENV
 TENSORFLOW_VAR = "GPUSHARE_TENSORFLOW_MEMORY_LIMIT"
 MPS_VAR = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 DEBUG_VAR = "GPUSHARE_HOOK_DEBUG"
@@ -137,13 +144,29 @@ def _beside(filename: str) -> Any:
     return module
 
 
+def usable_bytes(limit_mib: int) -> int:
+    """The slice's part of what CUDA gives of its card (core/cardmemory.py usable_mib): the slice
+    scaled from NVML's size to CUDA's where Allocate gave both, never more than the slice."""
+    card, cuda = _positive_int(CARD_VAR), _positive_int(CARD_CUDA_VAR)
+    if card is None or cuda is None or cuda >= card:
+        return limit_mib * MIB
+    return limit_mib * cuda // card * MIB
+
+
+def context_bytes() -> int:
+    """What this process keeps for its CUDA context, as Allocate said (0 where it did not)."""
+    return (_positive_int(CONTEXT_VAR) or 0) * MIB
+
+
 def container_ledger(limit_mib: int) -> Any:
     """This process's :class:`_gpushare_hub_ledgersync.LiveLedger` (loaded from the files beside this
-    one), or None where Allocate named no ledger folder or the files cannot be loaded."""
+    one), or None where Allocate named no ledger folder or the files cannot be loaded. Its slice
+    is :func:`usable_bytes`, and this process's context counts in its entry from the start."""
     global ledger
     if (ledger is None or ledger.pid != os.getpid()) and os.environ.get(LEDGER_VAR, "").strip():
         try:  # a forked child takes a place of its own: its parent's entry is not its own
-            ledger = [_beside(name) for name in LEDGER_FILES][-1].LiveLedger(limit_mib * MIB)
+            ledger = [_beside(name) for name in LEDGER_FILES][-1].LiveLedger(usable_bytes(limit_mib))
+            ledger.context(context_bytes())
         except Exception as err:
             _debug(f"no container ledger: {err!r}")
     return ledger
@@ -190,7 +213,11 @@ class _Torch:
         conf = os.environ.get(conf_name, "")
         if "cudaMallocAsync" in conf:
             return  # the async backend ignores native-allocator options; the call still applies
-        fraction = min(1.0, self.limit_mib / self.card_mib)
+        cuda_mib = _positive_int(CARD_CUDA_VAR)
+        if cuda_mib is not None and cuda_mib < self.card_mib:  # the exact share of CUDA's size
+            fraction = min(1.0, max(0, usable_bytes(self.limit_mib) - context_bytes()) / (cuda_mib * MIB))
+        else:
+            fraction = min(1.0, self.limit_mib / self.card_mib)
         token = f"{FRACTION_KEY}:{fraction:.6f}"
         os.environ[conf_name] = f"{conf},{token}" if conf else token
         os.environ[ADDED_VAR] = token
@@ -198,7 +225,7 @@ class _Torch:
 
     def after(self, torch: Any) -> None:
         cuda = torch.cuda
-        limit = self.limit_mib * MIB
+        limit = max(0, usable_bytes(self.limit_mib) - context_bytes())  # alone in the slice
         mps, users_own = self.mps, self.users_own
 
         def set_caps(cap_bytes: int) -> list[str]:
@@ -258,10 +285,11 @@ def _left_at_start(limit_mib: int, framework: str, set_env: bool = True) -> Call
         shared = container_ledger(limit_mib)
         if shared is None:
             return
-        left = shared.begin(hold=False) if framework == "jax" else shared.cap()
+        left = shared.begin(hold=False) if framework == "jax" else max(0, shared.cap() - shared.held)
         if not set_env or not os.environ.get(var) or not card_mib or left >= limit_mib * MIB:
             return  # the whole slice: Allocate's value stands
-        value = str(max(left, 1)) if framework == "cupy" else f"{left / (card_mib * MIB):.4f}"
+        total_mib = _positive_int(CARD_CUDA_VAR) or card_mib  # JAX's fraction is of CUDA's size
+        value = str(max(left, 1)) if framework == "cupy" else f"{left / (total_mib * MIB):.4f}"
         os.environ[var] = value
         applied.append(f"{framework}: {var}={value}, what the slice has left")
 

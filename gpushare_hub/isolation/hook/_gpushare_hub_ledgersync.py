@@ -26,7 +26,8 @@ it, and an entry without a token (an older hook's) is not waited for. What stays
 processes, both past their start, that allocate within the same :data:`INTERVAL` can pass the
 slice together until the next publication lowers their caps (the device plugin's measurement of
 the pod still sees it). A process with two frameworks (PyTorch and CuPy) has one entry, their
-sum; each framework's cap is the process's cap less what its other frameworks hold.
+sum and its CUDA context (:meth:`LiveLedger.context`); each framework's cap is the process's cap
+less what its other frameworks and its context hold.
 
 Standard library only, Python 3.8 or later, as the hook; nothing here raises into the user's code.
 """
@@ -64,6 +65,7 @@ class _Holder:
         self, held: Callable[[], int], apply: Callable[[int], object] | None, applied: int | None
     ) -> None:
         self.held, self.apply, self.applied, self.last = held, apply, applied, 0
+        self.context = 0  # the bytes of the process's CUDA context this holder stands for
 
 
 class LiveLedger(ledger.Ledger):
@@ -75,6 +77,15 @@ class LiveLedger(ledger.Ledger):
         self._thread: threading.Thread | None = None
         self._start_lock: int | None = None  # the start lock's descriptor, while held
         self._hold_until, self._held_at_begin, self._seen = 0.0, 0, 0
+
+    def context(self, nbytes: int) -> None:
+        """This process keeps ``nbytes`` for its CUDA context outside any framework's allocator: it
+        counts in the process's entry from its start, and every framework's cap leaves it room."""
+        if nbytes > 0 and os.getpid() == self.pid and not any(h.context for h in self.holders):
+            holder = _Holder(lambda: nbytes, None, None)
+            holder.context = holder.last = nbytes
+            self.holders.append(holder)
+            self.held += nbytes
 
     def forget(self) -> None:
         super().forget()

@@ -217,6 +217,16 @@ def explain_oom(
     mine = sum(min(h, slice_mib * MIB) for _pid, h, _what in siblings)
 
     card_mib = _positive_int(CARD_VAR, env)
+    # What this process's framework may hold with the others' entries counted: the slice's part
+    # of CUDA's memory less this process's context (core/cardmemory.py, as the caps take it).
+    cuda_mib, context = (
+        _positive_int(caps.CARD_CUDA_VAR, env),
+        (_positive_int(caps.CONTEXT_VAR, env) or 0) * MIB,
+    )
+    budget = slice_mib * MIB
+    if card_mib and cuda_mib and cuda_mib < card_mib:
+        budget = slice_mib * cuda_mib // card_mib * MIB
+    budget -= context
     slice_name = _text(allocation.get("slice"), 40)
     first = f"{NOTE_MARK} this server's GPU slice is {_size(slice_mib * MIB)}" + (
         f" ({slice_name})" if slice_name else ""
@@ -224,12 +234,7 @@ def explain_oom(
     first += f" of a {_size(card_mib * MIB)} card" if card_mib else ""
     # Only the framework's own cap counts what this process asked alone; MPS and the driver also
     # count its CUDA context and the server's other processes, so "it fits" proves nothing there.
-    if (
-        tier == "cooperative"
-        and in_use is not None
-        and asked is not None
-        and in_use + asked + mine <= slice_mib * MIB
-    ):
+    if tier == "cooperative" and in_use is not None and asked is not None and in_use + asked + mine <= budget:
         first += (
             f". This allocation fits in the slice, so no cap stopped it: the card itself is full "
             f"(its other holders use more than their slices, or memory outside {name} is in use)."
@@ -254,8 +259,10 @@ def explain_oom(
     if holding:
         which = ", ".join(_text(what) for _h, what in holding[:4]) + (", ..." if len(holding) > 4 else "")
         lines.append(
-            f"This server's other GPU processes hold {_size(mine)} of the slice: {which}. The slice is "
-            "for all of them together: free memory there, or shut down a kernel you no longer need."
+            f"This server's other GPU processes hold {_size(mine)} of the slice"
+            + (" (each with its CUDA context)" if context else "")
+            + f": {which}. The slice is for all of them together: free memory there, or shut down a "
+            "kernel you no longer need."
         )
 
     hint = FREE_HINTS.get(framework, "free memory you no longer need")

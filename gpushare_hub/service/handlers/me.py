@@ -131,15 +131,18 @@ def add_idle_returns(
     """``api/v1/me`` gains, per allocation idle on the GPU, ``idle_return`` (the action, phase,
     deadline, the words, whether Keep may be pressed); per allocation, ``hibernate_after``
     (seconds a kernel may run nothing before the notebook server hibernates it, where the idle
-    action for the caller's groups and the allocation's slice is ``hibernate``; else None: the
+    action for the caller's groups and the allocation's slice is ``hibernate``, or ``auto`` on a
+    node whose driver can hibernate kernels; else None: the
     notebook's extension reads it); and ``returned``: the caller's slices stopped or parked in
     the last day, with the words and the way back. ``mine``: the caller's slices; ``now``: Unix
     seconds."""
     rule = svc.idle.rule
     states = {(st.server, st.pod): st for st in svc.idle.states(mine, {name: groups}, now)}
     over = {(o.slice.namespace, o.slice.pod): o for o in svc.over.states(mine, now)}
+    can = {(s.server, s.pod): s.checkpoint for s in mine}
     for a in doc["allocations"]:
-        a["hibernate_after"] = rule.hibernate_after(groups, str(a.get("slice") or ""))
+        checkpoint = can.get((a["server"], a["pod"]), False)
+        a["hibernate_after"] = rule.hibernate_after(groups, str(a.get("slice") or ""), checkpoint)
         st = states.get((a["server"], a["pod"]))
         a["idle_return"] = st.to_json(now) if st is not None else None
         o = over.get((a["namespace"], a["pod"]))

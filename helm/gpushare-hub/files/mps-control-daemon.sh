@@ -11,6 +11,11 @@
 # MPS_DEFAULT_PINNED_MEM_LIMIT (e.g. 7G; empty: none): each daemon's default per-process limit,
 # a ceiling no client can raise its own CUDA_MPS_PINNED_DEVICE_MEM_LIMIT above (measured on an
 # H100: a client asking 8G under a 4G default got 4G); set it to the largest slice offered.
+# MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE (1 to 100; empty: that largest slice's share of each
+# card, its memory's percentage rounded up, as the plugin's Allocate computes a share): each
+# daemon's default share of its card's SMs, a ceiling no client can raise its own
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE above (measured on an H200: a client asking 100 under a
+# default of 25 got 25), so no notebook takes more of a card than the largest slice's share.
 # nvidia-smi and nvidia-cuda-mps-control come from the host driver (NVIDIA runtime).
 set -eu
 root=${MPS_ROOT:?MPS_ROOT is not set}
@@ -22,6 +27,30 @@ if [ -z "$cards" ]; then
     echo "no NVIDIA card on this node" >&2
     exit 1
 fi
+
+mib_of() { # SIZE like 7G or 7168M: MiB
+    case $1 in
+        *G) echo $(( ${1%G} * 1024 )) ;;
+        *M) echo "${1%M}" ;;
+        *) echo "size $1 is neither <n>G nor <n>M" >&2; exit 1 ;;
+    esac
+}
+
+share_of() { # UUID: the compute ceiling of this card's daemon, in percent (empty: none)
+    if [ -n "${MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE:-}" ]; then
+        echo "$MPS_DEFAULT_ACTIVE_THREAD_PERCENTAGE"
+        return
+    fi
+    [ -n "${MPS_DEFAULT_PINNED_MEM_LIMIT:-}" ] || return 0
+    slice=$(mib_of "$MPS_DEFAULT_PINNED_MEM_LIMIT")
+    total=$(nvidia-smi -i "$1" --query-gpu=memory.total --format=csv,noheader,nounits | tr -d ' ')
+    case $total in
+        ''|*[!0-9]*|0) echo "nvidia-smi gave no memory size for $1: '$total'" >&2; exit 1 ;;
+    esac
+    share=$(( (100 * slice + total - 1) / total ))
+    [ "$share" -le 100 ] || share=100
+    echo "$share"
+}
 
 control() { # UUID COMMAND: one command on the card's control pipe
     echo "$2" | CUDA_MPS_PIPE_DIRECTORY="$root/$1/pipe" nvidia-cuda-mps-control
@@ -54,11 +83,15 @@ for uuid in $cards; do
         exec env CUDA_VISIBLE_DEVICES="$u" CUDA_MPS_PIPE_DIRECTORY="$d/pipe" \
             CUDA_MPS_LOG_DIRECTORY="$d/log" nvidia-cuda-mps-control "$@"' \
         sh "$dir" "$uuid" $flags
+    # Before any client: a server takes the defaults in force when it starts.
     if [ -n "${MPS_DEFAULT_PINNED_MEM_LIMIT:-}" ]; then
-        # Before any client: a server takes the default in force when it starts.
         control "$uuid" "set_default_device_pinned_mem_limit 0 $MPS_DEFAULT_PINNED_MEM_LIMIT"
     fi
-    echo "MPS control daemon for $uuid: $dir ($flags)"
+    share=$(share_of "$uuid")
+    if [ -n "$share" ]; then
+        control "$uuid" "set_default_active_thread_percentage $share"
+    fi
+    echo "MPS control daemon for $uuid: $dir ($flags; ceilings: memory ${MPS_DEFAULT_PINNED_MEM_LIMIT:-none}, compute ${share:-100}%)"
 done
 touch "$ready"
 
