@@ -284,9 +284,11 @@ class Hibernator:
         if used + sleep.held <= self.room_bytes:
             return ""
         names = ", ".join(f"{w} {gib(h)}" for h, w in sorted(others, reverse=True)[:3])
+        counted = ", CUDA contexts included" if self.room_bytes < self.slice_bytes else ""
         return (
             f"waiting for {gib(sleep.held)} inside your {gib(self.slice_bytes)} slice: your other "
-            f"GPU processes hold {gib(used)} ({names}); free that memory, or hibernate or stop them"
+            f"GPU processes hold {gib(used)}{counted} ({names}); free that memory, or hibernate or "
+            "stop them"
         )
 
     async def _restore_all(self, sleep: KernelSleep) -> str:

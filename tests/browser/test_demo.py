@@ -182,7 +182,8 @@ def test_readme_demo_two_users_share_one_card_and_sigterm_leaves_nothing(tmp_pat
         for name, s in shown.items():
             assert s["gib"] == "5", (name, s)
             assert s["card"].startswith("GPU-"), (name, s)
-            assert "5 GiB of card" in s["text"] and "PyTorch capped at 33.3%" in s["text"], s
+            # 4476 of the 15110 MiB CUDA gives of a T4: the slice's part less a CUDA context.
+            assert "5 GiB of card" in s["text"] and "PyTorch capped at 29.6%" in s["text"], s
         cards = {s["card"] for s in shown.values()}
         assert len(cards) == 1, f"binpack puts both 5 GiB slices on one card: {shown}"
         (card,) = cards
