@@ -12,6 +12,7 @@ idle on the GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -30,6 +31,16 @@ def gib_amount(text: str) -> float:
     if not 0 < value <= 1024:
         raise argparse.ArgumentTypeError(f"{text} GiB: give a size above 0 and at most 1024")
     return value
+
+
+def say(text: str) -> None:
+    """Print, unless nobody reads any more: a holder started in the background of a kernel
+    that has since stopped writes into a closed pipe, and must keep holding all the same."""
+    try:
+        print(text, flush=True)
+    except (BrokenPipeError, OSError):
+        with contextlib.suppress(OSError):  # the interpreter's own flush at exit would fail too
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the rest of the process
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,10 +67,9 @@ def main(argv: list[str] | None = None) -> int:
 
     held = torch.empty(int(args.gib * GIB), dtype=torch.uint8, device="cuda")
     card = os.environ.get("NVIDIA_VISIBLE_DEVICES", "the fake card")
-    print(
+    say(
         f"holding {args.gib:g} GiB of GPU memory on {card} (pid {os.getpid()}); "
-        + ("Ctrl-C to free it" if args.seconds is None else f"for {args.seconds:g} s"),
-        flush=True,
+        + ("Ctrl-C to free it" if args.seconds is None else f"for {args.seconds:g} s")
     )
     try:
         if args.seconds is None:
@@ -69,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     del held
-    print("freed", flush=True)
+    say("freed")
     return 0
 
 

@@ -25,6 +25,9 @@ ApiError = ApiException
 
 PAGE = 500  # objects per list answer, as kubectl and client-go's reflector ask
 EXPIRED_RESTARTS = 2  # paged restarts after an expired continue token; then one whole list
+# The first event of every watch: the API server answered it (200), so the watch is healthy even
+# where nothing changes for a while. Not the API server's: no object comes with it.
+OPENED = "OPENED"
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,9 @@ class Resource:
         Reads the newline-delimited JSON itself: one ``json.loads`` per event (the
         library's Watch decodes every event twice). An ERROR event raises ApiError
         (410 when the resource version is too old: the caller lists again).
-        BOOKMARK events are passed on so that the caller keeps its resource version.
+        BOOKMARK events are passed on so that the caller keeps its resource version. The first
+        event is ``(OPENED, {})`` once the server has answered: a watch that resumed where nothing
+        changes since sends nothing else until a bookmark, up to a minute later.
         """
         resp = await checked(
             self._func(
@@ -135,6 +140,7 @@ class Resource:
         )
         buf = b""
         try:
+            yield OPENED, {}
             async for chunk in resp.content.iter_any():
                 buf += chunk
                 while b"\n" in buf:

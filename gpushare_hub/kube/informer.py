@@ -60,7 +60,7 @@ from ..core.records import Allocation, IgnoredRecord
 from ..core.releases import Release, ReleaseHistory
 from ..core.resources import DEFAULT_NAMES, ResourceNames
 from ..core.shapes import read_node, read_pod
-from .api import DEFAULT_TIMEOUTS, PAGE, ApiError, Resource, Timeouts, paged
+from .api import DEFAULT_TIMEOUTS, OPENED, PAGE, ApiError, Resource, Timeouts, paged
 
 log = logging.getLogger("gpushare.informer")
 
@@ -416,8 +416,10 @@ class LedgerInformer:
                     await self.relist(kind)
                     must_list = False
                 async for etype, obj in self._resources[kind].watch(self._rv[kind]):
-                    self._healthy(kind)
+                    self._healthy(kind)  # OPENED included: answered, though maybe quiet
                     attempt = 0
+                    if etype == OPENED:
+                        continue
                     rv = (obj.get("metadata") or {}).get("resourceVersion", "")
                     if rv:
                         self._rv[kind] = rv

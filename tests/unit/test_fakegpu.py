@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -242,6 +243,35 @@ def test_fakealloc_holds_memory_until_told_and_shows_the_explained_error_past_th
 
     bad = subprocess.run([*argv, "lots"], env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "'lots' is not a number of GiB" in bad.stderr
+
+
+def test_fakealloc_keeps_holding_when_nobody_reads_its_output_any_more(tmp_path):
+    """Started in the background of a notebook kernel that then stopped, its output goes to a
+    pipe nobody reads: it holds all the same (CI at f95529b: the browser status bar never showed
+    the 3 GiB because the holder died on its first line, the kernel gone on a loaded machine)."""
+    claims = tmp_path / "claims"
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "GPUSHARE_SIM_USAGE_DIR": str(claims),
+        "NVIDIA_VISIBLE_DEVICES": "GPU-card-a",
+    }
+    read, write = os.pipe()
+    os.close(read)  # the kernel is gone before the holder says anything
+    argv = [sys.executable, "-m", "gpushare_hub.demo.fakealloc", "3", "--seconds", "30"]
+    holder = subprocess.Popen(argv, env=env, stdout=write, stderr=write)
+    os.close(write)
+    try:
+        claim = claims / f"{holder.pid}.json"
+        for _ in range(600):
+            if claim.exists() or holder.poll() is not None:
+                break
+            time.sleep(0.05)
+        time.sleep(1.0)  # past its first line
+        assert holder.poll() is None, f"the holder exited with {holder.returncode}"
+        assert json.loads(claim.read_text())["mib"] == 3072
+    finally:
+        holder.terminate()
+        holder.wait(timeout=10)
 
 
 def test_the_fake_is_importable_only_where_its_folder_is_put_on_a_path():
