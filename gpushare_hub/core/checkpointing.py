@@ -23,7 +23,7 @@ def support(driver: str, machine: str, mps: bool) -> str:
     """``yes`` or ``no: <why>`` for a node with this driver version (``580.159.04``, ``simulated``
     or "" when unknown), CPU (``platform.machine()``) and MPS setting."""
     if mps:
-        return "no: MPS runs on this node, and the driver does not checkpoint MPS clients"
+        return "no: MPS runs on this node, and gpushare-hub does not hibernate MPS clients"
     if driver == SIMULATED:
         return YES
     major = driver.split(".", 1)[0]

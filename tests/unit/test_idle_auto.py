@@ -34,7 +34,7 @@ from gpushare_hub.service.settings import ServiceSettings
             "580.159.04",
             "x86_64",
             True,
-            "no: MPS runs on this node, and the driver does not checkpoint MPS clients",
+            "no: MPS runs on this node, and gpushare-hub does not hibernate MPS clients",
         ),
     ],
 )
