@@ -16,8 +16,6 @@ import logging
 import platform
 import signal
 import sys
-import threading
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -27,37 +25,28 @@ from traitlets.config import Application
 from gpushare_hub.core import checkpointing
 from gpushare_hub.core.cardmemory import sell_problem
 from gpushare_hub.core.errors import GPUShareError
-from gpushare_hub.core.isolation import COOPERATIVE, MPS
 from gpushare_hub.core.names import DEVICE_MODE_REASON, NODE_CONFIG_REASON
-from gpushare_hub.core.objects import PodObject
-from gpushare_hub.core.overcommit import Overcommit, overcommit_problem
-from gpushare_hub.core.report import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
-from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.kube.rest import RestClient
 
 from .backends import Backend, BackendUnavailable, NVMLBackend, SimulatedBackend
 from .devicemode import CDI
 from .devicemodeapp import DeviceModeOptions, DeviceModeUnavailable
-from .nodeconfig import NodeConfigError
+from .hookkeeping import HookKeeping
 from .nodefacts import SpecKeeper
 from .options import PluginOptions
 from .registration import Runner
 from .response import Isolation
 from .settings import Settings
+from .sidework import SideWork
+from .startchecks import CannotStart, StartChecks
 from .state import PluginState
 
 
-class CannotStart(GPUShareError):
-    """Why the plugin cannot start, printed once by :meth:`GPUShareDevicePlugin.start`, and the
-    status it exits with."""
+class GPUShareDevicePlugin(StartChecks, HookKeeping, SideWork, Application, DeviceModeOptions, PluginOptions):
+    # Its start and serving here; its checks, the start-up hook's files and the threads beside
+    # the gRPC in .startchecks, .hookkeeping and .sidework.
 
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
     name = "gpushare-device-plugin"
     description = __doc__
     mode = "legacy"  # the node's device mode, settled at start (settle_mode)
@@ -123,73 +112,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             )
         return NVMLBackend()
 
-    def apply_node_config(self, api: RestClient) -> None:
-        from gpushare_hub.kube.rest import ApiStatusError, Unreachable
-
-        from .nodeconfig import options_for
-
-        namespace, _, name = self.node_config.partition("/")
-        if not name:
-            raise NodeConfigError(f"--node-config {self.node_config!r}: write NAMESPACE/NAME")
-        try:
-            cm = api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
-        except ApiStatusError as err:
-            raise NodeConfigError(
-                f"cannot read ConfigMap {self.node_config} ({err.status} {err.reason})"
-            ) from err
-        except Unreachable as err:
-            raise NodeConfigError(f"cannot read ConfigMap {self.node_config}: {err}") from err
-        opts = options_for(self.node_name, cm.get("data") or {}, f"ConfigMap {self.node_config}")
-        if "reserveFraction" in opts:
-            self.reserve_fraction = opts["reserveFraction"]
-        self.mps = opts.get("mps", self.mps)
-        self.mps_multi_user = opts.get("mpsMultiUser", self.mps_multi_user)
-        self.device_mode = opts.get("deviceMode", self.device_mode)
-        self.tensorflow_memory_limit = opts.get("tensorflowMemoryLimit", self.tensorflow_memory_limit)
-        self.compute_share = opts.get("computeShare", self.compute_share)
-        self.isolation_tier = opts.get("isolationTier", self.isolation_tier)
-        self.overcommit = opts.get("overcommit", self.overcommit)
-        self.hibernation_host_memory_gib = opts.get(
-            "hibernationHostMemoryGiB", self.hibernation_host_memory_gib
-        )
-        self.hibernation_min_idle = opts.get("hibernationMinIdle", self.hibernation_min_idle)
-        self.context_mib = opts.get("contextMiB", self.context_mib)
-
-    def overcommit_settings(self) -> Overcommit:
-        """The node's overcommit, checked: :class:`CannotStart` naming the node, the value and the fix."""
-        problem = overcommit_problem(
-            self.node_name,
-            self.overcommit,
-            self.hibernation_host_memory_gib,
-            self.hibernation_min_idle,
-            self.usage_interval,
-        )
-        if problem:
-            raise CannotStart(problem, 2)
-        return Overcommit(self.overcommit, self.hibernation_host_memory_gib * 1024, self.hibernation_min_idle)
-
-    def hibernation_folder(self) -> str:
-        """The pods' doors: --hibernation-dir, else beside the simulated claims, else the default."""
-        from .doors import DEFAULT_HIBERNATION_DIR
-
-        if self.hibernation_dir:
-            return str(self.hibernation_dir)
-        if self.backend == "simulated" and self.usage_claims_dir:
-            return str(Path(self.usage_claims_dir).parent / "hibernation")
-        return DEFAULT_HIBERNATION_DIR
-
-    def tier(self) -> str:
-        """The tier this node claims; :class:`CannotStart` when the settings contradict it."""
-        if self.isolation_tier == "auto":
-            return MPS if self.mps else COOPERATIVE
-        if self.isolation_tier == MPS and not self.mps:
-            raise CannotStart(
-                "--isolation-tier mps needs MPS on this node: pass --mps (or 'mps': true in "
-                "--node-config) with the MPS control daemon running, or claim another tier",
-                2,
-            )
-        return str(self.isolation_tier)
-
     def isolation(self) -> Isolation:
         return Isolation(
             hook_host_path=self.hook_host_path,
@@ -201,137 +123,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             compute_share=self.compute_share,
             context_mib=self.context_mib,
         )
-
-    def install_hook(self) -> None:
-        """Put the start-up hook where Allocate's mount points, or stop: a mount of a missing
-        folder would fail every GPU container on this node."""
-        from gpushare_hub.isolation.hookfiles import install_hook
-
-        if not self.hook_host_path:
-            return
-        try:
-            install_hook(Path(self.hook_host_path))
-        except OSError as err:
-            raise GPUShareError(
-                f"cannot install the Python start-up hook into {self.hook_host_path} ({err}); mount "
-                "that host folder into the plugin's container, or pass --hook-host-path='' to run "
-                "without the PyTorch cap"
-            ) from err
-
-    def start_usage(
-        self,
-        api: RestClient,
-        state: PluginState,
-        stop: threading.Event,
-        claimed: Callable[[], Mapping[str, tuple[str, dict[str, int]]]] | None = None,
-    ) -> None:
-        """The usage loop (a daemon thread, until ``stop``) and its metrics endpoint; ``claimed``:
-        the slices of the DRA claims prepared on the node (the DRA plugin's)."""
-
-        from prometheus_client import start_http_server
-        from prometheus_client.registry import CollectorRegistry
-
-        from .kube import KubeUsageSink
-        from .usage import UsageCollector, UsageReporter
-
-        if self.usage_interval <= 0:
-            return
-        reporter = UsageReporter(
-            state,
-            KubeUsageSink(api, self.node_name),
-            mps=self.mps,
-            idle_memory_mib=self.idle_memory_mib,
-            claimed=claimed,
-        )
-        if state.doors is not None:
-            from .hibernation import start_keeper
-
-            start_keeper(state, reporter, KubeUsageSink(api, self.node_name), stop)
-        threading.Thread(
-            target=reporter.run, args=(stop, self.usage_interval), name="usage", daemon=True
-        ).start()
-        if self.metrics_port:
-            registry = CollectorRegistry()
-            registry.register(UsageCollector(reporter))
-            start_http_server(self.metrics_port, registry=registry)
-
-    def start_selftest(self, api: RestClient, state: PluginState) -> None:
-        """The isolation self-test, once, in a daemon thread (it may take a minute)."""
-        from gpushare_hub.isolation.usage import slices_on_node
-
-        from .kube import KubeUsageSink
-        from .selfcheck import probe_card
-
-        names = state.settings.names
-        used: dict[str, int] = {}
-        try:
-            pods = state.pods.pods_on_node(self.node_name)
-        except Exception as err:
-            logging.getLogger("gpushare.plugin").warning("no isolation self-test: cannot list pods (%s)", err)
-            return
-        for _key, cards in slices_on_node(pods, state.ledger_node(), names).values():
-            for uuid, mib in cards.items():
-                used[uuid] = used.get(uuid, 0) + mib // names.mib_per_unit
-        card = probe_card(state.inventory(), used, names.mib_per_unit)
-        if card is None:
-            logging.getLogger("gpushare.plugin").info(
-                "no isolation self-test now: no card has room for it beside the slices held"
-            )
-            return
-        sink = KubeUsageSink(api, self.node_name)
-        args = (
-            self.node_name,
-            card,
-            state.settings.names.mib_per_unit,
-            state.settings.isolation,
-            self.selftest_python or sys.executable,
-            sink,
-            self.selftest_path,
-        )
-        threading.Thread(target=self._selftest, args=args, name="selftest", daemon=True).start()
-
-    @staticmethod
-    def _selftest(*args: Any) -> None:
-        from .selfcheck import check_node
-
-        try:
-            check_node(*args)
-        except Exception as err:  # the check must never stop the plugin
-            logging.getLogger("gpushare.plugin").warning("the isolation self-test failed to run: %s", err)
-
-    def connect(self) -> RestClient:
-        """The API client, with the per-node options applied; :class:`CannotStart` if neither can be had."""
-        from gpushare_hub.kube.execcred import CredentialError
-        from gpushare_hub.kube.kubeconfig import KubeconfigError
-
-        from .kube import rest_client
-
-        problem = connection_problem(self.kubeconfig or None)
-        if problem:
-            raise CannotStart(problem, 2)
-        where = f"--kubeconfig {self.kubeconfig}: " if self.kubeconfig else ""
-        try:
-            api = rest_client(self.kubeconfig or None)
-            if self.node_config:
-                self.apply_node_config(api)
-        except (KubeconfigError, CredentialError) as err:
-            raise CannotStart(f"{where}{err}", 2) from err
-        except NodeConfigError as err:
-            self.warn_node(api, NODE_CONFIG_REASON, err)
-            raise CannotStart(str(err), 2) from err
-        except GPUShareError as err:
-            raise CannotStart(str(err), 2) from err
-        return api
-
-    def warn_node(self, api: RestClient, reason: str, err: Exception) -> None:
-        """Why the plugin does not start, as a Warning event on the Node too, where an admin looks
-        (``kubectl describe node``) while the plugin's pod restarts; best effort."""
-        from .kube import KubeUsageSink
-
-        try:
-            KubeUsageSink(api, self.node_name).warn_node(reason, f"device plugin not started: {err}")
-        except Exception as failed:  # the plugin stops with the message either way
-            logging.getLogger("gpushare.plugin").warning("could not post the Warning event: %s", failed)
 
     def plugin_settings(self, names: ResourceNames) -> Settings:
         return Settings(
@@ -474,46 +265,6 @@ class GPUShareDevicePlugin(Application, DeviceModeOptions, PluginOptions):
             )
         except Exception as err:
             log.warning("could not publish the card inventory on node %s: %s", self.node_name, err)
-
-    def remove_hook_if_unused(self, state: PluginState) -> None:
-        """On the way out, the start-up hook's files go when nothing on this node uses them: an
-        uninstall then leaves none of our files on the node, while a restart or an upgrade with
-        notebooks running keeps the files they mount.
-
-        With ``hostPID`` (the chart's default) every container's mounts are read from /proc, which
-        needs no API server: on an uninstall the plugin's RBAC may be gone before it stops. Without
-        it, the pods of the node are asked for; kept when neither can tell."""
-        from gpushare_hub.isolation.hookfiles import hook_mounted_elsewhere, remove_hook
-
-        from .response import HOOK_CONTAINER_PATH
-
-        log = logging.getLogger("gpushare.plugin")
-        if not self.hook_host_path:
-            return
-        folder = Path(self.hook_host_path)
-        mounted = hook_mounted_elsewhere(folder, HOOK_CONTAINER_PATH)
-        if mounted:
-            log.info("start-up hook kept in %s: a container on this node mounts it", folder)
-            return
-        if mounted is None:
-            try:
-                pods = state.pods.pods_on_node(self.node_name)
-            except Exception as err:
-                log.info("start-up hook kept in %s: cannot tell whether a pod uses it (%s)", folder, err)
-                return
-            users = [p for p in pods if holds_a_slice(p, state.settings.names)]
-            if users:
-                log.info("start-up hook kept in %s: %d pod(s) on this node hold a slice", folder, len(users))
-                return
-        remove_hook(folder)
-        log.info("start-up hook removed from %s: nothing on this node uses it", folder)
-
-
-def holds_a_slice(pod: PodObject, names: ResourceNames) -> bool:
-    """A pod, not finished, that may hold or wait for a slice (the core's test: it names a GPU
-    resource, carries an allocation record, or claims a slice on the DRA path, whose claim's
-    CDI spec mounts the same hook)."""
-    return pod.phase not in ("Succeeded", "Failed") and may_hold_slice(pod, names)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -20,7 +20,7 @@ from gpushare_hub.core.names import (
 )
 from gpushare_hub.core.report import may_hold_slice, pod_facts, report_from_ledger
 from gpushare_hub.core.shapes import MAX_POD_CLAIMS, read_node, read_pod
-from gpushare_hub.plugin.app import holds_a_slice
+from gpushare_hub.plugin.hookkeeping import holds_a_slice
 from gpushare_hub.service.hubservers import HubServer
 from gpushare_hub.service.sources import Cluster, service_informer
 from gpushare_hub.service.view import me_document

@@ -179,7 +179,8 @@ def test_only_driver_tier_nodes_get_the_driver_limit_and_every_slice_the_tier_th
 
 
 def test_the_claimed_tier_follows_mps_unless_named_and_unknown_or_impossible_ones_stop_the_plugin(capsys):
-    from gpushare_hub.plugin.app import CannotStart, GPUShareDevicePlugin
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
+    from gpushare_hub.plugin.startchecks import CannotStart
 
     def tier(*flags: str) -> str:
         app = GPUShareDevicePlugin()

@@ -57,7 +57,8 @@ def test_good_options_pass_and_overcommit_needs_the_usage_loop():
 
 
 def test_the_plugin_refuses_bad_overcommit_at_start_with_status_2():
-    from gpushare_hub.plugin.app import CannotStart, GPUShareDevicePlugin
+    from gpushare_hub.plugin.app import GPUShareDevicePlugin
+    from gpushare_hub.plugin.startchecks import CannotStart
 
     app = GPUShareDevicePlugin(node_name="gpu-7", overcommit=3.0, hibernation_host_memory_gib=0)
     with pytest.raises(CannotStart) as err:
@@ -68,8 +69,8 @@ def test_the_plugin_refuses_bad_overcommit_at_start_with_status_2():
 
 
 def test_the_dra_plugin_refuses_overcommit_naming_the_device_plugin():
-    from gpushare_hub.plugin.app import CannotStart
     from gpushare_hub.plugin.dra.app import GPUShareDRAPlugin
+    from gpushare_hub.plugin.startchecks import CannotStart
 
     app = GPUShareDRAPlugin(node_name="gpu-7", overcommit=2.0, hibernation_host_memory_gib=64)
     with pytest.raises(CannotStart, match=r"node gpu-7: --overcommit 2.0 is for the device-plugin path"):

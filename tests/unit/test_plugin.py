@@ -28,13 +28,13 @@ from gpushare_hub.kube.kubeconfig import Access
 from gpushare_hub.kube.rest import MERGE_PATCH, ApiStatusError, RestClient
 from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2 as pb
 from gpushare_hub.plugin.api import deviceplugin_v1beta1_pb2_grpc as pbg
-from gpushare_hub.plugin.app import CannotStart
 from gpushare_hub.plugin.backends import BackendUnavailable, NVMLBackend, SimulatedBackend, parse_declaration
 from gpushare_hub.plugin.devices import by_card, card_of, device_ids, preferred, units_of
 from gpushare_hub.plugin.kube import KubePods, KubeUsageSink, publish_isolation, publish_node
 from gpushare_hub.plugin.matching import NoMatch, container_env, match, waiting_containers
 from gpushare_hub.plugin.servicer import Servicer
 from gpushare_hub.plugin.settings import Settings
+from gpushare_hub.plugin.startchecks import CannotStart
 from gpushare_hub.plugin.state import PluginState
 from tests.objects import read_pods
 from tests.support.plugin_pods import NODE, MemoryPods, placed

@@ -29,8 +29,9 @@ from gpushare_hub.core.names import DRA_DRIVER
 from gpushare_hub.core.overcommit import Overcommit
 from gpushare_hub.kube.rest import RestClient
 
-from ..app import CannotStart, GPUShareDevicePlugin
+from ..app import GPUShareDevicePlugin
 from ..health import watch_health
+from ..startchecks import CannotStart
 from ..state import PluginState
 from .cdiclaims import leftover_specs
 from .driver import Driver, DriverConfig
