@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from gpushare_hub.core.cards import model_matches
 from gpushare_hub.core.catalogue import Slice
-from gpushare_hub.core.report import CardRow
+from gpushare_hub.core.reportrows import CardRow
 
 DEFINITION = (
     "free memory on healthy cards whose free block is smaller than the smallest catalogued slice "

@@ -13,7 +13,9 @@ from gpushare_hub.core.claims import ClaimIgnored, ClaimObject
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.ledger import Ledger
 from gpushare_hub.core.objects import NodeObject, PodObject
-from gpushare_hub.core.report import NodeFacts, PodFacts, Report, node_facts, pod_facts, report_from_ledger
+from gpushare_hub.core.report import report_from_ledger
+from gpushare_hub.core.reportfacts import NodeFacts, PodFacts, node_facts, pod_facts
+from gpushare_hub.core.reportrows import Report
 from gpushare_hub.core.resources import DEFAULT_NAMES, ResourceNames
 
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from gpushare_hub.core.durations import compact
-from gpushare_hub.core.report import NodeRow, PodRow, Report
+from gpushare_hub.core.reportrows import NodeRow, PodRow, Report
 
 from .tabwriter import tabulate
 

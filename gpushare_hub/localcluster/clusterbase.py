@@ -137,7 +137,9 @@ class ClusterBase:
         return ctx
 
     def _get(self, path: str) -> str:
-        with urllib.request.urlopen(self.server + path, context=self._ssl(), timeout=5) as resp:
+        # 30 s: an API server on a loaded machine (a cold build beside the tests) may stall a few
+        # seconds, and one slow answer must not fail the wait it is part of.
+        with urllib.request.urlopen(self.server + path, context=self._ssl(), timeout=30) as resp:
             return str(resp.read().decode())
 
     def get_json(self, path: str) -> Any:

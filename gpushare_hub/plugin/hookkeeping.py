@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from gpushare_hub.core.errors import GPUShareError
 from gpushare_hub.core.objects import PodObject
-from gpushare_hub.core.report import may_hold_slice
+from gpushare_hub.core.reportfacts import may_hold_slice
 from gpushare_hub.core.resources import ResourceNames
 
 from .state import PluginState

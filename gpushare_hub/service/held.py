@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpushare_hub.core.budget import Held
-from gpushare_hub.core.report import CardRow, PodRow, Report
+from gpushare_hub.core.reportrows import CardRow, PodRow, Report
 
 from .hubservers import HubServer, idle_seconds, rfc3339, seconds_of
 

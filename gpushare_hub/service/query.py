@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpushare_hub.core import model_matches
-from gpushare_hub.core.report import CardRow, PodRow
+from gpushare_hub.core.reportrows import CardRow, PodRow
 
 NODE_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")  # a DNS-1123 subdomain
 MODEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]{0,62}$")

@@ -26,16 +26,16 @@ from typing import Any
 from gpushare_hub.core import Ledger, NodeObject, PodObject, ResourceNames
 from gpushare_hub.core.claims import ClaimObject
 from gpushare_hub.core.releases import ReleaseHistory
-from gpushare_hub.core.report import (
+from gpushare_hub.core.report import report_from_ledger
+from gpushare_hub.core.reportfacts import (
     NodeFacts,
     PendingPod,
     PodFacts,
-    Report,
     may_hold_slice,
     node_facts,
     pod_facts,
-    report_from_ledger,
 )
+from gpushare_hub.core.reportrows import Report
 from gpushare_hub.kube.ledger_source import Informer, SharedLedger
 
 from .hubapi import HubAPI

@@ -20,7 +20,7 @@ from gpushare_hub.core import Ledger, computeshare
 from gpushare_hub.core.availability import availability, render
 from gpushare_hub.core.catalogue import Catalogue
 from gpushare_hub.core.isolation import NodeIsolation
-from gpushare_hub.core.report import PodRow, Report
+from gpushare_hub.core.reportrows import PodRow, Report
 from gpushare_hub.core.usage import NOT_MEASURED
 from gpushare_hub.core.waste import DEFINITION as FRAGMENTATION_DEFINITION
 from gpushare_hub.core.waste import card_fragment

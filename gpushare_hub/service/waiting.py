@@ -11,7 +11,7 @@ from typing import Any
 
 from gpushare_hub.core import Ledger, Placer
 from gpushare_hub.core.availability import placer_for
-from gpushare_hub.core.report import PendingPod
+from gpushare_hub.core.reportfacts import PendingPod
 from gpushare_hub.core.verdict import Reason
 
 from .hubservers import seconds_of

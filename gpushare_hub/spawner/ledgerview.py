@@ -80,7 +80,7 @@ class LedgerView(SliceSettings):
     def _make_informer(self) -> Informer:
         from functools import partial
 
-        from gpushare_hub.core.report import may_hold_slice
+        from gpushare_hub.core.reportfacts import may_hold_slice
         from gpushare_hub.kube.informer import LedgerInformer
 
         # The ledger reads every pod event; only pods that can hold a slice are remembered.

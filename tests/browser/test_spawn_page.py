@@ -80,8 +80,14 @@ def test_spawn_page_shows_availability_and_it_changes_when_the_last_slice_is_tak
         started.append("oli")
         assert wait_for(lambda: (pod_of(local_cluster, "oli") or {})["spec"].get("nodeName"), 120)
 
-        page.reload()
-        page.wait_for_selector("span.gpushare-availability")
+        # The form counts from the hub's own watch of the cluster, which may hear of the binding
+        # a moment after the API server had it: reload until it has.
+        def reloaded() -> dict[str, str]:
+            page.reload()
+            page.wait_for_selector("span.gpushare-availability")
+            return notes(page)
+
+        assert wait_for(lambda: reloaded()["t4-7g"].startswith("none free"), 60, 1.0), notes(page)
         after = notes(page)
         page.screenshot(path=str(OUT / "spawn-after.png"), full_page=True)
         # (the session's earlier releases may add an estimate of the wait after these words)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpushare_hub.core.names import ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION
 from tests.conftest import gpu_pod, wait_for
-from tests.support.extender import SCHED, bound, events_for
+from tests.support.extender import SCHED, bound, events_for, inspect
 
 
 def requiring(name: str, units: int, tier: str, sel: dict[str, str]) -> dict:
@@ -25,6 +25,8 @@ def test_a_slice_requiring_mps_goes_only_to_the_mps_node_and_waits_with_a_reason
     (coop, mps), sel = node_group(2, cards=1)
     api = local_cluster.core_api()
     api.patch_node(mps, {"metadata": {"annotations": {ISOLATION_ANNOTATION: "mps"}}})
+    # The extender hears of the tier through its watch: pods made before it has would be refused.
+    assert wait_for(lambda: inspect(gpushare.url, mps)["nodes"][0]["isolation"]["claimed"] == "mps", 30)
     for i in range(3):
         api.create_namespaced_pod(namespace, requiring(f"hard-{i}", 5, "mps", sel))
     pods = wait_for(lambda: bound(local_cluster, namespace, 3))

@@ -57,7 +57,9 @@ def test_a_spent_budget_refuses_a_spawn_with_the_reset_and_an_admins_addition_le
         status, body = hub.api("POST", f"/users/{user}/server", {"profile": "t4-5g"})
         assert status in (201, 202), (status, body)
         started = True
-        hub.wait_ready(user)
+        # Bound is enough: the budget counts from the slice's booking, and a 5 GiB slice spends
+        # this one in 36 s, which a notebook's start on a loaded machine may take.
+        assert wait_for(lambda: (pod_of(local_cluster, user) or {}).get("spec", {}).get("nodeName"), 120)
         pod = pod_of(local_cluster, user)
         assert pod is not None
         pod_name = pod["metadata"]["name"]

@@ -105,6 +105,18 @@ def kernels(hub: LocalHub, user: str, token: str) -> dict[str, Any]:
     return {k["id"]: k for k in doc["kernels"]}
 
 
+def sleep_rule(hub: LocalHub, user: str, token: str, kernel: Kernel, action: str) -> tuple[int, Any]:
+    """The status bar's Keep awake (``keep-awake``) or its undoing (``allow-sleep``)."""
+    url = f"{hub.url}/user/{user}/gpushare/api/hibernation/{kernel.kernel_id}"
+    return hub.request("POST", url, token, {"action": action})
+
+
+def unschedulable(pod: dict[str, Any] | None) -> bool:
+    """kube-scheduler has tried the pod and found no node for it (PodScheduled False)."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
+
+
 def test_a_card_holds_four_5_gib_notebooks_by_hibernating_idle_kernels(local_cluster, oc_nodes, oc_hub):
     hub, claims = oc_hub, oc_nodes.claims_dir("oc-1")
     tokens = {u: hub.user_token(u) for u in USERS}
@@ -131,6 +143,10 @@ def test_a_card_holds_four_5_gib_notebooks_by_hibernating_idle_kernels(local_clu
                 Kernel(hub, BOB, tokens[BOB], notebook="b.ipynb") as b,
                 Kernel(hub, CAROL, tokens[CAROL], notebook="c.ipynb") as c,
             ):
+                # alice's kernel is held awake until dave's spawn is seen waiting: the wait must
+                # be the full card's, however slowly the steps before it go on a loaded machine.
+                status, body = await asyncio.to_thread(sleep_rule, hub, ALICE, tokens[ALICE], a, "keep-awake")
+                assert status == 200, (status, body)
                 for k in (a, b, c):
                     out, error = await k.run(TAKE)
                     assert error is None and out.strip() == "took", (out, error)
@@ -140,10 +156,19 @@ def test_a_card_holds_four_5_gib_notebooks_by_hibernating_idle_kernels(local_clu
                     hub.api, "POST", f"/users/{DAVE}/server", {"profile": "t4-5g"}
                 )
                 assert status in (201, 202), (status, body)
-                await asyncio.sleep(5)
+                waits = await asyncio.to_thread(
+                    wait_for, lambda: unschedulable(pod_of(local_cluster, DAVE)), 120
+                )
+                assert waits, pod_of(local_cluster, DAVE)
                 assert not (pod_of(local_cluster, DAVE) or {}).get("spec", {}).get("nodeName")
+                assert kernels(hub, ALICE, tokens[ALICE])[a.kernel_id]["state"] == "awake"
 
-                # alice's kernel runs nothing: past 20 s it hibernates, and dave lands.
+                # alice's kernel, let sleep again, has run nothing for 20 s: it hibernates, and
+                # dave lands.
+                status, body = await asyncio.to_thread(
+                    sleep_rule, hub, ALICE, tokens[ALICE], a, "allow-sleep"
+                )
+                assert status == 200, (status, body)
                 hibernated = await asyncio.to_thread(
                     wait_for,
                     lambda: kernels(hub, ALICE, tokens[ALICE])[a.kernel_id]["state"] == "hibernated",

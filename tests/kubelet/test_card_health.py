@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 
 from tests.conftest import gpu_pod, wait_for
-from tests.support.plugin_node import SCHED, SELECTOR, chosen_card, empty_node, node_annotations, placed
+from tests.support.extender import inspect
+from tests.support.plugin_node import NODE, SCHED, SELECTOR, chosen_card, empty_node, node_annotations, placed
 
 
 def inventory_health(cluster) -> dict[str, bool]:
     cards = json.loads(node_annotations(cluster)["gpushare-hub.io/cards"])
     return {c["uuid"]: c["healthy"] for c in cards}
+
+
+def extender_health(url: str) -> dict[str, bool]:
+    """The cards' health as the extender holds it (its watch of the Node, a moment after)."""
+    return {c["uuid"]: c["healthy"] for c in inspect(url, NODE)["nodes"][0]["cards"]}
 
 
 def events_for(cluster, namespace, pod) -> list[str]:
@@ -20,7 +26,7 @@ def events_for(cluster, namespace, pod) -> list[str]:
 
 
 def test_an_unhealthy_card_is_skipped_at_once_and_used_again_once_it_recovers(
-    local_cluster, device_manager, plugin, namespace
+    local_cluster, gpushare, device_manager, plugin, namespace
 ):
     empty_node(local_cluster, device_manager)
     api = local_cluster.core_api()
@@ -34,6 +40,8 @@ def test_an_unhealthy_card_is_skipped_at_once_and_used_again_once_it_recovers(
     try:
         plugin.health_file.write_text(json.dumps({x: False}))
         assert wait_for(lambda: inventory_health(local_cluster) == {x: False, y: True}, timeout=20)
+        # The extender has it too (else b could be placed before it heard, on a loaded machine).
+        assert wait_for(lambda: extender_health(gpushare.url) == {x: False, y: True}, timeout=30)
         # Binpack would pick the fuller card x; it is unhealthy, so b goes to y.
         api.create_namespaced_pod(namespace, gpu_pod("b", 3, SCHED, SELECTOR))
         b = wait_for(lambda: placed(local_cluster, namespace, "b"), timeout=40)

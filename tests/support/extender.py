@@ -36,7 +36,7 @@ def events_for(cluster, namespace, pod) -> list[str]:
 
 
 def inspect(url: str, node: str | None = None) -> dict[str, Any]:
-    with urllib.request.urlopen(url + ("/inspect/" + node if node else "/inspect"), timeout=5) as r:
+    with urllib.request.urlopen(url + ("/inspect/" + node if node else "/inspect"), timeout=30) as r:
         return json.loads(r.read())
 
 

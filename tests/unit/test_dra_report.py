@@ -18,7 +18,8 @@ from gpushare_hub.core.names import (
     HUB_USER_ANNOTATION,
     SLICE_ANNOTATION,
 )
-from gpushare_hub.core.report import may_hold_slice, pod_facts, report_from_ledger
+from gpushare_hub.core.report import report_from_ledger
+from gpushare_hub.core.reportfacts import may_hold_slice, pod_facts
 from gpushare_hub.core.shapes import MAX_POD_CLAIMS, read_node, read_pod
 from gpushare_hub.plugin.hookkeeping import holds_a_slice
 from gpushare_hub.service.hubservers import HubServer

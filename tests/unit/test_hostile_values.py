@@ -13,7 +13,7 @@ import pytest
 
 from gpushare_hub.core.digits import ascii_int
 from gpushare_hub.core.names import GPU_MEM_ASSUME_TIME
-from gpushare_hub.core.report import pod_facts
+from gpushare_hub.core.reportfacts import pod_facts
 from gpushare_hub.notebook.sliceinfo import read_slice
 from tests.objects import read_pod
 

@@ -14,7 +14,9 @@ from traitlets.config import Config
 from gpushare_hub.core import DEFAULT_NAMES, Demand, Ledger
 from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
 from gpushare_hub.core.names import CARDS_ANNOTATION
-from gpushare_hub.core.report import PendingPod, Report, build_report, pod_facts
+from gpushare_hub.core.report import build_report
+from gpushare_hub.core.reportfacts import PendingPod, pod_facts
+from gpushare_hub.core.reportrows import Report
 from gpushare_hub.core.verdict import Reason
 from gpushare_hub.service import admin_scope, configure_hub, metrics_scope
 from gpushare_hub.service.hubconfig import CONFIG_ENV
@@ -515,7 +517,7 @@ def test_the_service_and_the_cli_make_one_report_from_the_same_cluster(hub_names
 
 
 def test_the_service_keeps_a_few_facts_of_the_gpu_pods_and_nodes_not_the_objects():
-    from gpushare_hub.core.report import NodeFacts, PodFacts
+    from gpushare_hub.core.reportfacts import NodeFacts, PodFacts
 
     cluster, informer = fed_cluster()
     # Active pods that ask for a GPU only: not the CPU pod, not the finished one.
@@ -586,7 +588,7 @@ def test_the_services_informer_tells_only_of_pods_that_can_hold_a_slice_and_miss
     ],
 )
 def test_may_hold_slice_keeps_pods_that_ask_for_either_resource_or_carry_a_record(pod, holds):
-    from gpushare_hub.core.report import may_hold_slice
+    from gpushare_hub.core.reportfacts import may_hold_slice
 
     assert may_hold_slice(read_pod(pod)) is holds
 

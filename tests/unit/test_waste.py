@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpushare_hub.core.catalogue import Slice
-from gpushare_hub.core.report import CardRow
+from gpushare_hub.core.reportrows import CardRow
 from gpushare_hub.core.waste import card_fragment, smallest_slice
 
 FIVE = Slice("t4-5g", "5 GiB", 5)
