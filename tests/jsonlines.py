@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import select
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from tests.support.pipes import readable
 
 
 class JsonLineShim:
@@ -23,7 +24,7 @@ class JsonLineShim:
 
     def _read(self, timeout: float) -> dict[str, Any]:
         assert self.proc.stdout is not None
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+        if not readable(self.proc.stdout, timeout):
             raise TimeoutError(f"{self.name} did not answer in {timeout}s; log {self.log}")
         line = self.proc.stdout.readline()
         if not line:

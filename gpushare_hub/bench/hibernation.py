@@ -101,7 +101,9 @@ class Kernel:
 
     def answer(self, timeout: float) -> str:
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        poll = select.poll()  # not select(): it refuses descriptors from 1024 on
+        poll.register(self.proc.stdout, select.POLLIN)
+        ready = bool(poll.poll(timeout * 1000))
         line = self.proc.stdout.readline().strip() if ready else ""
         if line:
             return line

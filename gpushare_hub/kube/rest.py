@@ -80,11 +80,12 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     used again: a request sent on it would fail, or be answered by what is already waiting."""
     if conn.sock is None:
         return True
-    try:
-        readable, _, _ = select.select([conn.sock], [], [], 0)
+    try:  # poll, not select: select() refuses descriptors from 1024 on, which a busy process has
+        ready = select.poll()
+        ready.register(conn.sock, select.POLLIN)
+        return bool(ready.poll(0))
     except (OSError, ValueError):
         return True
-    return bool(readable)
 
 
 class _TLSConnection(http.client.HTTPSConnection):

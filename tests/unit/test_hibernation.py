@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import select
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from gpushare_hub.notebook.sleepstate import AWAKE, HIBERNATED, REFUSED, WAITING
 from gpushare_hub.notebook.wakeonrun import action_of, hibernate_after
 from tests.conftest import wait_for
 from tests.support.isolation import fake_site
+from tests.support.pipes import readable
 
 GIB = 1024**3
 
@@ -113,8 +113,7 @@ def node(tmp_path: Path) -> dict[str, Any]:
 
 def line(proc: subprocess.Popen[str], timeout: float) -> str | None:
     assert proc.stdout
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    return proc.stdout.readline().strip() if ready else None
+    return proc.stdout.readline().strip() if readable(proc.stdout, timeout) else None
 
 
 def claim_mib(claims: Path, pid: int) -> int:

@@ -435,6 +435,22 @@ def test_a_connection_the_server_closed_while_idle_is_not_used_again(apiserver, 
     assert len(set(apiserver.ports)) == 3
 
 
+def test_a_kept_connection_is_used_again_in_a_process_with_over_a_thousand_descriptors(apiserver, pki):
+    """select() refuses descriptors from 1024 on: with it, every request of a busy process took
+    a new connection (a new TLS handshake each) while saying nothing. poll() has no such limit."""
+    apiserver.objects["/api/v1/nodes/n0"] = {"metadata": {"name": "n0"}}
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with RestClient(good(apiserver, pki)) as api:
+            for value in "abc":
+                api.patch_merge("/api/v1/nodes/n0", {"metadata": {"labels": {"x": value}}})
+    finally:
+        for fd in filler:
+            os.close(fd)
+    assert apiserver.objects["/api/v1/nodes/n0"]["metadata"]["labels"] == {"x": "c"}
+    assert len(set(apiserver.ports)) == 1
+
+
 def test_only_a_get_is_sent_again_when_its_kept_connection_turns_out_closed(apiserver, pki, monkeypatch):
     monkeypatch.setattr(rest, "_dropped", lambda conn: False)  # the close is not seen before sending
     apiserver.objects["/api/v1/nodes/n0"] = {"metadata": {"name": "n0"}}
