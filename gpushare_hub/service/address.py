@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import socket
+import threading
 from typing import Any
 from urllib.parse import urlparse
 
+_HANDED_OUT: set[int] = set()  # ports free_port gave, perhaps not yet bound by whoever asked
+_HANDED_OUT_LOCK = threading.Lock()
+
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on now, and that this process has not handed
+    out before: two ports asked for in turn, both bound later, must not be the same one (the
+    kernel hands a port out again once its probe socket is closed)."""
+    with _HANDED_OUT_LOCK:
+        for _ in range(64):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in _HANDED_OUT:
+                break
+        _HANDED_OUT.add(port)
+        return port
 
 
 def listen_on(url: str, port: int | None) -> dict[str, Any]:

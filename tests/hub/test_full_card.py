@@ -21,11 +21,10 @@ import pytest
 
 from gpushare_hub.core import cardmemory
 from gpushare_hub.localcluster.hub import LocalHub
-from gpushare_hub.localcluster.notebooknodes import LABEL, NotebookNodes
-from tests.conftest import wait_for
+from gpushare_hub.localcluster.notebooknodes import NotebookNodes
 from tests.support.hub_helpers import Kernel, pod_of, spawn_form
-from tests.support.hub_session import NAMESPACE, SCHEDULER, SLICES, hub_spawner_config
 from tests.support.isolation import fake_site, upload
+from tests.support.own_hub import own_hub, own_nodes
 
 USERS = ("t4-ann", "t4-ben", "t4-cat")
 CUDA_MIB, CONTEXT_MIB, STEP_MIB = 15110, 522, 16
@@ -51,28 +50,14 @@ print("FILLED", json.dumps({{"reserved_mib": reserved / 2**20, "cap_mib": cap / 
 
 @pytest.fixture
 def t4_nodes(local_cluster: Any, gpushare: Any) -> NotebookNodes:
-    nodes = NotebookNodes(local_cluster, name="node-agent-t4", label_value="full-t4")
-    nodes.add(1, cards=1, prefix="t4-")
-    nodes.start()
-    return nodes
+    return own_nodes(local_cluster, "full-t4", "t4-")
 
 
 @pytest.fixture
 def t4_hub(local_cluster: Any, hub: Any, t4_nodes: NotebookNodes) -> Iterator[LocalHub]:
     del hub  # the session's hub made the namespace
-    spawner = {**hub_spawner_config(), "slices": SLICES, "gpushare_scheduler_name": SCHEDULER}
-    spawner["node_selector"] = {LABEL: "full-t4"}
-    h = LocalHub(
-        local_cluster, NAMESPACE, spawner, spawner_class="gpushare_hub.GPUShareSpawner", name="hub-t4"
-    ).start()
-    try:
+    with own_hub(local_cluster, "full-t4", "hub-t4", USERS) as h:
         yield h
-    finally:
-        for u in USERS:
-            h.api("DELETE", f"/users/{u}/server")
-        for u in USERS:
-            wait_for(lambda u=u: pod_of(local_cluster, u) is None, timeout=120)
-        h.stop()
 
 
 def test_three_5_gib_notebooks_on_a_full_t4_each_get_what_the_form_says(local_cluster, t4_nodes, t4_hub):

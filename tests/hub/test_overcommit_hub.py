@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from gpushare_hub.localcluster.hub import LocalHub
-from gpushare_hub.localcluster.notebooknodes import LABEL, NotebookNodes
+from gpushare_hub.localcluster.notebooknodes import NotebookNodes
 from tests.conftest import wait_for
 from tests.support.hub_helpers import Kernel, pod_of
-from tests.support.hub_session import NAMESPACE, SCHEDULER, SLICES, hub_spawner_config
 from tests.support.isolation import fake_site, upload
+from tests.support.own_hub import own_hub, own_nodes
 
 CARD_MIB = 15360
 USERS = ALICE, BOB, CAROL, DAVE = "oc-alice", "oc-bob", "oc-carol", "oc-dave"
@@ -46,19 +46,12 @@ PLUGIN_ARGS = (
 
 @pytest.fixture
 def oc_nodes(local_cluster: Any, gpushare: Any) -> NotebookNodes:
-    nodes = NotebookNodes(
-        local_cluster, plugin_args=PLUGIN_ARGS, name="node-agent-oc", label_value="overcommit"
-    )
-    nodes.add(1, cards=1, prefix="oc-")
-    nodes.start()
-    return nodes
+    return own_nodes(local_cluster, "overcommit", "oc-", PLUGIN_ARGS)
 
 
 @pytest.fixture
 def oc_hub(local_cluster: Any, hub: Any, oc_nodes: NotebookNodes) -> Iterator[LocalHub]:
     del hub  # the session's hub made the namespace
-    spawner = {**hub_spawner_config(), "slices": SLICES, "gpushare_scheduler_name": SCHEDULER}
-    spawner["node_selector"] = {LABEL: "overcommit"}
     settings = {
         "gpu_idle_action": "notify",
         "gpu_idle_action_per_group": {"sleepy": "hibernate"},
@@ -74,18 +67,8 @@ def oc_hub(local_cluster: Any, hub: Any, oc_nodes: NotebookNodes) -> Iterator[Lo
             "configure_hub(c, name='gpushare')",
         ]
     )
-    h = LocalHub(
-        local_cluster, NAMESPACE, spawner, spawner_class="gpushare_hub.GPUShareSpawner",
-        extra_config=config, name="hub-oc",
-    ).start()  # fmt: skip
-    try:
+    with own_hub(local_cluster, "overcommit", "hub-oc", USERS, extra_config=config) as h:
         yield h
-    finally:
-        for u in USERS:
-            h.api("DELETE", f"/users/{u}/server")
-        for u in USERS:
-            wait_for(lambda u=u: pod_of(local_cluster, u) is None, timeout=120)
-        h.stop()
 
 
 def awake_mib(claims: Any) -> int:

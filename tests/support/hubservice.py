@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import http.client
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -17,8 +18,8 @@ from typing import Any
 
 import pytest
 from tornado import web
-
-from gpushare_hub.localcluster.processes import free_port
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
 
 ACCESS = "access:services!service=gpushare"
 
@@ -86,14 +87,21 @@ class ServiceUnderTest:
             return resp.status, raw.decode(errors="replace")
 
 
-def _serve_in_thread(start: Callable[[], None]) -> Callable[[], None]:
-    """Run ``start`` (which listens) in a loop of its own thread; the function that stops it."""
+def _listening() -> tuple[list[socket.socket], int]:
+    """A socket on a port the kernel chose, already bound: two ports asked for in turn and bound
+    later may be the same one."""
+    sockets = bind_sockets(0, "127.0.0.1")
+    return sockets, int(sockets[0].getsockname()[1])
+
+
+def _serve_in_thread(app: web.Application, sockets: list[socket.socket], **server: Any) -> Callable[[], None]:
+    """Serve ``app`` on ``sockets`` in a loop of its own thread; the function that stops it."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        start()
+        HTTPServer(app, **server).add_sockets(sockets)
         ready.set()
         loop.run_forever()
 
@@ -131,7 +139,7 @@ def hub_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ser
                 raise web.HTTPError(404)
             self.finish(callers[token])
 
-    hub_port, port = free_port(), free_port()
+    (hub_sockets, hub_port), (sockets, port) = _listening(), _listening()
     api_url = f"http://127.0.0.1:{hub_port}/hub/api"
     monkeypatch.setenv("JUPYTERHUB_API_URL", api_url)
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-own-token")
@@ -147,13 +155,10 @@ def hub_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ser
     svc.open_book(HubAPI(api_url, "service-own-token"))  # as run() wires it
     cluster = Cluster(lambda: None, DEFAULT_NAMES, 30.0)
     hub = HubServers(api_url, "service-own-token")
-    stop_hub = _serve_in_thread(
-        lambda: web.Application(
-            [(r"/hub/api/user", UserHandler), (r"/hub/api/users/([^/]+)", UserHandler)]
-        ).listen(hub_port, "127.0.0.1")
-    )
+    fake_hub = web.Application([(r"/hub/api/user", UserHandler), (r"/hub/api/users/([^/]+)", UserHandler)])
+    stop_hub = _serve_in_thread(fake_hub, hub_sockets)
     app = svc.make_app(cluster, hub)
-    stop_service = _serve_in_thread(lambda: app.listen(port, "127.0.0.1", max_body_size=SERVER_MAX_BODY))
+    stop_service = _serve_in_thread(app, sockets, max_body_size=SERVER_MAX_BODY)
     try:
         yield ServiceUnderTest(port, callers, svc, db, app.settings["cookie_secret"])
     finally:
