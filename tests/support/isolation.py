@@ -4,6 +4,7 @@ notebook's working directory (``upload``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,22 @@ FAKE_FRAMEWORKS = Path(__file__).parent / "fake-frameworks"
 def fake_site(root: Path, torch_version: str = "2.4.0") -> Path:
     """The fake torch (gpushare_hub.demo.fakegpu) in a folder of its own, as torch ``torch_version``."""
     return write_site(root / f"site-{torch_version}", torch_version)
+
+
+def hooked_env(tmp_path: Path, ledger: Path, **extra: str) -> dict[str, str]:
+    """A process of a 5 GiB slice of a 15 GiB card as Allocate starts it: the start-up hook and the
+    fake torch on its path, the container ledger in ``ledger``; ``extra`` on top."""
+    from gpushare_hub.isolation.hookfiles import HOOK_DIR
+
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(fake_site(tmp_path))]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "GPUSHARE_LEDGER_DIR": str(ledger),
+        "GPUSHARE_MEMORY_LIMIT_MIB": "5120",
+        "GPUSHARE_CARD_MEMORY_MIB": "15360",
+        **extra,
+    }
 
 
 def upload(hub: LocalHub, user: str, token: str, root: Path) -> None:

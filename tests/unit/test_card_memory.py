@@ -5,7 +5,6 @@ so that every slice of a full card gets what its caps allow."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +14,11 @@ import pytest
 from gpushare_hub.core import cardmemory
 from gpushare_hub.core.cards import Card
 from gpushare_hub.core.catalogue import read_catalogue
-from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from gpushare_hub.plugin.matching import Waiting
 from gpushare_hub.plugin.nodeconfig import NodeConfigError, options_for
 from gpushare_hub.plugin.response import Isolation, container_response
 from tests.conftest import wait_for
-from tests.support.isolation import fake_site
+from tests.support.isolation import hooked_env
 
 MIB = 1024**2
 T4 = Card(0, "GPU-t4", "Tesla-T4", 15, 15360)
@@ -110,18 +108,13 @@ def test_the_hook_counts_each_processs_context_so_two_processes_stay_inside_cuda
     one may take 5036 - 3632 - 560 = 844 MiB, and the card (contexts of 522 MiB modelled) never
     sees the slice's processes pass their part of it."""
     ledger = tmp_path / "ledger"
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(fake_site(tmp_path))]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "GPUSHARE_LEDGER_DIR": str(ledger),
-        "GPUSHARE_MEMORY_LIMIT_MIB": "5120",
-        "GPUSHARE_CARD_MEMORY_MIB": "15360",
-        cardmemory.CARD_CUDA_ENV: "15110",
-        cardmemory.CONTEXT_ENV: "560",
-        "FAKE_TOTAL_MIB": "15110",
-        "FAKE_CONTEXT_MIB": "522",
-    }
+    env = hooked_env(
+        tmp_path,
+        ledger,
+        **{cardmemory.CARD_CUDA_ENV: "15110", cardmemory.CONTEXT_ENV: "560"},
+        FAKE_TOTAL_MIB="15110",
+        FAKE_CONTEXT_MIB="522",
+    )
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER.format(gib=3)], env=env, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -23,7 +23,7 @@ import pytest
 import gpushare_hub
 from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from tests.conftest import wait_for
-from tests.support.isolation import FAKE_FRAMEWORKS, fake_site
+from tests.support.isolation import FAKE_FRAMEWORKS, hooked_env
 
 GIB = 1024**3
 SLICE = {"GPUSHARE_MEMORY_LIMIT_MIB": "5120", "GPUSHARE_CARD_MEMORY_MIB": "15360"}
@@ -57,13 +57,7 @@ take(3)
 
 
 def env_for(tmp_path: Path, ledger: Path) -> dict[str, str]:
-    return {
-        "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(fake_site(tmp_path))]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "GPUSHARE_LEDGER_DIR": str(ledger),
-        **SLICE,
-    }
+    return hooked_env(tmp_path, ledger)
 
 
 def start(code: str, env: dict[str, str]) -> subprocess.Popen[str]:

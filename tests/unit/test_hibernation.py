@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -23,14 +22,13 @@ import pytest
 from tornado import web
 
 from gpushare_hub.isolation.checkpoint import CHECKPOINTED, RUNNING, CheckpointError
-from gpushare_hub.isolation.hookfiles import HOOK_DIR
 from gpushare_hub.isolation.simcheckpoint import SimulatedCheckpoint
 from gpushare_hub.notebook.hibernator import Hibernator
 from gpushare_hub.notebook.overslice import ledger_module
 from gpushare_hub.notebook.sleepstate import AWAKE, HIBERNATED, REFUSED, WAITING, summary
 from gpushare_hub.notebook.wakeonrun import action_of, hibernate_after
 from tests.conftest import wait_for
-from tests.support.isolation import fake_site
+from tests.support.isolation import hooked_env
 from tests.support.pipes import readable
 
 GIB = 1024**3
@@ -77,16 +75,7 @@ class Kernels:
 def node(tmp_path: Path) -> dict[str, Any]:
     claims, ledger = tmp_path / "claims", tmp_path / "ledger"
     claims.mkdir()
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "PYTHONPATH": os.pathsep.join([str(HOOK_DIR), str(fake_site(tmp_path))]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "GPUSHARE_LEDGER_DIR": str(ledger),
-        "GPUSHARE_MEMORY_LIMIT_MIB": "5120",
-        "GPUSHARE_CARD_MEMORY_MIB": "15360",
-        "GPUSHARE_CARD_UUIDS": "GPU-hib",
-        "GPUSHARE_SIM_USAGE_DIR": str(claims),
-    }
+    env = hooked_env(tmp_path, ledger, GPUSHARE_CARD_UUIDS="GPU-hib", GPUSHARE_SIM_USAGE_DIR=str(claims))
     procs: list[subprocess.Popen[str]] = []
 
     def start(gib: int = 3, **extra: str) -> subprocess.Popen[str]:
