@@ -156,6 +156,7 @@ class GPUShareDevicePlugin(StartChecks, HookKeeping, SideWork, Application, Devi
     def prepare(self) -> tuple[Backend, RestClient, PluginState]:
         """Everything the plugin needs before it serves: its cards, the API server, the start-up
         hook, its state; :class:`CannotStart` naming what is missing."""
+        self.socket_paths()
         try:
             backend = self.make_backend()
         except BackendUnavailable as err:

@@ -16,6 +16,7 @@ from gpushare_hub.kube.kubeconfig import connection_problem
 from gpushare_hub.kube.rest import RestClient
 
 from .nodeconfig import NodeConfigError
+from .settings import Settings
 
 if TYPE_CHECKING:  # the plugin's options, which GPUShareDevicePlugin has (a part, not a Configurable)
     from .devicemodeapp import DeviceModeOptions
@@ -24,6 +25,9 @@ if TYPE_CHECKING:  # the plugin's options, which GPUShareDevicePlugin has (a par
     class _Options(DeviceModeOptions, PluginOptions): ...
 else:
     _Options = object
+
+
+UNIX_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path, 108 with its NUL)
 
 
 class CannotStart(GPUShareError):
@@ -116,6 +120,20 @@ class StartChecks(_Options):
         if problem:
             raise CannotStart(problem, 2)
         return Overcommit(self.overcommit, self.hibernation_host_memory_gib * 1024, self.hibernation_min_idle)
+
+    def socket_paths(self) -> None:
+        """:class:`CannotStart` where the plugin's sockets in --plugin-dir would pass what a Unix
+        socket's path may hold (gRPC only says it cannot bind, again and again)."""
+        for name in (Settings.socket_name, Settings.count_socket_name):
+            path = str(Path(self.plugin_dir) / name)
+            if len(path.encode()) > UNIX_PATH_MAX:
+                raise CannotStart(
+                    f"--plugin-dir {self.plugin_dir[:200]}: the plugin's socket {name} there would have "
+                    f"a path of {len(path.encode())} bytes, and a Unix socket's may have at most "
+                    f"{UNIX_PATH_MAX}; give the kubelet's device-plugins folder "
+                    "(/var/lib/kubelet/device-plugins) or a shorter one",
+                    2,
+                )
 
     def tier(self) -> str:
         """The tier this node claims; :class:`CannotStart` when the settings contradict it."""

@@ -15,10 +15,11 @@ from tests.support.hub_session import NAMESPACE, SCHEDULER, SLICES, hub_spawner_
 
 
 def own_nodes(cluster: Any, label: str, prefix: str, plugin_args: Sequence[str] = ()) -> NotebookNodes:
-    """One notebook node (``<prefix>1``, one 15 GiB T4) labelled ``label``, its agent started."""
-    nodes = NotebookNodes(
-        cluster, plugin_args=tuple(plugin_args), name=f"node-agent-{label}", label_value=label
-    )
+    """One notebook node (``<prefix>1``, one 15 GiB T4) labelled ``label``, its agent started. The
+    agent's name is short (``node-agent-<prefix>``): the plugin's sockets sit under its folder,
+    and a Unix socket's path may not pass 107 characters."""
+    agent = f"node-agent-{prefix.rstrip('-')}"
+    nodes = NotebookNodes(cluster, plugin_args=tuple(plugin_args), name=agent, label_value=label)
     nodes.add(1, cards=1, prefix=prefix)
     nodes.start()
     return nodes

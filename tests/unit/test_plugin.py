@@ -348,6 +348,12 @@ SIMULATED = ["--node-name=gpu-1", "--backend=simulated", "--simulate=1x T4"]
             1,
             "cannot install the Python start-up hook into {kc}/h",
         ),
+        (  # gRPC would only say, every 2 s, that it cannot bind
+            [*SIMULATED, "--kubeconfig={kc}", "--plugin-dir=/" + "d" * 90],
+            2,
+            "socket gpushare-hub.sock there would have a path of 109 bytes, and a Unix socket's may "
+            "have at most 107",
+        ),
     ],
 )
 def test_a_plugin_that_cannot_start_says_why_once_and_exits_with_its_status(
