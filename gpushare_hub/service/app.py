@@ -34,7 +34,8 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import TraitError
 
 from gpushare_hub.accounting.book import Book
-from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
+from gpushare_hub.core.catalogue import CatalogueError
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.core.releases import ReleaseHistory
 from gpushare_hub.web.bodylimit import SERVER_MAX_BODY
 

@@ -173,7 +173,7 @@ def _service_config(
         if key in spawner:
             service_config[key] = spawner[key]
     # Check the catalogue now, with the spawner's rules, so a mistake stops the hub at start.
-    from gpushare_hub.core.catalogue import read_catalogue
+    from gpushare_hub.core.catalogueread import read_catalogue
 
     read_catalogue(slices)
     _check_budget_settings(service_config)

@@ -19,7 +19,8 @@ from traitlets.config import Application
 from gpushare_hub.accounting.quotas import QuotaSettings
 from gpushare_hub.core import ResourceNames
 from gpushare_hub.core.budget import BUDGET_ACTIONS
-from gpushare_hub.core.catalogue import Catalogue, read_catalogue
+from gpushare_hub.core.catalogue import Catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 
 from .idle import ACTIONS, AUTO
 

@@ -14,7 +14,8 @@ from traitlets import default
 from gpushare_hub.core import Demand
 from gpushare_hub.core.availability import render as render_availability
 from gpushare_hub.core.budget import refusal, spend_line
-from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError, read_catalogue
+from gpushare_hub.core.catalogue import PROFILE_KEY, Catalogue, CatalogueError
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.core.durations import returned_words
 
 from .budgets import BudgetView

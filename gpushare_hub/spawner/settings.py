@@ -8,7 +8,8 @@ from typing import Any
 from traitlets import Dict, Enum, List, Unicode, validate
 
 from gpushare_hub.core import ResourceNames
-from gpushare_hub.core.catalogue import Slice, read_catalogue
+from gpushare_hub.core.catalogue import Slice
+from gpushare_hub.core.catalogueread import read_catalogue
 
 from .dra import ALLOCATIONS, DEVICE_PLUGIN
 from .room import SpawnerRoom

@@ -21,7 +21,8 @@ from typing import Any
 
 from kubespawner import KubeSpawner  # type: ignore[import-untyped]
 
-from gpushare_hub.core.catalogue import Catalogue, CatalogueError, read_catalogue
+from gpushare_hub.core.catalogue import Catalogue, CatalogueError
+from gpushare_hub.core.catalogueread import read_catalogue
 
 from .dra import ALLOCATIONS, DEVICE_PLUGIN, DRA, check_dra_catalogue
 from .hibernation import BASE_DEFAULT, BASE_TRAIT, check_hibernation, read_bytes

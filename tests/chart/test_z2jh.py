@@ -97,9 +97,10 @@ def test_the_hub_services_port_is_written_once():
 
 
 def test_the_t4_catalogue_is_one_the_spawner_accepts():
-    catalogue = pytest.importorskip("gpushare_hub.core.catalogue", reason="GPUShareSpawner not merged yet")
+    from gpushare_hub.core.catalogueread import read_catalogue
+
     slices = z2jh()["hub"]["config"]["GPUShareSpawner"]["slices"]
-    read = catalogue.read_catalogue(slices)
+    read = read_catalogue(slices)
     assert [s.gib for s in read.slices] == [3, 5, 7]
 
 

@@ -11,7 +11,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpushare_hub.core.catalogue import read_slice
+from gpushare_hub.core.catalogueread import read_slice
 from gpushare_hub.isolation.hookfiles import HOOK_DIR, hook_files
 from gpushare_hub.spawner.pod import SlicePod
 from tests.conftest import gpu_pod, wait_for

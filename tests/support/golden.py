@@ -32,7 +32,8 @@ from gpushare_hub.accounting.book import Book
 from gpushare_hub.accounting.records import IdleAction
 from gpushare_hub.core import DEFAULT_NAMES
 from gpushare_hub.core.cards import declared_cards
-from gpushare_hub.core.catalogue import Catalogue, read_catalogue
+from gpushare_hub.core.catalogue import Catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.core.names import (
     DEVICE_MODE_ANNOTATION,
     HUB_SERVER_ANNOTATION,

@@ -13,7 +13,7 @@ import pytest
 
 from gpushare_hub.core import cardmemory
 from gpushare_hub.core.cards import Card
-from gpushare_hub.core.catalogue import read_catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.plugin.matching import Waiting
 from gpushare_hub.plugin.nodeconfig import NodeConfigError, options_for
 from gpushare_hub.plugin.response import Isolation, container_response

@@ -8,7 +8,8 @@ import pytest
 
 from gpushare_hub.core import computeshare
 from gpushare_hub.core.cards import Card
-from gpushare_hub.core.catalogue import CatalogueError, read_slice
+from gpushare_hub.core.catalogue import CatalogueError
+from gpushare_hub.core.catalogueread import read_slice
 from gpushare_hub.plugin.matching import Waiting
 from gpushare_hub.plugin.nodeconfig import options_for
 from gpushare_hub.plugin.response import Isolation, container_response

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from gpushare_hub.core.catalogue import read_catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.demo import cli
 from gpushare_hub.demo.auth import DemoAuthenticator
 from gpushare_hub.demo.cards import CardsError, parse_cards

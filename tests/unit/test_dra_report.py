@@ -99,7 +99,7 @@ def test_a_pods_resource_claims_are_untrusted_and_refused_with_the_field_named(c
 async def test_the_pod_the_spawner_makes_on_the_dra_path_is_one_that_may_hold_a_slice():
     from kubernetes_asyncio.client import ApiClient, V1Container, V1ObjectMeta, V1Pod, V1PodSpec
 
-    from gpushare_hub.core.catalogue import read_catalogue
+    from gpushare_hub.core.catalogueread import read_catalogue
     from gpushare_hub.spawner.dra import apply_claim
 
     five = read_catalogue([{"slug": "t4-5g", "display_name": "T4 5 GiB", "gib": 5}]).get("t4-5g")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpushare_hub.core.catalogue import read_catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.core.hibernated import read_node_hibernation
 from gpushare_hub.core.names import HIBERNATION_ANNOTATION
 from gpushare_hub.core.overcommit import (

@@ -9,7 +9,8 @@ import pytest
 
 from gpushare_hub.core import Demand, Ledger, Placement, Placer, Refusal, demand_from_pod
 from gpushare_hub.core.cards import node_from_k8s
-from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
+from gpushare_hub.core.catalogue import CatalogueError
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.core.errors import InvalidObject
 from gpushare_hub.core.isolation import Check, NodeIsolation, read_node_isolation, satisfies
 from gpushare_hub.core.names import ISOLATION_ANNOTATION, ISOLATION_CHECK_ANNOTATION

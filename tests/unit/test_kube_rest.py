@@ -452,7 +452,7 @@ def test_a_kept_connection_is_used_again_in_a_process_with_over_a_thousand_descr
 
 
 def test_only_a_get_is_sent_again_when_its_kept_connection_turns_out_closed(apiserver, pki, monkeypatch):
-    monkeypatch.setattr(rest, "_dropped", lambda conn: False)  # the close is not seen before sending
+    monkeypatch.setattr(rest, "dropped", lambda conn: False)  # the close is not seen before sending
     apiserver.objects["/api/v1/nodes/n0"] = {"metadata": {"name": "n0"}}
     apiserver.close_after = True
     with RestClient(good(apiserver, pki)) as api:

@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from traitlets.config import Config
 
 from gpushare_hub.core import DEFAULT_NAMES, Demand, Ledger
-from gpushare_hub.core.catalogue import CatalogueError, read_catalogue
+from gpushare_hub.core.catalogue import CatalogueError
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.core.names import CARDS_ANNOTATION
 from gpushare_hub.core.report import build_report
 from gpushare_hub.core.reportfacts import PendingPod, pod_facts

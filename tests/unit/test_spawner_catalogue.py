@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare_hub.core.catalogue import CatalogueError, Slice, read_catalogue
+from gpushare_hub.core.catalogue import CatalogueError, Slice
+from gpushare_hub.core.catalogueread import read_catalogue
 
 T4_5 = {"slug": "t4-5g", "display_name": "Tesla T4 · 5 GiB", "gib": 5, "models": ["Tesla-T4"]}
 T4_WHOLE = {"slug": "t4-whole", "display_name": "Tesla T4 · whole card", "models": ["Tesla T4"]}

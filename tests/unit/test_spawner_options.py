@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpushare_hub.core.catalogue import read_catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.spawner.options import (
     Choice,
     Holding,

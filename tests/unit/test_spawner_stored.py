@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jupyterhub import orm
 
-from gpushare_hub.core.catalogue import read_catalogue
+from gpushare_hub.core.catalogueread import read_catalogue
 from gpushare_hub.spawner.options import MAX_OPTIONS_CHARS, Reason, Refused, check_options
 from gpushare_hub.spawner.stored import guard_stored_options
 
